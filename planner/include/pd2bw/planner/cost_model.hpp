@@ -1,0 +1,119 @@
+// The analytic cost and memory model of one pipeline stage (DESIGN.md section 5). Pure arithmetic over a
+// profile and a cluster: the planner's search, the brute-force reference and the simulator all price a
+// stage through this one function, so they agree by construction.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "pd2bw/schemas/cluster.hpp"
+#include "pd2bw/schemas/plan.hpp"
+#include "pd2bw/schemas/profile.hpp"
+
+namespace pd2bw::planner {
+
+using schemas::Cluster;
+using schemas::MemoryBreakdown;
+using schemas::Optimizer;
+using schemas::Placement;
+using schemas::Profile;
+using schemas::Schedule;
+
+// auto_: recompute a stage only when it does not fit otherwise. never / always: pinned.
+enum class RecomputePolicy { auto_, never, always };
+
+// What the user fixes; everything unset is searched.
+struct Constraints {
+  int64_t global_batch = 512;           // samples per optimizer step, = b * m * w
+  std::optional<Schedule> schedule;     // pin the schedule
+  std::optional<int64_t> microbatch;    // pin b (must be one of the profiled sizes)
+  RecomputePolicy recompute = RecomputePolicy::auto_;
+  int64_t max_depth = 0;                // largest d to consider; 0 = no limit
+  Optimizer optimizer = Optimizer::adamw;
+  int64_t reserve_bytes = int64_t{1} << 30;  // subtracted from each device's memory
+};
+
+// One point of the search space before the layers are split into stages.
+struct Candidate {
+  Schedule schedule = Schedule::two_bw;
+  int64_t microbatch_index = 0;  // index into Profile::microbatch_sizes
+  int64_t microbatch = 0;        // b
+  int64_t width = 0;             // w, replicas per stage
+  int64_t depth = 0;             // d, stages
+  int64_t microbatches = 0;      // m = global_batch / (b * w)
+  Placement placement = Placement::replicas_inner;
+};
+
+// The price of layers [begin, end) placed as stage `stage` of a candidate.
+struct StageCost {
+  bool feasible = false;     // fits in device memory minus the reserve
+  bool recompute = false;    // chosen per the policy (auto_: only when needed)
+  int64_t in_flight = 0;     // stashed microbatches at this position
+  double compute_ms = 0;     // per microbatch
+  double p2p_ms = 0;         // per microbatch
+  double allreduce_ms = 0;   // per step
+  double step_ms = 0;        // k * (compute + p2p) + allreduce, k = m (2bw) or m + d - 1 (flush, gpipe)
+  int64_t over_bytes = 0;    // total - limit of the least-memory option when infeasible, else 0
+  MemoryBreakdown memory;    // of the chosen option (or of the least-memory option when infeasible)
+};
+
+class CostModel {
+ public:
+  // Throws UsageError when the constraints cannot apply to this profile/cluster (e.g. a pinned
+  // microbatch size that was not profiled, a global batch <= 0, a reserve >= device memory).
+  CostModel(const Profile& profile, const Cluster& cluster, const Constraints& constraints);
+
+  const Profile& profile() const { return profile_; }
+  const Cluster& cluster() const { return cluster_; }
+  const Constraints& constraints() const { return constraints_; }
+  int64_t num_layers() const { return static_cast<int64_t>(profile_.layers.size()); }
+  int64_t memory_limit_bytes() const;  // one device's memory (the reserve is a term of the total)
+
+  // Prices layers [begin, end) as stage `stage` (0-based) of `c`. Requires 0 <= begin < end <= layers.
+  StageCost stage_cost(const Candidate& c, int64_t stage, int64_t begin, int64_t end) const;
+
+  // Steps per microbatch k of the schedule: m for 2bw, m + d - 1 for flush and gpipe.
+  static int64_t pipeline_factor(const Candidate& c);
+  // Microbatches stashed at once at stage `stage`: min(d - stage, m) for 2bw and flush, m for gpipe.
+  static int64_t in_flight(const Candidate& c, int64_t stage);
+  // Rank of (stage, replica) under the candidate's placement.
+  static int64_t rank_of(const Candidate& c, int64_t stage, int64_t replica);
+  // Index of the topology level two ranks talk over (0 = inside a node).
+  int64_t level_between(int64_t rank_a, int64_t rank_b) const;
+
+  // Per-layer compute (fwd + bwd) at microbatch index bi, prefix-summed: compute_prefix(bi)[j] is
+  // the sum over layers [0, j).
+  const std::vector<double>& compute_prefix(int64_t bi) const { return compute_prefix_[bi]; }
+  // Memory that does not depend on the schedule position (weights, master, grads, optimizer) of
+  // layers [begin, end) for a schedule; a lower bound on any stage's memory holding those layers.
+  int64_t static_bytes(Schedule s, int64_t begin, int64_t end) const;
+  // Prefix sums over layers [0, j) of forward time, stash bytes (at microbatch index bi) and
+  // parameter bytes.
+  const std::vector<double>& fwd_prefix(int64_t bi) const { return fwd_prefix_[bi]; }
+  const std::vector<int64_t>& stash_prefix(int64_t bi) const { return stash_prefix_[bi]; }
+  const std::vector<int64_t>& param_prefix() const { return param_prefix_; }
+
+  // Time to move `bytes` point to point over level `level`: bytes / bandwidth + latency (ms).
+  double p2p_ms(int64_t bytes, int64_t level) const;
+  // Ring allreduce of `bytes` over `width` ranks spanning level `level`:
+  // 2 (w - 1) / w * bytes / busbw + latency (ms); 0 when width is 1.
+  double allreduce_ms(int64_t bytes, int64_t width, int64_t level) const;
+  // Slowest level any replica's link between stages left_stage and left_stage + 1 crosses.
+  int64_t boundary_level(const Candidate& c, int64_t left_stage) const;
+  // Level spanned by the replicas of `stage`.
+  int64_t allreduce_level(const Candidate& c, int64_t stage) const;
+
+ private:
+
+  Profile profile_;
+  Cluster cluster_;
+  Constraints constraints_;
+  std::vector<int64_t> level_span_;                 // devices per group at each level
+  std::vector<int64_t> param_prefix_;               // bytes
+  std::vector<std::vector<double>> compute_prefix_;  // [microbatch index][layer + 1]
+  std::vector<std::vector<double>> fwd_prefix_;
+  std::vector<std::vector<int64_t>> stash_prefix_;
+};
+
+}  // namespace pd2bw::planner

@@ -1,0 +1,139 @@
+// Assembles a Plan from the search's winner: stages, rank table, predictions and the alternatives.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "pd2bw/planner/search.hpp"
+
+namespace pd2bw::planner {
+
+namespace {
+
+schemas::StagePlan stage_plan(const Candidate& c, const Split& split, const StageCost& sc, int64_t i) {
+  schemas::StagePlan st;
+  st.index = i;
+  st.layer_begin = split.bounds[static_cast<size_t>(i)];
+  st.layer_end = split.bounds[static_cast<size_t>(i + 1)];
+  st.recompute = sc.recompute;
+  for (int64_t r = 0; r < c.width; ++r) st.ranks.push_back(CostModel::rank_of(c, i, r));
+  st.in_flight = sc.in_flight;
+  st.compute_ms = sc.compute_ms;
+  st.p2p_ms = sc.p2p_ms;
+  st.allreduce_ms = sc.allreduce_ms;
+  st.step_ms = sc.step_ms;
+  st.memory = sc.memory;
+  return st;
+}
+
+std::vector<schemas::RankEntry> rank_table(const CostModel& model, const Candidate& c) {
+  const int64_t per_node = model.cluster().levels.front().size;
+  std::vector<schemas::RankEntry> ranks(static_cast<size_t>(c.width * c.depth));
+  for (int64_t i = 0; i < c.depth; ++i)
+    for (int64_t r = 0; r < c.width; ++r) {
+      const int64_t rank = CostModel::rank_of(c, i, r);
+      ranks[static_cast<size_t>(rank)] = {rank, i, r, rank / per_node, rank % per_node};
+    }
+  return ranks;
+}
+
+schemas::Predictions predictions(const CostModel& model, const Evaluated& e) {
+  const auto& c = e.candidate;
+  schemas::Predictions p;
+  p.step_ms = e.step_ms;
+  const double samples = static_cast<double>(model.constraints().global_batch);
+  p.samples_per_s = samples / (e.step_ms / 1e3);
+  p.tokens_per_s = p.samples_per_s * static_cast<double>(model.profile().model.seq_len);
+  for (size_t i = 0; i < e.stages.size(); ++i)
+    if (e.stages[i].step_ms == e.step_ms) {
+      p.bottleneck_stage = static_cast<int64_t>(i);
+      break;
+    }
+  p.bubble_fraction = c.schedule == Schedule::two_bw
+                          ? 0.0
+                          : static_cast<double>(c.depth - 1) /
+                                static_cast<double>(c.microbatches + c.depth - 1);
+  double fullest = -1.0;
+  for (const auto& s : e.stages) {
+    const double f = static_cast<double>(s.memory.total_bytes) / static_cast<double>(s.memory.limit_bytes);
+    if (f > fullest) {
+      fullest = f;
+      p.binding_memory = s.memory.dominant;
+    }
+  }
+  return p;
+}
+
+}  // namespace
+
+namespace {
+
+// The stage that sets a candidate's step time.
+const StageCost& bottleneck(const Evaluated& e, size_t* index) {
+  size_t bi = 0;
+  for (size_t i = 0; i < e.stages.size(); ++i)
+    if (e.stages[i].step_ms > e.stages[bi].step_ms) bi = i;
+  *index = bi;
+  return e.stages[bi];
+}
+
+std::string step_terms(const Evaluated& e, const StageCost& s) {
+  const double k = static_cast<double>(CostModel::pipeline_factor(e.candidate));
+  return fmt::format("{} x ({:.2f} compute + {:.2f} p2p) + {:.2f} allreduce ms", k, s.compute_ms,
+                     s.p2p_ms, s.allreduce_ms);
+}
+
+}  // namespace
+
+std::string why_lost(const Evaluated& winner, const Evaluated& loser) {
+  size_t wi = 0, li = 0;
+  const auto& ws = bottleneck(winner, &wi);
+  const auto& ls = bottleneck(loser, &li);
+  std::string text;
+  if (loser.step_ms == winner.step_ms)
+    text = "same step time, ranked lower (uses more devices or comes later in search order)";
+  else
+    text = fmt::format("{:.1f}% slower", (loser.step_ms / winner.step_ms - 1.0) * 100.0);
+  text += fmt::format(": bottleneck stage {} = {} (winner's stage {} = {})", li, step_terms(loser, ls),
+                      wi, step_terms(winner, ws));
+  const auto& c = loser.candidate;
+  if (c.schedule != Schedule::two_bw && c.depth > 1)
+    text += fmt::format("; the flush adds d - 1 = {} microbatch slots per step", c.depth - 1);
+  if (ls.recompute) text += "; recomputes activations to fit";
+  return text;
+}
+
+schemas::Plan build_plan(const CostModel& model, const SearchResult& result,
+                         const std::string& profile_sha256, const schemas::Provenance& provenance) {
+  const Evaluated& win = result.ranked.front();
+  const Candidate& c = win.candidate;
+  schemas::Plan plan;
+  plan.provenance = provenance;
+  plan.profile_sha256 = profile_sha256;
+  plan.model = model.profile().model;
+  plan.num_layers = model.num_layers();
+  plan.cluster = model.cluster();
+  plan.schedule = c.schedule;
+  plan.optimizer = model.constraints().optimizer;
+  plan.placement = c.placement;
+  plan.microbatch_size = c.microbatch;
+  plan.microbatches_per_step = c.microbatches;
+  plan.depth = c.depth;
+  plan.width = c.width;
+  plan.global_batch = model.constraints().global_batch;
+  plan.reserve_bytes = model.constraints().reserve_bytes;
+  for (int64_t i = 0; i < c.depth; ++i)
+    plan.stages.push_back(stage_plan(c, win.split, win.stages[static_cast<size_t>(i)], i));
+  plan.ranks = rank_table(model, c);
+  plan.predictions = predictions(model, win);
+  for (size_t i = 1; i < result.ranked.size(); ++i) {
+    const auto& e = result.ranked[i];
+    const auto& ec = e.candidate;
+    plan.alternatives.push_back({ec.schedule, ec.microbatch, ec.microbatches, ec.depth, ec.width,
+                                 ec.placement, e.step_ms,
+                                 static_cast<double>(plan.global_batch) / (e.step_ms / 1e3),
+                                 why_lost(win, e)});
+  }
+  return plan;
+}
+
+}  // namespace pd2bw::planner

@@ -1,0 +1,130 @@
+// The analytic stage cost and memory model (DESIGN.md section 5).
+#include "pd2bw/planner/cost_model.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+
+#include "pd2bw/error.hpp"
+#include "prepared.hpp"
+
+namespace pd2bw::planner {
+
+namespace {
+
+void check_constraints(const Profile& profile, const Cluster& cluster, const Constraints& k) {
+  if (k.global_batch <= 0)
+    throw UsageError(fmt::format("--global-batch must be > 0 samples, got {}", k.global_batch));
+  if (k.max_depth < 0)
+    throw UsageError(fmt::format("--max-depth must be >= 0 (0 = no limit), got {}", k.max_depth));
+  if (k.reserve_bytes < 0)
+    throw UsageError("--reserve must be >= 0 bytes");
+  if (k.reserve_bytes >= cluster.device.memory_bytes)
+    throw UsageError(fmt::format("--reserve ({}) leaves no device memory (device has {})",
+                                 schemas::format_bytes(k.reserve_bytes),
+                                 schemas::format_bytes(cluster.device.memory_bytes)),
+                     "lower --reserve or raise --device-memory");
+  if (cluster.total_devices() < 1) throw UsageError("the cluster has no devices");
+  if (k.microbatch) {
+    const auto& sizes = profile.microbatch_sizes;
+    if (std::find(sizes.begin(), sizes.end(), *k.microbatch) == sizes.end()) {
+      std::string list;
+      for (auto b : sizes) list += (list.empty() ? "" : ",") + std::to_string(b);
+      throw UsageError(fmt::format("--microbatch {} was not profiled", *k.microbatch),
+                       fmt::format("the profile has microbatch sizes {}; pick one of them or re-profile",
+                                   list));
+    }
+  }
+}
+
+}  // namespace
+
+CostModel::CostModel(const Profile& profile, const Cluster& cluster, const Constraints& constraints)
+    : profile_(profile), cluster_(cluster), constraints_(constraints) {
+  check_constraints(profile_, cluster_, constraints_);
+  int64_t span = 1;
+  for (const auto& level : cluster_.levels) {
+    span *= level.size;
+    level_span_.push_back(span);
+  }
+  const size_t n = profile_.layers.size();
+  const size_t nb = profile_.microbatch_sizes.size();
+  param_prefix_.assign(n + 1, 0);
+  compute_prefix_.assign(nb, std::vector<double>(n + 1, 0.0));
+  fwd_prefix_.assign(nb, std::vector<double>(n + 1, 0.0));
+  stash_prefix_.assign(nb, std::vector<int64_t>(n + 1, 0));
+  for (size_t j = 0; j < n; ++j) {
+    const auto& layer = profile_.layers[j];
+    param_prefix_[j + 1] = param_prefix_[j] + layer.param_bytes;
+    for (size_t bi = 0; bi < nb; ++bi) {
+      const auto& t = layer.per_microbatch[bi];
+      compute_prefix_[bi][j + 1] = compute_prefix_[bi][j] + (t.fwd_ms + t.bwd_ms);
+      fwd_prefix_[bi][j + 1] = fwd_prefix_[bi][j] + t.fwd_ms;
+      stash_prefix_[bi][j + 1] = stash_prefix_[bi][j] + t.stash_bytes;
+    }
+  }
+}
+
+int64_t CostModel::memory_limit_bytes() const { return cluster_.device.memory_bytes; }
+
+int64_t CostModel::pipeline_factor(const Candidate& c) {
+  return c.schedule == Schedule::two_bw ? c.microbatches : c.microbatches + c.depth - 1;
+}
+
+int64_t CostModel::in_flight(const Candidate& c, int64_t stage) {
+  if (c.schedule == Schedule::gpipe) return c.microbatches;
+  return std::min(c.depth - stage, c.microbatches);
+}
+
+int64_t CostModel::rank_of(const Candidate& c, int64_t stage, int64_t replica) {
+  return c.placement == Placement::replicas_inner ? stage * c.width + replica
+                                                  : replica * c.depth + stage;
+}
+
+int64_t CostModel::level_between(int64_t rank_a, int64_t rank_b) const {
+  for (size_t k = 0; k < level_span_.size(); ++k)
+    if (rank_a / level_span_[k] == rank_b / level_span_[k]) return static_cast<int64_t>(k);
+  return static_cast<int64_t>(level_span_.size()) - 1;
+}
+
+int64_t CostModel::boundary_level(const Candidate& c, int64_t left_stage) const {
+  int64_t level = 0;
+  for (int64_t r = 0; r < c.width; ++r)
+    level = std::max(level, level_between(rank_of(c, left_stage, r), rank_of(c, left_stage + 1, r)));
+  return level;
+}
+
+int64_t CostModel::allreduce_level(const Candidate& c, int64_t stage) const {
+  int64_t level = 0;
+  const int64_t first = rank_of(c, stage, 0);
+  for (int64_t r = 1; r < c.width; ++r)
+    level = std::max(level, level_between(first, rank_of(c, stage, r)));
+  return level;
+}
+
+double CostModel::p2p_ms(int64_t bytes, int64_t level) const {
+  const auto& l = cluster_.levels[static_cast<size_t>(level)];
+  return static_cast<double>(bytes) / (l.p2p_gbps * 1e6) + l.p2p_latency_ms;
+}
+
+double CostModel::allreduce_ms(int64_t bytes, int64_t width, int64_t level) const {
+  if (width <= 1) return 0.0;
+  const auto& l = cluster_.levels[static_cast<size_t>(level)];
+  const double w = static_cast<double>(width);
+  return 2.0 * (w - 1.0) / w * static_cast<double>(bytes) / (l.allreduce_busbw_gbps * 1e6) +
+         l.p2p_latency_ms;
+}
+
+int64_t CostModel::static_bytes(Schedule s, int64_t begin, int64_t end) const {
+  return detail::static_bytes_for(*this, s, param_prefix_[end] - param_prefix_[begin]);
+}
+
+StageCost CostModel::stage_cost(const Candidate& c, int64_t stage, int64_t begin, int64_t end) const {
+  if (begin < 0 || end > num_layers() || begin >= end || stage < 0 || stage >= c.depth)
+    throw Error(fmt::format("stage_cost: bad range [{}, {}) for stage {} of {}", begin, end, stage,
+                            c.depth));
+  return detail::price_stage(*this, detail::prepare(*this, c), stage, begin, end);
+}
+
+}  // namespace pd2bw::planner

@@ -1,0 +1,34 @@
+// A candidate with its per-stage links and in-flight counts resolved once, so that pricing a stage in
+// the partitioner's inner loops is a handful of arithmetic operations. Private to the planner.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "pd2bw/planner/cost_model.hpp"
+
+namespace pd2bw::planner::detail {
+
+struct PreparedStage {
+  int64_t in_level = -1;   // level of the link to the previous stage (-1: first stage)
+  int64_t out_level = -1;  // level of the link to the next stage (-1: last stage)
+  int64_t ar_level = -1;   // level the stage's replicas span (-1: width 1)
+  int64_t in_flight = 0;
+};
+
+struct PreparedCandidate {
+  Candidate candidate;
+  int64_t factor = 0;  // pipeline_factor
+  std::vector<PreparedStage> stages;
+};
+
+PreparedCandidate prepare(const CostModel& model, const Candidate& c);
+
+// The one pricing function behind CostModel::stage_cost and the partitioner.
+StageCost price_stage(const CostModel& model, const PreparedCandidate& pc, int64_t stage, int64_t begin,
+                      int64_t end);
+
+// Bytes of weights + master + grads + optimizer state for `param_bytes` of parameters (compute dtype).
+int64_t static_bytes_for(const CostModel& model, Schedule s, int64_t param_bytes);
+
+}  // namespace pd2bw::planner::detail

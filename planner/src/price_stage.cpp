@@ -1,0 +1,136 @@
+// Prices one stage: compute, boundary transfers, allreduce, and every memory term, choosing recompute
+// per the policy. The single source of these numbers for search, brute force and simulation.
+#include <algorithm>
+#include <array>
+#include <utility>
+
+#include "prepared.hpp"
+
+namespace pd2bw::planner::detail {
+
+namespace {
+
+struct MemoryInputs {
+  int64_t param_bytes = 0;
+  int64_t stash_one = 0;   // one microbatch's stash of the whole stage
+  int64_t input_bytes = 0; // the stage's input activation (what recompute keeps per microbatch)
+  int64_t comm_bytes = 0;
+  int64_t in_flight = 0;
+};
+
+schemas::MemoryBreakdown memory_for(const CostModel& model, Schedule s, const MemoryInputs& in,
+                                    bool recompute) {
+  const auto& k = model.constraints();
+  const int64_t dsize = schemas::dtype_bytes(model.profile().model.dtype);
+  const int64_t fp32 = in.param_bytes / dsize * 4;
+  schemas::MemoryBreakdown m;
+  m.weights_bytes = (s == Schedule::two_bw ? 2 : 1) * in.param_bytes;
+  m.master_bytes = dsize == 4 ? 0 : fp32;
+  m.grads_bytes = fp32;
+  m.optimizer_bytes = (k.optimizer == Optimizer::adamw ? 2 : 1) * fp32;
+  m.stash_bytes = recompute ? in.in_flight * in.input_bytes + in.stash_one : in.in_flight * in.stash_one;
+  m.comm_bytes = in.comm_bytes;
+  m.reserve_bytes = k.reserve_bytes;
+  m.total_bytes = m.weights_bytes + m.master_bytes + m.grads_bytes + m.optimizer_bytes +
+                  m.stash_bytes + m.comm_bytes + m.reserve_bytes;
+  m.limit_bytes = model.memory_limit_bytes();
+  const std::array<std::pair<const char*, int64_t>, 7> terms{{{"weights", m.weights_bytes},
+                                                              {"master", m.master_bytes},
+                                                              {"grads", m.grads_bytes},
+                                                              {"optimizer", m.optimizer_bytes},
+                                                              {"stash", m.stash_bytes},
+                                                              {"comm", m.comm_bytes},
+                                                              {"reserve", m.reserve_bytes}}};
+  const auto* top = &terms[0];
+  for (const auto& t : terms)
+    if (t.second > top->second) top = &t;
+  m.dominant = top->first;
+  return m;
+}
+
+}  // namespace
+
+int64_t static_bytes_for(const CostModel& model, Schedule s, int64_t param_bytes) {
+  const int64_t dsize = schemas::dtype_bytes(model.profile().model.dtype);
+  const int64_t fp32 = param_bytes / dsize * 4;
+  const int64_t versions = s == Schedule::two_bw ? 2 : 1;
+  const int64_t opt = model.constraints().optimizer == Optimizer::adamw ? 2 : 1;
+  return versions * param_bytes + (dsize == 4 ? 0 : fp32) + fp32 + opt * fp32;
+}
+
+PreparedCandidate prepare(const CostModel& model, const Candidate& c) {
+  PreparedCandidate pc;
+  pc.candidate = c;
+  pc.factor = CostModel::pipeline_factor(c);
+  pc.stages.resize(static_cast<size_t>(c.depth));
+  for (int64_t i = 0; i < c.depth; ++i) {
+    auto& st = pc.stages[static_cast<size_t>(i)];
+    st.in_flight = CostModel::in_flight(c, i);
+    if (i + 1 < c.depth) st.out_level = model.boundary_level(c, i);
+    if (i > 0) st.in_level = pc.stages[static_cast<size_t>(i - 1)].out_level;
+    if (c.width > 1) st.ar_level = model.allreduce_level(c, i);
+  }
+  return pc;
+}
+
+StageCost price_stage(const CostModel& model, const PreparedCandidate& pc, int64_t stage, int64_t begin,
+                      int64_t end) {
+  const Candidate& c = pc.candidate;
+  const auto bi = static_cast<size_t>(c.microbatch_index);
+  const auto& st = pc.stages[static_cast<size_t>(stage)];
+  const auto& layers = model.profile().layers;
+  const int64_t in_bytes = layers[static_cast<size_t>(begin)].per_microbatch[bi].input_bytes;
+  const int64_t out_bytes = layers[static_cast<size_t>(end - 1)].per_microbatch[bi].output_bytes;
+
+  MemoryInputs mi;
+  mi.param_bytes = model.param_prefix()[end] - model.param_prefix()[begin];
+  mi.stash_one = model.stash_prefix(c.microbatch_index)[end] - model.stash_prefix(c.microbatch_index)[begin];
+  mi.input_bytes = in_bytes;
+  mi.in_flight = st.in_flight;
+  double p2p = 0.0;
+  if (st.in_level >= 0) {
+    p2p += 2.0 * model.p2p_ms(in_bytes, st.in_level);
+    mi.comm_bytes += 2 * in_bytes;
+  }
+  if (st.out_level >= 0) {
+    p2p += 2.0 * model.p2p_ms(out_bytes, st.out_level);
+    mi.comm_bytes += 2 * out_bytes;
+  }
+
+  StageCost sc;
+  sc.in_flight = st.in_flight;
+  sc.p2p_ms = p2p;
+  const int64_t grad_bytes = mi.param_bytes / schemas::dtype_bytes(model.profile().model.dtype) * 4;
+  sc.allreduce_ms = st.ar_level >= 0 ? model.allreduce_ms(grad_bytes, c.width, st.ar_level) : 0.0;
+
+  const auto policy = model.constraints().recompute;
+  const auto plain = memory_for(model, c.schedule, mi, false);
+  const auto redo = memory_for(model, c.schedule, mi, true);
+  const int64_t limit = model.memory_limit_bytes();
+  bool recompute = false;
+  bool feasible = true;
+  if (policy == RecomputePolicy::never) {
+    feasible = plain.total_bytes <= limit;
+  } else if (policy == RecomputePolicy::always) {
+    recompute = true;
+    feasible = redo.total_bytes <= limit;
+  } else if (plain.total_bytes > limit) {
+    recompute = true;
+    feasible = redo.total_bytes <= limit;
+    if (!feasible && plain.total_bytes < redo.total_bytes) recompute = false;
+  }
+  sc.recompute = recompute;
+  sc.feasible = feasible;
+  sc.memory = recompute ? redo : plain;
+  sc.over_bytes = feasible ? 0 : sc.memory.total_bytes - limit;
+  const auto& cp = model.compute_prefix(c.microbatch_index);
+  sc.compute_ms = cp[end] - cp[begin];
+  if (recompute) {
+    const auto& fp = model.fwd_prefix(c.microbatch_index);
+    sc.compute_ms += fp[end] - fp[begin];
+  }
+  sc.step_ms = static_cast<double>(pc.factor) * (sc.compute_ms + sc.p2p_ms) + sc.allreduce_ms;
+  return sc;
+}
+
+}  // namespace pd2bw::planner::detail

@@ -1,0 +1,186 @@
+// The exact search over candidates: enumerate, bound from below, evaluate the promising ones with the
+// DP partitioner in order of their lower bounds, keep the best overall and the best of each schedule.
+#include "pd2bw/planner/search.hpp"
+
+#include <algorithm>
+#include <array>
+#include <numeric>
+
+#include "prepared.hpp"
+
+namespace pd2bw::planner {
+
+namespace {
+
+std::vector<Schedule> schedules_of(const Constraints& k) {
+  if (k.schedule) return {*k.schedule};
+  return {Schedule::two_bw, Schedule::flush, Schedule::gpipe};
+}
+
+// Lower bound on a candidate's step time: some stage holds at least 1/d of the compute, and every
+// stage holds at least its largest layer. Infinity when static memory alone cannot fit.
+double lower_bound(const CostModel& model, const Candidate& c, double max_layer_ms,
+                   int64_t max_layer_static) {
+  const int64_t cap = model.memory_limit_bytes() - model.constraints().reserve_bytes;
+  const int64_t total_static = model.static_bytes(c.schedule, 0, model.num_layers());
+  if (max_layer_static > cap || total_static > cap * c.depth) return kInfinity;
+  const double total = model.compute_prefix(c.microbatch_index).back();
+  const double k = static_cast<double>(CostModel::pipeline_factor(c));
+  return k * std::max(total / static_cast<double>(c.depth), max_layer_ms);
+}
+
+bool better(const Evaluated& a, size_t ia, const Evaluated& b, size_t ib) {
+  if (a.step_ms != b.step_ms) return a.step_ms < b.step_ms;
+  const int64_t da = a.candidate.width * a.candidate.depth, db = b.candidate.width * b.candidate.depth;
+  if (da != db) return da < db;
+  return ia < ib;
+}
+
+// The kept set: the best `keep` overall and the best of each schedule.
+class Leaderboard {
+ public:
+  explicit Leaderboard(size_t keep) : keep_(keep) {}
+
+  // The step time a candidate of schedule s must not exceed to matter.
+  double bound(Schedule s) const {
+    const double overall = entries_.size() < keep_ ? kInfinity : entries_[keep_ - 1].e.step_ms;
+    return std::max(overall, best_[static_cast<size_t>(s)]);
+  }
+
+  void add(Evaluated e, size_t index) {
+    auto& b = best_[static_cast<size_t>(e.candidate.schedule)];
+    b = std::min(b, e.step_ms);
+    Entry entry{std::move(e), index};
+    auto pos = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& x) {
+      return better(entry.e, entry.index, x.e, x.index);
+    });
+    entries_.insert(pos, std::move(entry));
+  }
+
+  // Best first; drops entries that are neither in the top `keep` nor best of their schedule.
+  std::vector<Evaluated> take() {
+    std::vector<Evaluated> out;
+    std::array<bool, 3> seen{false, false, false};
+    for (size_t i = 0; i < entries_.size(); ++i) {
+      auto s = static_cast<size_t>(entries_[i].e.candidate.schedule);
+      if (i < keep_ || !seen[s]) out.push_back(std::move(entries_[i].e));
+      seen[s] = true;
+    }
+    return out;
+  }
+
+ private:
+  struct Entry {
+    Evaluated e;
+    size_t index;
+  };
+  size_t keep_;
+  std::vector<Entry> entries_;
+  std::array<double, 3> best_{kInfinity, kInfinity, kInfinity};
+};
+
+}  // namespace
+
+std::vector<Candidate> enumerate_candidates(const CostModel& model) {
+  const auto& k = model.constraints();
+  const auto& sizes = model.profile().microbatch_sizes;
+  const int64_t devices = model.cluster().total_devices();
+  int64_t max_d = std::min(model.num_layers(), devices);
+  if (k.max_depth > 0) max_d = std::min(max_d, k.max_depth);
+  std::vector<Candidate> out;
+  for (Schedule s : schedules_of(k)) {
+    for (size_t bi = 0; bi < sizes.size(); ++bi) {
+      const int64_t b = sizes[bi];
+      if (k.microbatch && *k.microbatch != b) continue;
+      if (k.global_batch % b != 0) continue;
+      for (int64_t d = 1; d <= max_d; ++d) {
+        for (int64_t w = 1; w * d <= devices; ++w) {
+          if (k.global_batch % (b * w) != 0) continue;
+          const int64_t m = k.global_batch / (b * w);
+          if (s == Schedule::two_bw && m < d) continue;
+          Candidate c{s, static_cast<int64_t>(bi), b, w, d, m, Placement::replicas_inner};
+          out.push_back(c);
+          if (w > 1 && d > 1) {
+            c.placement = Placement::stages_inner;
+            out.push_back(c);
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+Evaluated evaluate_split(const CostModel& model, const Candidate& c, const Split& split) {
+  Evaluated e;
+  e.candidate = c;
+  e.split = split;
+  e.step_ms = 0.0;
+  const auto pc = detail::prepare(model, c);
+  for (int64_t i = 0; i < c.depth; ++i) {
+    const auto sc = detail::price_stage(model, pc, i, split.bounds[static_cast<size_t>(i)],
+                                        split.bounds[static_cast<size_t>(i + 1)]);
+    e.step_ms = std::max(e.step_ms, sc.feasible ? sc.step_ms : kInfinity);
+    e.stages.push_back(sc);
+  }
+  return e;
+}
+
+SearchResult search(const CostModel& model, const SearchOptions& options) {
+  SearchResult result;
+  const auto candidates = enumerate_candidates(model);
+  result.candidates = static_cast<int64_t>(candidates.size());
+  const auto& layers = model.profile().layers;
+  std::vector<double> max_layer(model.profile().microbatch_sizes.size(), 0.0);
+  for (size_t bi = 0; bi < max_layer.size(); ++bi)
+    for (const auto& l : layers)
+      max_layer[bi] = std::max(max_layer[bi], l.per_microbatch[bi].fwd_ms + l.per_microbatch[bi].bwd_ms);
+  std::array<int64_t, 3> max_static{};
+  for (Schedule s : {Schedule::two_bw, Schedule::flush, Schedule::gpipe})
+    for (int64_t j = 0; j < model.num_layers(); ++j)
+      max_static[static_cast<size_t>(s)] =
+          std::max(max_static[static_cast<size_t>(s)], model.static_bytes(s, j, j + 1));
+
+  std::vector<double> lb(candidates.size());
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const auto& c = candidates[i];
+    lb[i] = lower_bound(model, c, max_layer[static_cast<size_t>(c.microbatch_index)],
+                        max_static[static_cast<size_t>(c.schedule)]);
+  }
+  std::vector<size_t> order(candidates.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return lb[a] < lb[b]; });
+
+  Leaderboard board(static_cast<size_t>(std::max<int64_t>(options.top_k, 0) + 1));
+  for (size_t idx : order) {
+    if (lb[idx] == kInfinity) break;
+    const auto& c = candidates[idx];
+    const double bound = board.bound(c.schedule);
+    if (lb[idx] > bound) continue;
+    ++result.evaluated;
+    const Split split = best_split(model, c, bound);
+    if (!split.feasible()) continue;
+    board.add(evaluate_split(model, c, split), idx);
+  }
+  result.ranked = board.take();
+  return result;
+}
+
+Evaluated closest_infeasible(const CostModel& model) {
+  Evaluated best;
+  int64_t best_over = INT64_MAX;
+  for (const auto& c : enumerate_candidates(model)) {
+    const int64_t lb = model.static_bytes(c.schedule, 0, model.num_layers()) / c.depth +
+                       model.constraints().reserve_bytes - model.memory_limit_bytes();
+    if (lb >= best_over) continue;
+    const auto o = least_overage_split(model, c);
+    if (o.bounds.empty() || o.over_bytes >= best_over) continue;
+    best_over = o.over_bytes;
+    Split s;
+    s.bounds = o.bounds;
+    best = evaluate_split(model, c, s);
+  }
+  return best;
+}
+
+}  // namespace pd2bw::planner

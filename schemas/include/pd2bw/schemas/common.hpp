@@ -1,0 +1,50 @@
+// Types and helpers shared by the three file formats: dtypes, provenance, byte-size parsing,
+// file reading, SHA-256 and the schema-version rule.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace pd2bw::schemas {
+
+// The major schema version this build reads and writes; readers reject any other major.
+inline constexpr int kSchemaMajor = 1;
+inline constexpr const char* kSchemaVersion = "1.0.0";
+
+// Element type of compute tensors (weights, activations). Master weights and gradients are fp32.
+enum class DType { fp32, bf16, fp16 };
+// Bytes per element of `t` (4 or 2).
+int64_t dtype_bytes(DType t);
+std::string_view to_string(DType t);
+// Throws SchemaError naming `pointer` when `s` is not one of fp32, bf16, fp16.
+DType parse_dtype(std::string_view s, std::string_view pointer);
+
+// Where a file came from. Written by every pd2bw command; example files say how they were made.
+struct Provenance {
+  std::string tool;          // "pd2bw" or the script that made the file
+  std::string version;       // tool version
+  std::string git_sha;       // source revision of the tool, "unknown" when not built from git
+  std::string command_line;  // the command that made the file
+  std::string notes;         // free text (how the numbers were obtained); may be empty
+};
+
+// Parses a size such as "16GiB", "1.5GB", "512MiB", "4096" (bytes). Binary (KiB, MiB, GiB, TiB) and
+// decimal (KB, MB, GB, TB) suffixes; case-insensitive; "B" optional. Throws UsageError naming `what`.
+int64_t parse_bytes(std::string_view text, std::string_view what);
+// Formats bytes for humans: "15.2 GiB", "640 MiB", "12 KiB", "100 B".
+std::string format_bytes(int64_t bytes);
+
+// Reads a whole file. Throws UsageError (with a hint) when it cannot be opened.
+std::string read_text_file(const std::string& path);
+// Writes `text` to `path` through a temporary file and a rename; "-" means stdout. Throws Error.
+void write_text_file(const std::string& path, std::string_view text);
+
+// Lower-case hex SHA-256 of `data` (FIPS 180-4).
+std::string sha256_hex(std::string_view data);
+
+// The pd2bw version and the git sha it was built from.
+std::string_view pd2bw_version();
+std::string_view pd2bw_git_sha();
+
+}  // namespace pd2bw::schemas

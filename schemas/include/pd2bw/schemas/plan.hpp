@@ -1,0 +1,118 @@
+// The plan format ("pd2bw.plan"): what `pd2bw plan` chose and what it predicts. The contract between
+// `pd2bw plan` and `pd2bw train` / `pd2bw simulate`.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "pd2bw/schemas/cluster.hpp"
+#include "pd2bw/schemas/common.hpp"
+#include "pd2bw/schemas/profile.hpp"
+
+namespace pd2bw::schemas {
+
+// 2bw: PipeDream-2BW (1F1B, two weight versions, no flush). flush: PipeDream-Flush (1F1B, one version,
+// drain per step). gpipe: all forwards then all backwards, one version.
+enum class Schedule { two_bw, flush, gpipe };
+std::string_view to_string(Schedule s);        // "2bw", "flush", "gpipe"
+Schedule parse_schedule(std::string_view s, std::string_view pointer);  // throws SchemaError
+
+// How the width x depth grid of ranks is laid on the topology. replicas_inner: the replicas of a stage
+// get consecutive ranks (rank = stage * width + replica); stages_inner: the stages of a replica get
+// consecutive ranks (rank = replica * depth + stage).
+enum class Placement { replicas_inner, stages_inner };
+std::string_view to_string(Placement p);       // "replicas-inner", "stages-inner"
+Placement parse_placement(std::string_view s, std::string_view pointer);
+
+enum class Optimizer { adamw, sgd };            // sgd means SGD with momentum
+std::string_view to_string(Optimizer o);       // "adamw", "sgd"
+Optimizer parse_optimizer(std::string_view s, std::string_view pointer);
+
+// Predicted peak memory of one device of a stage, by term (bytes).
+struct MemoryBreakdown {
+  int64_t weights_bytes = 0;    // weight versions in the compute dtype (2 for 2bw, 1 otherwise)
+  int64_t master_bytes = 0;     // fp32 master weights (0 when the compute dtype is fp32)
+  int64_t grads_bytes = 0;      // fp32 gradient accumulation buffer
+  int64_t optimizer_bytes = 0;  // optimizer state (AdamW: 2 fp32 moments; SGD: 1 fp32 momentum)
+  int64_t stash_bytes = 0;      // stashed activations of the in-flight microbatches
+  int64_t comm_bytes = 0;       // send/receive buffers for boundary activations and gradients
+  int64_t reserve_bytes = 0;    // runtime overhead reserve (flag)
+  int64_t total_bytes = 0;      // sum of the above
+  int64_t limit_bytes = 0;      // device memory
+  std::string dominant;         // name of the largest term, e.g. "stash"
+};
+
+struct StagePlan {
+  int64_t index = 0;
+  int64_t layer_begin = 0;  // first layer (index into the profile's layers)
+  int64_t layer_end = 0;    // one past the last layer
+  bool recompute = false;   // activation recomputation: stash only the stage input, redo forward in backward
+  std::vector<int64_t> ranks;  // one per replica, replica order
+  int64_t in_flight = 0;       // microbatches whose activations are stashed at once
+  double compute_ms = 0;       // fwd + bwd (+ recompute fwd) per microbatch
+  double p2p_ms = 0;           // boundary activation and gradient transfers per microbatch
+  double allreduce_ms = 0;     // gradient allreduce over the replicas, once per step
+  double step_ms = 0;          // this stage's share of the step: k * (compute + p2p) + allreduce
+  MemoryBreakdown memory;
+};
+
+struct RankEntry {
+  int64_t rank = 0;
+  int64_t stage = 0;
+  int64_t replica = 0;
+  int64_t node = 0;          // index of the level-0 group (node) the rank lives in
+  int64_t local_device = 0;  // device index inside that node
+};
+
+struct Predictions {
+  double step_ms = 0;            // time of one optimizer step (global batch)
+  double samples_per_s = 0;
+  double tokens_per_s = 0;
+  int64_t bottleneck_stage = 0;  // stage whose step_ms is the step time
+  double bubble_fraction = 0;    // idle fraction of the pipeline from the schedule's fill and drain
+  std::string binding_memory;    // dominant memory term of the stage closest to its limit
+};
+
+// A candidate that lost to the chosen plan, and why.
+struct Alternative {
+  Schedule schedule = Schedule::two_bw;
+  int64_t microbatch_size = 0;
+  int64_t microbatches_per_step = 0;
+  int64_t depth = 0;
+  int64_t width = 0;
+  Placement placement = Placement::replicas_inner;
+  double step_ms = 0;
+  double samples_per_s = 0;
+  std::string why;
+};
+
+struct Plan {
+  Provenance provenance;
+  std::string profile_sha256;  // of the profile file's bytes
+  ModelDesc model;             // copied from the profile
+  int64_t num_layers = 0;      // layers in the profile
+  Cluster cluster;             // the cluster planned for
+  Schedule schedule = Schedule::two_bw;
+  Optimizer optimizer = Optimizer::adamw;
+  Placement placement = Placement::replicas_inner;
+  int64_t microbatch_size = 0;        // b, samples
+  int64_t microbatches_per_step = 0;  // m, per replica per step
+  int64_t depth = 0;                  // d, stages
+  int64_t width = 0;                  // w, replicas of each stage
+  int64_t global_batch = 0;           // b * m * w samples per step
+  int64_t reserve_bytes = 0;
+  std::vector<StagePlan> stages;      // d entries
+  std::vector<RankEntry> ranks;       // w * d entries, by rank
+  Predictions predictions;
+  std::vector<Alternative> alternatives;  // best losers, best first
+};
+
+// Parses and checks a plan, including its internal consistency (contiguous stages covering all layers,
+// w * d ranks, global batch = b * m * w, m >= d for 2bw, rank table matching the stages).
+// Throws SchemaError with the JSON pointer of the first problem.
+Plan parse_plan(std::string_view json_text);
+std::string dump_plan(const Plan& plan);
+
+}  // namespace pd2bw::schemas

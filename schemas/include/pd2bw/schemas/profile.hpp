@@ -1,0 +1,73 @@
+// The profile format ("pd2bw.profile"): a model's layers measured per microbatch size, the device they
+// were measured on, and the measured links. The contract between `pd2bw profile` and `pd2bw plan`.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "pd2bw/schemas/common.hpp"
+
+namespace pd2bw::schemas {
+
+// The model the layers belong to. For kind "gpt": `blocks` transformer blocks of width `d_model`
+// with `heads` attention heads, sequence length `seq_len` tokens, vocabulary `vocab`.
+struct ModelDesc {
+  std::string kind;  // "gpt"
+  std::string name;  // e.g. "gpt-3.8b"
+  int64_t blocks = 0;
+  int64_t d_model = 0;
+  int64_t heads = 0;
+  int64_t seq_len = 0;
+  int64_t vocab = 0;
+  DType dtype = DType::bf16;  // compute dtype
+};
+
+struct DeviceDesc {
+  std::string name;          // e.g. "NVIDIA H200" or "cpu"
+  int64_t memory_bytes = 0;  // usable memory of one device
+};
+
+// One layer at one microbatch size. Times in milliseconds, sizes in bytes, all for one microbatch.
+struct LayerTiming {
+  int64_t microbatch = 0;    // samples per microbatch (b)
+  double fwd_ms = 0;         // forward time
+  double bwd_ms = 0;         // backward time (input and weight gradients)
+  int64_t input_bytes = 0;   // activation entering the layer (crosses a stage boundary if it starts one)
+  int64_t output_bytes = 0;  // activation leaving the layer (crosses a stage boundary if it ends one)
+  int64_t stash_bytes = 0;   // what the forward keeps alive for the backward
+};
+
+struct LayerProfile {
+  std::string name;      // unique, e.g. "block.7"
+  std::string kind;      // "embedding", "block", "head" (or any other label)
+  int64_t param_bytes = 0;  // parameters in the compute dtype (count = param_bytes / dtype_bytes)
+  std::vector<LayerTiming> per_microbatch;  // one entry per Profile::microbatch_sizes, same order
+};
+
+// A measured link at one topology level ("node": devices inside a node, "cluster": across nodes).
+struct LinkLevel {
+  std::string level;
+  double p2p_gbps = 0;              // point-to-point bandwidth, GB/s (1e9 bytes/s)
+  double p2p_latency_ms = 0;        // point-to-point latency
+  double allreduce_busbw_gbps = 0;  // allreduce bus bandwidth (nccl-tests' busbw), GB/s
+};
+
+struct Profile {
+  Provenance provenance;
+  ModelDesc model;
+  DeviceDesc device;
+  std::vector<int64_t> microbatch_sizes;  // strictly increasing, each > 0
+  std::vector<LayerProfile> layers;       // in model order, at least one
+  std::vector<LinkLevel> links;           // may be empty (then the cluster comes from a file or flags)
+};
+
+// Parses and checks a profile. Throws SchemaError starting with the JSON pointer of the first problem:
+// malformed JSON, a missing/unknown key, a wrong type, a negative or non-finite number, an unknown
+// schema major, microbatch entries that do not match microbatch_sizes, zero layers.
+Profile parse_profile(std::string_view json_text);
+// Deterministic JSON text (2-space indent, fixed key order, trailing newline).
+std::string dump_profile(const Profile& profile);
+
+}  // namespace pd2bw::schemas

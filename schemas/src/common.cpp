@@ -1,0 +1,153 @@
+// The helpers every format shares: enum <-> string conversions, byte sizes for humans, whole-file
+// reading and atomic writing, and the build's version stamp.
+#include "pd2bw/schemas/common.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <limits>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "json_reader.hpp"
+#include "pd2bw/error.hpp"
+#include "pd2bw/schemas/plan.hpp"
+
+#ifndef PD2BW_VERSION
+#define PD2BW_VERSION "0.0.0"
+#endif
+#ifndef PD2BW_GIT_SHA
+#define PD2BW_GIT_SHA "unknown"
+#endif
+
+namespace pd2bw::schemas {
+namespace {
+
+// Shared by the enum parsers: the message names the pointer and the hint lists the accepted words.
+template <class E, std::size_t N>
+E parse_word(std::string_view s, std::string_view pointer, const std::pair<std::string_view, E> (&table)[N],
+             std::string_view what) {
+  std::string accepted;
+  for (const auto& [word, value] : table) {
+    if (word == s) return value;
+    accepted += accepted.empty() ? "" : ", ";
+    accepted += word;
+  }
+  detail::fail(pointer, fmt::format("unknown {} \"{}\"", what, s), fmt::format("use one of: {}", accepted));
+}
+
+constexpr std::pair<std::string_view, DType> kDTypes[] = {
+    {"fp32", DType::fp32}, {"bf16", DType::bf16}, {"fp16", DType::fp16}};
+constexpr std::pair<std::string_view, Schedule> kSchedules[] = {
+    {"2bw", Schedule::two_bw}, {"flush", Schedule::flush}, {"gpipe", Schedule::gpipe}};
+constexpr std::pair<std::string_view, Placement> kPlacements[] = {
+    {"replicas-inner", Placement::replicas_inner}, {"stages-inner", Placement::stages_inner}};
+constexpr std::pair<std::string_view, Optimizer> kOptimizers[] = {{"adamw", Optimizer::adamw},
+                                                                  {"sgd", Optimizer::sgd}};
+
+template <class E, std::size_t N>
+std::string_view word_of(E value, const std::pair<std::string_view, E> (&table)[N]) {
+  for (const auto& [word, v] : table) {
+    if (v == value) return word;
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+int64_t dtype_bytes(DType t) {
+  return t == DType::fp32 ? 4 : 2;
+}
+std::string_view to_string(DType t) {
+  return word_of(t, kDTypes);
+}
+DType parse_dtype(std::string_view s, std::string_view pointer) {
+  return parse_word(s, pointer, kDTypes, "dtype");
+}
+
+std::string_view to_string(Schedule s) {
+  return word_of(s, kSchedules);
+}
+Schedule parse_schedule(std::string_view s, std::string_view pointer) {
+  return parse_word(s, pointer, kSchedules, "schedule");
+}
+std::string_view to_string(Placement p) {
+  return word_of(p, kPlacements);
+}
+Placement parse_placement(std::string_view s, std::string_view pointer) {
+  return parse_word(s, pointer, kPlacements, "placement");
+}
+std::string_view to_string(Optimizer o) {
+  return word_of(o, kOptimizers);
+}
+Optimizer parse_optimizer(std::string_view s, std::string_view pointer) {
+  return parse_word(s, pointer, kOptimizers, "optimizer");
+}
+
+std::string read_text_file(const std::string& path) {
+  if (path == "-") {
+    std::ostringstream ss;
+    ss << std::cin.rdbuf();
+    return ss.str();
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    const int err = errno;
+    throw UsageError(fmt::format("cannot read \"{}\": {}", path, std::strerror(err)),
+                     "check that the path exists and is readable");
+  }
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw UsageError(fmt::format("error while reading \"{}\"", path), "check the file and the disk");
+  return text;
+}
+
+void write_text_file(const std::string& path, std::string_view text) {
+  if (path == "-") {
+    std::cout.write(text.data(), static_cast<std::streamsize>(text.size()));
+    std::cout.flush();
+    if (!std::cout) throw Error("cannot write to standard output");
+    return;
+  }
+  // Write beside the target and rename, so a reader never sees half a file and a failure keeps the old one.
+  const std::string tmp = fmt::format("{}.tmp.{}", path, static_cast<long>(::getpid()));
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) {
+      const int err = errno;
+      throw UsageError(fmt::format("cannot write \"{}\": {}", path, std::strerror(err)),
+                       "check that the directory exists and is writable");
+    }
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    out.close();
+    if (!out) {
+      std::error_code ignored;
+      std::filesystem::remove(tmp, ignored);
+      throw Error(fmt::format("error while writing \"{}\"", path), "check the free space on the disk");
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    throw Error(fmt::format("cannot replace \"{}\": {}", path, ec.message()),
+                "check that the path is not a directory and is writable");
+  }
+}
+
+std::string_view pd2bw_version() {
+  return PD2BW_VERSION;
+}
+std::string_view pd2bw_git_sha() {
+  return PD2BW_GIT_SHA;
+}
+
+}  // namespace pd2bw::schemas

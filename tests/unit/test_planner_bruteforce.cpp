@@ -1,0 +1,352 @@
+// The planner's search against an independent brute force on small random instances: both must agree
+// on feasibility and on the optimal step time, since both price stages through CostModel::stage_cost.
+// The brute force walks its own loops (schedule, b, d, w, placement, every composition of the layers
+// into d contiguous stages) and uses none of best_split, search or enumerate_candidates.
+// Also: the optimum never gets worse with more memory or faster links, and search is deterministic.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "pd2bw/planner/cost_model.hpp"
+#include "pd2bw/planner/partition.hpp"
+#include "pd2bw/planner/search.hpp"
+#include "random_instances.hpp"
+
+namespace {
+
+using pd2bw::planner::Candidate;
+using pd2bw::planner::CostModel;
+using pd2bw::planner::Evaluated;
+using pd2bw::planner::kInfinity;
+using pd2bw::planner::RecomputePolicy;
+using pd2bw::planner::SearchResult;
+using pd2bw::planner::StageCost;
+using pd2bw::schemas::Placement;
+using pd2bw::schemas::Schedule;
+using pd2bw::testing::RandomInstance;
+using pd2bw::testing::make_random_instance;
+using pd2bw::testing::schedule_name;
+
+constexpr double kRelTol = 1e-9;
+
+bool close_rel(double a, double b) {
+  if (a == b) return true;
+  return std::abs(a - b) <= kRelTol * std::max(std::abs(a), std::abs(b));
+}
+
+int64_t device_count(const pd2bw::schemas::Cluster& cluster) {
+  int64_t n = 1;
+  for (const auto& level : cluster.levels) n *= level.size;
+  return n;
+}
+
+struct BruteBest {
+  double step_ms = kInfinity;
+  Candidate candidate;
+  std::vector<int64_t> bounds;
+  int64_t candidates = 0;  // (schedule, b, d, w, placement) points visited
+  int64_t splits = 0;      // compositions priced
+  // Fewest devices among the candidates whose best split equals step_ms exactly.
+  int64_t fewest_devices_at_best = 0;
+  bool feasible() const { return step_ms < kInfinity; }
+};
+
+// Every composition of layers [0, L) into `d` non-empty contiguous stages, priced through stage_cost.
+// Each (stage, begin, end) is priced once per candidate and then reused by the compositions.
+void brute_splits(const CostModel& model, const Candidate& c, BruteBest& best) {
+  const int64_t L = model.num_layers();
+  const int64_t d = c.depth;
+  // cost[(stage * (L + 1) + begin) * (L + 1) + end]
+  std::vector<StageCost> cost(static_cast<size_t>(d * (L + 1) * (L + 1)));
+  auto at = [&](int64_t s, int64_t b, int64_t e) -> StageCost& {
+    return cost[static_cast<size_t>((s * (L + 1) + b) * (L + 1) + e)];
+  };
+  for (int64_t s = 0; s < d; ++s) {
+    for (int64_t b = s; b <= L - (d - s); ++b) {
+      for (int64_t e = b + 1; e <= L - (d - 1 - s); ++e) at(s, b, e) = model.stage_cost(c, s, b, e);
+    }
+  }
+  double cand_best = kInfinity;
+  std::vector<int64_t> cand_bounds;
+  std::vector<int64_t> bounds(static_cast<size_t>(d + 1), 0);
+  bounds[static_cast<size_t>(d)] = L;
+  // Stage s starts at `begin`; `worst` is the largest step_ms of stages 0..s-1. A split with an
+  // infeasible stage is infeasible, so its completions are skipped.
+  std::function<void(int64_t, int64_t, double)> walk = [&](int64_t s, int64_t begin, double worst) {
+    if (s == d - 1) {
+      ++best.splits;
+      const StageCost& last = at(s, begin, L);
+      if (!last.feasible) return;
+      const double step = std::max(worst, last.step_ms);
+      if (step < cand_best) {
+        cand_best = step;
+        cand_bounds = bounds;
+      }
+      return;
+    }
+    for (int64_t end = begin + 1; end <= L - (d - 1 - s); ++end) {
+      const StageCost& sc = at(s, begin, end);
+      if (!sc.feasible) continue;
+      bounds[static_cast<size_t>(s + 1)] = end;
+      walk(s + 1, end, std::max(worst, sc.step_ms));
+    }
+  };
+  walk(0, 0, 0.0);
+  if (cand_best == kInfinity) return;
+  const int64_t devices = c.width * c.depth;
+  if (cand_best < best.step_ms) {
+    best.step_ms = cand_best;
+    best.candidate = c;
+    best.bounds = cand_bounds;
+    best.fewest_devices_at_best = devices;
+  } else if (cand_best == best.step_ms) {
+    best.fewest_devices_at_best = std::min(best.fewest_devices_at_best, devices);
+  }
+}
+
+BruteBest brute_force(const CostModel& model) {
+  const auto& profile = model.profile();
+  const auto& k = model.constraints();
+  const int64_t L = model.num_layers();
+  const int64_t devices = device_count(model.cluster());
+  std::vector<Schedule> schedules = {Schedule::two_bw, Schedule::flush, Schedule::gpipe};
+  if (k.schedule) schedules = {*k.schedule};
+  int64_t max_d = std::min(L, devices);
+  if (k.max_depth > 0) max_d = std::min(max_d, k.max_depth);
+
+  BruteBest best;
+  for (Schedule s : schedules) {
+    for (size_t bi = 0; bi < profile.microbatch_sizes.size(); ++bi) {
+      const int64_t b = profile.microbatch_sizes[bi];
+      if (k.microbatch && *k.microbatch != b) continue;
+      for (int64_t d = 1; d <= max_d; ++d) {
+        for (int64_t w = 1; w * d <= devices; ++w) {
+          if (k.global_batch % (b * w) != 0) continue;
+          const int64_t m = k.global_batch / (b * w);
+          if (s == Schedule::two_bw && m < d) continue;
+          std::vector<Placement> placements = {Placement::replicas_inner};
+          if (w > 1 && d > 1) placements.push_back(Placement::stages_inner);
+          for (Placement p : placements) {
+            Candidate c;
+            c.schedule = s;
+            c.microbatch_index = static_cast<int64_t>(bi);
+            c.microbatch = b;
+            c.width = w;
+            c.depth = d;
+            c.microbatches = m;
+            c.placement = p;
+            ++best.candidates;
+            brute_splits(model, c, best);
+          }
+        }
+      }
+    }
+  }
+  return best;
+}
+
+std::string describe_candidate(const Candidate& c, const std::vector<int64_t>& bounds, double step_ms) {
+  std::ostringstream o;
+  o.precision(17);
+  o << schedule_name(c.schedule) << " b=" << c.microbatch << " (index " << c.microbatch_index << ") d=" << c.depth
+    << " w=" << c.width << " m=" << c.microbatches << " placement "
+    << (c.placement == Placement::replicas_inner ? "replicas-inner" : "stages-inner") << " bounds [";
+  for (size_t i = 0; i < bounds.size(); ++i) o << (i ? "," : "") << bounds[i];
+  o << "] step_ms " << step_ms;
+  return o.str();
+}
+
+// The winner obeys the contract of a plan and its step time is what stage_cost says of its split.
+void check_winner(const CostModel& model, const Evaluated& e, const std::string& ctx) {
+  const Candidate& c = e.candidate;
+  const auto& k = model.constraints();
+  const auto& sizes = model.profile().microbatch_sizes;
+  const int64_t L = model.num_layers();
+  INFO(ctx);
+  REQUIRE(c.depth >= 1);
+  REQUIRE(c.width >= 1);
+  CHECK(c.width * c.depth <= device_count(model.cluster()));
+  REQUIRE(c.microbatch_index >= 0);
+  REQUIRE(c.microbatch_index < static_cast<int64_t>(sizes.size()));
+  CHECK(c.microbatch == sizes[static_cast<size_t>(c.microbatch_index)]);
+  CHECK(c.microbatch * c.microbatches * c.width == k.global_batch);
+  if (c.schedule == Schedule::two_bw) CHECK(c.microbatches >= c.depth);
+  if (k.schedule) CHECK(c.schedule == *k.schedule);
+  if (k.microbatch) CHECK(c.microbatch == *k.microbatch);
+  if (k.max_depth > 0) CHECK(c.depth <= k.max_depth);
+  if (c.placement == Placement::stages_inner) CHECK((c.width > 1 && c.depth > 1));
+
+  const auto& bounds = e.split.bounds;
+  REQUIRE(static_cast<int64_t>(bounds.size()) == c.depth + 1);
+  CHECK(bounds.front() == 0);
+  CHECK(bounds.back() == L);
+  double worst = 0;
+  for (int64_t s = 0; s < c.depth; ++s) {
+    const int64_t b = bounds[static_cast<size_t>(s)], en = bounds[static_cast<size_t>(s + 1)];
+    REQUIRE(b < en);
+    const StageCost sc = model.stage_cost(c, s, b, en);
+    CHECK(sc.feasible);
+    if (k.recompute == RecomputePolicy::never) CHECK_FALSE(sc.recompute);
+    if (k.recompute == RecomputePolicy::always) CHECK(sc.recompute);
+    worst = std::max(worst, sc.step_ms);
+    if (static_cast<int64_t>(e.stages.size()) == c.depth) {
+      CHECK(close_rel(e.stages[static_cast<size_t>(s)].step_ms, sc.step_ms));
+      CHECK(e.stages[static_cast<size_t>(s)].recompute == sc.recompute);
+    }
+  }
+  CHECK(static_cast<int64_t>(e.stages.size()) == c.depth);
+  CHECK(close_rel(worst, e.step_ms));
+  CHECK(close_rel(e.split.step_ms, e.step_ms));
+}
+
+struct Tally {
+  int feasible = 0, infeasible = 0, no_candidates = 0, recompute_winners = 0, stages_inner_winners = 0, multi_stage = 0;
+  int64_t candidates = 0, splits = 0;
+};
+
+void compare_one(uint64_t seed, Tally& tally) {
+  const RandomInstance inst = make_random_instance(seed);
+  const std::string desc = inst.describe();
+  const CostModel model(inst.profile, inst.cluster, inst.constraints);
+  const BruteBest brute = brute_force(model);
+  const SearchResult result = pd2bw::planner::search(model);
+  tally.candidates += brute.candidates;
+  tally.splits += brute.splits;
+
+  std::ostringstream answers;
+  answers.precision(17);
+  answers << "brute force: "
+          << (brute.feasible() ? describe_candidate(brute.candidate, brute.bounds, brute.step_ms)
+                               : std::string("infeasible"))
+          << " (" << brute.candidates << " candidates)\nsearch: "
+          << (result.feasible() ? describe_candidate(result.ranked[0].candidate, result.ranked[0].split.bounds,
+                                                     result.ranked[0].step_ms)
+                                : std::string("infeasible"))
+          << " (" << result.candidates << " candidates, " << result.evaluated << " evaluated)\n";
+  const std::string ctx = desc + answers.str();
+  INFO(ctx);
+
+  CHECK(result.feasible() == brute.feasible());
+  CHECK(result.candidates == brute.candidates);
+  if (!result.feasible()) {
+    ++tally.infeasible;
+    if (brute.candidates == 0) ++tally.no_candidates;
+    return;
+  }
+  ++tally.feasible;
+  const Evaluated& win = result.ranked[0];
+  if (brute.feasible()) {
+    CHECK(close_rel(win.step_ms, brute.step_ms));
+    // Ties go to fewer devices.
+    if (win.step_ms == brute.step_ms) CHECK(win.candidate.width * win.candidate.depth <= brute.fewest_devices_at_best);
+  }
+  check_winner(model, win, ctx);
+  for (size_t i = 1; i < result.ranked.size(); ++i) {
+    CHECK(result.ranked[i].step_ms < kInfinity);
+    CHECK(result.ranked[i - 1].step_ms <= result.ranked[i].step_ms);
+  }
+  if (win.candidate.depth > 1) ++tally.multi_stage;
+  if (win.candidate.placement == Placement::stages_inner) ++tally.stages_inner_winners;
+  for (const auto& st : win.stages) {
+    if (st.recompute) {
+      ++tally.recompute_winners;
+      break;
+    }
+  }
+}
+
+double optimum(const RandomInstance& inst) {
+  const CostModel model(inst.profile, inst.cluster, inst.constraints);
+  const SearchResult r = pd2bw::planner::search(model);
+  return r.feasible() ? r.ranked[0].step_ms : kInfinity;
+}
+
+}  // namespace
+
+TEST_CASE("search finds the brute-force optimum on random small instances") {
+  // PD2BW_BRUTEFORCE_INSTANCES=N runs a longer soak by hand; the default keeps the test well under 10 s.
+  uint64_t kInstances = 1000;
+  if (const char* env = std::getenv("PD2BW_BRUTEFORCE_INSTANCES")) kInstances = std::strtoull(env, nullptr, 10);
+  Tally tally;
+  for (uint64_t seed = 1; seed <= kInstances; ++seed) compare_one(seed, tally);
+  MESSAGE("instances " << kInstances << ": feasible " << tally.feasible << ", infeasible " << tally.infeasible
+                       << " (" << tally.no_candidates << " with no candidate)"
+                       << ", winners with >1 stage " << tally.multi_stage << ", with recompute "
+                       << tally.recompute_winners << ", stages-inner " << tally.stages_inner_winners
+                       << "; brute force priced " << tally.candidates << " candidates, " << tally.splits
+                       << " splits");
+  // The generator must cover the interesting cases, or the comparison proves little.
+  if (kInstances >= 1000) {
+    CHECK(tally.feasible >= 400);
+    CHECK(tally.infeasible >= 50);
+    CHECK(tally.multi_stage >= 100);
+    CHECK(tally.recompute_winners >= 50);
+    CHECK(tally.stages_inner_winners >= 3);
+  }
+}
+
+TEST_CASE("more memory or faster links never make the optimum slower") {
+  for (uint64_t seed = 1001; seed <= 1150; ++seed) {
+    const RandomInstance base = make_random_instance(seed);
+    INFO(base.describe());
+    const double t0 = optimum(base);
+
+    RandomInstance more_memory = base;
+    pd2bw::testing::set_device_memory(more_memory, 2 * base.cluster.device.memory_bytes);
+    const double t_mem = optimum(more_memory);
+
+    RandomInstance faster = base;
+    pd2bw::testing::scale_bandwidths(faster, 2.0);
+    const double t_bw = optimum(faster);
+
+    CAPTURE(t0);
+    CAPTURE(t_mem);
+    CAPTURE(t_bw);
+    if (t0 < kInfinity) {
+      CHECK(t_mem < kInfinity);
+      CHECK((t_mem <= t0 || close_rel(t_mem, t0)));
+      CHECK(t_bw < kInfinity);
+      CHECK((t_bw <= t0 || close_rel(t_bw, t0)));
+    }
+  }
+}
+
+TEST_CASE("search is deterministic") {
+  for (uint64_t seed = 2001; seed <= 2060; ++seed) {
+    const RandomInstance inst = make_random_instance(seed);
+    INFO(inst.describe());
+    const CostModel model(inst.profile, inst.cluster, inst.constraints);
+    const SearchResult a = pd2bw::planner::search(model);
+    const SearchResult b = pd2bw::planner::search(model);
+    CHECK(a.candidates == b.candidates);
+    CHECK(a.evaluated == b.evaluated);
+    REQUIRE(a.ranked.size() == b.ranked.size());
+    for (size_t i = 0; i < a.ranked.size(); ++i) {
+      const Evaluated& x = a.ranked[i];
+      const Evaluated& y = b.ranked[i];
+      CHECK(x.candidate.schedule == y.candidate.schedule);
+      CHECK(x.candidate.microbatch == y.candidate.microbatch);
+      CHECK(x.candidate.depth == y.candidate.depth);
+      CHECK(x.candidate.width == y.candidate.width);
+      CHECK(x.candidate.microbatches == y.candidate.microbatches);
+      CHECK(x.candidate.placement == y.candidate.placement);
+      CHECK(x.split.bounds == y.split.bounds);
+      CHECK(x.step_ms == y.step_ms);  // bitwise: same inputs, same arithmetic
+    }
+    // A model built afresh from the same inputs gives the same winner.
+    const CostModel again(inst.profile, inst.cluster, inst.constraints);
+    const SearchResult c = pd2bw::planner::search(again);
+    REQUIRE(c.ranked.size() == a.ranked.size());
+    if (!a.ranked.empty()) {
+      CHECK(c.ranked[0].split.bounds == a.ranked[0].split.bounds);
+      CHECK(c.ranked[0].step_ms == a.ranked[0].step_ms);
+    }
+  }
+}

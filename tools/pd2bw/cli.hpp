@@ -1,0 +1,23 @@
+// Shared declarations of the pd2bw command-line tool: each subcommand registers itself on the app.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+#include <string_view>
+
+namespace pd2bw::cli {
+
+// The command line as typed, for provenance.
+std::string command_line();
+
+// The built-in example profile (schemas/examples/gpt-3.8b.profile.json, embedded at build time).
+std::string_view builtin_profile_json();
+
+// Each subcommand adds itself to `app` and sets `run` to be called when it was selected.
+using Runner = std::function<void()>;
+void add_plan_command(CLI::App& app, Runner& run);
+void add_validate_command(CLI::App& app, Runner& run);
+
+}  // namespace pd2bw::cli

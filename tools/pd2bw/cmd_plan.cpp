@@ -1,0 +1,106 @@
+// `pd2bw plan`: searches schedule, microbatch size, width, depth, placement and stage splits for the
+// fastest plan that fits, writes plan.json and prints a human summary on stderr.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <memory>
+
+#include "cli.hpp"
+#include "pd2bw/error.hpp"
+#include "pd2bw/planner/search.hpp"
+#include "pd2bw/schemas/common.hpp"
+#include "pd2bw/schemas/plan.hpp"
+#include "plan_options.hpp"
+#include "plan_report.hpp"
+
+namespace pd2bw::cli {
+
+namespace {
+
+void add_options(CLI::App* cmd, PlanOptions& o) {
+  cmd->add_option("--profile", o.profile_path,
+                  "Profile JSON from 'pd2bw profile' (default: the built-in gpt-3.8b example)");
+  auto* cluster = cmd->add_option("--cluster", o.cluster_path,
+                                  "Cluster JSON (topology levels, links, device memory)");
+  auto* nodes = cmd->add_option("--nodes", o.nodes, "Number of nodes (default 1)")
+                    ->check(CLI::PositiveNumber);
+  auto* gpn = cmd->add_option("--gpus-per-node", o.gpus_per_node, "Devices per node (default 8)")
+                  ->check(CLI::PositiveNumber);
+  auto* mem = cmd->add_option("--device-memory", o.device_memory,
+                              "Memory of one device, e.g. 16GiB, 80GB (default: the profile's device)");
+  auto* intra = cmd->add_option("--intra-gbps", o.intra_gbps,
+                                "Bandwidth inside a node in GB/s, p2p and allreduce bus bandwidth "
+                                "(default: measured in the profile, else 150)")
+                    ->check(CLI::PositiveNumber);
+  auto* inter = cmd->add_option("--inter-gbps", o.inter_gbps,
+                                "Bandwidth across nodes in GB/s (default: measured in the profile, else 25)")
+                    ->check(CLI::PositiveNumber);
+  auto* intra_lat = cmd->add_option("--intra-latency-us", o.intra_latency_us,
+                                    "Latency inside a node in microseconds (default 5)")
+                        ->check(CLI::NonNegativeNumber);
+  auto* inter_lat = cmd->add_option("--inter-latency-us", o.inter_latency_us,
+                                    "Latency across nodes in microseconds (default 10)")
+                        ->check(CLI::NonNegativeNumber);
+  for (auto* opt : {nodes, gpn, mem, intra, inter, intra_lat, inter_lat}) opt->excludes(cluster);
+  cmd->add_option("--global-batch", o.global_batch, "Samples per optimizer step, = b * m * w")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--schedule", o.schedule, "auto | 2bw | flush | gpipe")->capture_default_str();
+  cmd->add_option("--microbatch", o.microbatch, "auto | a profiled microbatch size (samples)")
+      ->capture_default_str();
+  cmd->add_option("--recompute", o.recompute,
+                  "auto (only stages that do not fit otherwise) | never | always")->capture_default_str();
+  cmd->add_option("--max-depth", o.max_depth, "Largest number of pipeline stages (0 = no limit)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--optimizer", o.optimizer, "adamw (2 fp32 moments) | sgd (1 fp32 momentum)")
+      ->capture_default_str();
+  cmd->add_option("--reserve", o.reserve, "Device memory kept for runtime overhead (size)")
+      ->capture_default_str();
+  cmd->add_option("--top", o.top, "Alternatives to list besides the best of each other schedule")
+      ->check(CLI::Range(int64_t{0}, int64_t{100}))->capture_default_str();
+  cmd->add_option("-o,--output", o.output, "Where to write the plan ('-' for stdout)")
+      ->capture_default_str();
+  cmd->add_flag("-q,--quiet", o.quiet, "Print nothing but errors");
+}
+
+void run_plan(const PlanOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const PlanInputs in = resolve_plan_inputs(o);
+  const planner::CostModel model(in.profile, in.cluster, in.constraints);
+  if (!o.quiet) print_plan_header(in, model);
+  planner::SearchOptions so;
+  so.top_k = o.top;
+  const auto result = planner::search(model, so);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (result.candidates == 0) {
+    throw UsageError(
+        fmt::format("no (schedule, microbatch, width, depth) fits global batch {} on {} devices",
+                    in.constraints.global_batch, in.cluster.total_devices()),
+        "the global batch must be a multiple of b * w for a profiled microbatch size b, and 2bw needs "
+        "m >= d; try another --global-batch");
+  }
+  if (!result.feasible()) throw_infeasible(model, planner::closest_infeasible(model));
+  schemas::Provenance prov{"pd2bw", std::string(schemas::pd2bw_version()),
+                           std::string(schemas::pd2bw_git_sha()), command_line(), ""};
+  const auto plan = planner::build_plan(model, result, in.profile_sha256, prov);
+  const std::string text = schemas::dump_plan(plan);
+  schemas::write_text_file(o.output, text);
+  if (!o.quiet) {
+    print_plan_table(plan, model);
+    print_alternatives(plan);
+    fmt::print(stderr, "searched {} candidates, evaluated {} splits in {:.3f} s\n", result.candidates,
+               result.evaluated, seconds);
+    if (o.output != "-") fmt::print(stderr, "wrote {}\n", o.output);
+  }
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app, Runner& run) {
+  auto* cmd = app.add_subcommand(
+      "plan", "Choose stage splits, replication, microbatch size/count and schedule -> plan.json");
+  auto opts = std::make_shared<PlanOptions>();
+  add_options(cmd, *opts);
+  cmd->callback([opts, &run] { run = [opts] { run_plan(*opts); }; });
+}
+
+}  // namespace pd2bw::cli

@@ -1,0 +1,138 @@
+// Resolves `pd2bw plan` flags: the profile (file or built-in), the cluster (file, or flags with
+// defaults taken from the profile's device and measured links) and the planner constraints.
+#include "plan_options.hpp"
+
+#include <fmt/format.h>
+
+#include "cli.hpp"
+#include "pd2bw/error.hpp"
+#include "pd2bw/schemas/common.hpp"
+
+namespace pd2bw::cli {
+
+namespace {
+
+constexpr int64_t kMaxDevices = int64_t{1} << 20;
+constexpr double kDefaultIntraGbps = 150.0;  // NVLink-class
+constexpr double kDefaultInterGbps = 25.0;   // 200 Gb/s network
+
+const schemas::LinkLevel* find_link(const schemas::Profile& p, const std::string& level) {
+  for (const auto& l : p.links)
+    if (l.level == level) return &l;
+  return nullptr;
+}
+
+schemas::ClusterLevel level_from(const std::string& name, int64_t size, std::optional<double> gbps,
+                                 std::optional<double> latency_us, const schemas::LinkLevel* measured,
+                                 double fallback_gbps, double fallback_latency_ms) {
+  schemas::ClusterLevel l;
+  l.name = name;
+  l.size = size;
+  l.p2p_gbps = gbps ? *gbps : measured ? measured->p2p_gbps : fallback_gbps;
+  l.p2p_latency_ms = latency_us ? *latency_us / 1e3 : measured ? measured->p2p_latency_ms
+                                                               : fallback_latency_ms;
+  l.allreduce_busbw_gbps = gbps ? *gbps : measured ? measured->allreduce_busbw_gbps : l.p2p_gbps;
+  return l;
+}
+
+schemas::Cluster cluster_from_flags(const PlanOptions& o, const schemas::Profile& p, std::string& label) {
+  const int64_t nodes = o.nodes.value_or(1), per_node = o.gpus_per_node.value_or(8);
+  if (nodes < 1 || per_node < 1)
+    throw UsageError(fmt::format("the cluster needs at least one device (--nodes {} --gpus-per-node {})",
+                                 nodes, per_node));
+  if (nodes > kMaxDevices / per_node)
+    throw UsageError(fmt::format("--nodes {} x --gpus-per-node {} is more than {} devices", nodes,
+                                 per_node, kMaxDevices), "check the flags; sizes are device counts");
+  schemas::Cluster c;
+  c.device = p.device;
+  if (!o.device_memory.empty()) {
+    c.device.memory_bytes = schemas::parse_bytes(o.device_memory, "--device-memory");
+    if (c.device.memory_bytes <= 0) throw UsageError("--device-memory must be > 0");
+  }
+  const auto* node_link = find_link(p, "node");
+  const auto* net_link = find_link(p, "cluster");
+  c.levels.push_back(level_from("node", per_node, o.intra_gbps, o.intra_latency_us, node_link,
+                                kDefaultIntraGbps, 0.005));
+  c.levels.push_back(level_from("cluster", nodes, o.inter_gbps, o.inter_latency_us, net_link,
+                                kDefaultInterGbps, 0.010));
+  const bool assumed = (!o.intra_gbps && !node_link) || (!o.inter_gbps && !net_link);
+  label = fmt::format("{} node(s) x {} device(s) from flags{}", nodes, per_node,
+                      assumed ? " (link speeds not given or measured: assumed defaults "
+                                "150 GB/s in a node, 25 GB/s across nodes)"
+                              : "");
+  return c;
+}
+
+template <class T>
+T pick(const std::string& text, const char* flag, std::initializer_list<std::pair<const char*, T>> map) {
+  std::string names;
+  for (const auto& [name, value] : map) {
+    if (text == name) return value;
+    names += (names.empty() ? "" : ", ") + std::string(name);
+  }
+  throw UsageError(fmt::format("{} {}: unknown value", flag, text), fmt::format("use one of: {}", names));
+}
+
+planner::Constraints constraints_from(const PlanOptions& o) {
+  using schemas::Schedule;
+  planner::Constraints k;
+  k.global_batch = o.global_batch;
+  if (o.schedule != "auto")
+    k.schedule = pick<Schedule>(o.schedule, "--schedule",
+                                {{"2bw", Schedule::two_bw}, {"flush", Schedule::flush},
+                                 {"gpipe", Schedule::gpipe}});
+  if (o.microbatch != "auto") {
+    try {
+      size_t used = 0;
+      const long long b = std::stoll(o.microbatch, &used);
+      if (used != o.microbatch.size() || b <= 0) throw std::invalid_argument("bad");
+      k.microbatch = b;
+    } catch (const std::exception&) {
+      throw UsageError(fmt::format("--microbatch {}: expected 'auto' or a positive integer", o.microbatch));
+    }
+  }
+  k.recompute = pick<planner::RecomputePolicy>(o.recompute, "--recompute",
+                                               {{"auto", planner::RecomputePolicy::auto_},
+                                                {"never", planner::RecomputePolicy::never},
+                                                {"always", planner::RecomputePolicy::always}});
+  k.optimizer = pick<schemas::Optimizer>(o.optimizer, "--optimizer",
+                                         {{"adamw", schemas::Optimizer::adamw},
+                                          {"sgd", schemas::Optimizer::sgd}});
+  k.max_depth = o.max_depth;
+  k.reserve_bytes = schemas::parse_bytes(o.reserve, "--reserve");
+  return k;
+}
+
+}  // namespace
+
+PlanInputs resolve_plan_inputs(const PlanOptions& o) {
+  PlanInputs in;
+  std::string text;
+  if (o.profile_path.empty()) {
+    text = std::string(builtin_profile_json());
+    in.profile_label = "built-in example gpt-3.8b (pass --profile FILE for your own model)";
+  } else {
+    text = schemas::read_text_file(o.profile_path);
+    in.profile_label = o.profile_path;
+  }
+  try {
+    in.profile = schemas::parse_profile(text);
+  } catch (const SchemaError& e) {
+    throw SchemaError(fmt::format("{}: {}", in.profile_label, e.what()), e.hint());
+  }
+  in.profile_sha256 = schemas::sha256_hex(text);
+  if (!o.cluster_path.empty()) {
+    try {
+      in.cluster = schemas::parse_cluster(schemas::read_text_file(o.cluster_path));
+    } catch (const SchemaError& e) {
+      throw SchemaError(fmt::format("{}: {}", o.cluster_path, e.what()), e.hint());
+    }
+    in.cluster_label = o.cluster_path;
+  } else {
+    in.cluster = cluster_from_flags(o, in.profile, in.cluster_label);
+  }
+  in.constraints = constraints_from(o);
+  return in;
+}
+
+}  // namespace pd2bw::cli

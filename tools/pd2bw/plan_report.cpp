@@ -1,0 +1,97 @@
+// Human-readable output of `pd2bw plan`.
+#include "plan_report.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+
+#include "pd2bw/error.hpp"
+#include "pd2bw/schemas/common.hpp"
+
+namespace pd2bw::cli {
+
+namespace {
+
+std::string gib(int64_t bytes) { return fmt::format("{:.2f}", static_cast<double>(bytes) / (1 << 30)); }
+
+std::string layer_range(const schemas::StagePlan& s) {
+  return fmt::format("{}-{} ({})", s.layer_begin, s.layer_end - 1, s.layer_end - s.layer_begin);
+}
+
+}  // namespace
+
+void print_plan_header(const PlanInputs& in, const planner::CostModel& model) {
+  const auto& m = in.profile.model;
+  fmt::print(stderr, "profile: {}\n  model {} ({}, {} layers, d_model {}, seq {}, {})\n",
+             in.profile_label, m.name, m.kind, model.num_layers(), m.d_model, m.seq_len,
+             schemas::to_string(m.dtype));
+  fmt::print(stderr, "cluster: {}\n  {} device(s) '{}', {} each\n", in.cluster_label,
+             in.cluster.total_devices(), in.cluster.device.name,
+             schemas::format_bytes(in.cluster.device.memory_bytes));
+  for (const auto& l : in.cluster.levels)
+    fmt::print(stderr, "  level {:<8} size {:>5}  p2p {:.1f} GB/s, {:.3f} ms latency, allreduce busbw {:.1f} GB/s\n",
+               l.name, l.size, l.p2p_gbps, l.p2p_latency_ms, l.allreduce_busbw_gbps);
+  fmt::print(stderr, "global batch {} samples; reserve {} per device\n", in.constraints.global_batch,
+             schemas::format_bytes(in.constraints.reserve_bytes));
+}
+
+void print_plan_table(const schemas::Plan& plan, const planner::CostModel& model) {
+  (void)model;
+  fmt::print(stderr, "\nchosen: {} | microbatch b={} | m={} microbatches/step | depth d={} | width w={} "
+                     "| {} ranks, {}\n",
+             schemas::to_string(plan.schedule), plan.microbatch_size, plan.microbatches_per_step,
+             plan.depth, plan.width, plan.width * plan.depth, schemas::to_string(plan.placement));
+  fmt::print(stderr, "{:>5}  {:<16} {:>5} {:>8} {:>12} {:>10} {:>12} {:>11}  {:>17}  {}\n", "stage",
+             "layers", "recmp", "inflight", "compute/mb", "p2p/mb", "allreduce", "step share",
+             "memory GiB (peak/limit)", "dominant");
+  for (const auto& s : plan.stages) {
+    const double pct = 100.0 * static_cast<double>(s.memory.total_bytes) /
+                       static_cast<double>(s.memory.limit_bytes);
+    fmt::print(stderr, "{:>5}  {:<16} {:>5} {:>8} {:>9.3f} ms {:>7.3f} ms {:>9.2f} ms {:>8.1f} ms  "
+                       "{:>7}/{:<7} {:>5.1f}%  {}{}\n",
+               s.index, layer_range(s), s.recompute ? "yes" : "no", s.in_flight, s.compute_ms, s.p2p_ms,
+               s.allreduce_ms, s.step_ms, gib(s.memory.total_bytes), gib(s.memory.limit_bytes), pct,
+               s.memory.dominant, s.index == plan.predictions.bottleneck_stage ? "  <- bottleneck" : "");
+  }
+  const auto& p = plan.predictions;
+  fmt::print(stderr, "predicted: step {:.2f} ms | {:.1f} samples/s | {:.0f} tokens/s | bubble {:.1f}% | "
+                     "memory binds on '{}'\n",
+             p.step_ms, p.samples_per_s, p.tokens_per_s, 100.0 * p.bubble_fraction, p.binding_memory);
+}
+
+void print_alternatives(const schemas::Plan& plan) {
+  if (plan.alternatives.empty()) return;
+  fmt::print(stderr, "alternatives that lost:\n");
+  for (size_t i = 0; i < plan.alternatives.size(); ++i) {
+    const auto& a = plan.alternatives[i];
+    fmt::print(stderr, "  {:>2}. {:<5} b={:<3} m={:<4} d={:<4} w={:<4} {:>10.2f} ms  {}\n", i + 1,
+               schemas::to_string(a.schedule), a.microbatch_size, a.microbatches_per_step, a.depth,
+               a.width, a.step_ms, a.why);
+  }
+}
+
+void throw_infeasible(const planner::CostModel& model, const planner::Evaluated& closest) {
+  std::string msg = "no plan fits in device memory";
+  if (closest.stages.empty()) {
+    throw InfeasiblePlanError(msg, "raise --device-memory, lower --reserve, or allow recompute");
+  }
+  const auto& c = closest.candidate;
+  msg += fmt::format("; closest: {} b={} m={} d={} w={} {} with",
+                     schemas::to_string(c.schedule), c.microbatch, c.microbatches, c.depth, c.width,
+                     schemas::to_string(c.placement));
+  for (size_t i = 0; i < closest.stages.size(); ++i) {
+    const auto& s = closest.stages[i];
+    const int64_t over = s.memory.total_bytes - s.memory.limit_bytes;
+    msg += fmt::format("\n  stage {} layers {}-{}{}: needs {} of {} -> {} ({}: {})", i,
+                       closest.split.bounds[i], closest.split.bounds[i + 1] - 1,
+                       s.recompute ? " (recompute)" : "", schemas::format_bytes(s.memory.total_bytes),
+                       schemas::format_bytes(s.memory.limit_bytes),
+                       over > 0 ? fmt::format("{} bytes over", over) : std::string("fits"),
+                       "largest term", s.memory.dominant);
+  }
+  (void)model;
+  throw InfeasiblePlanError(msg, "use more or larger devices (--nodes, --device-memory), a smaller "
+                                 "--reserve, --recompute auto, or a profile with smaller microbatches");
+}
+
+}  // namespace pd2bw::cli

@@ -1,0 +1,17 @@
+// Human-readable output of `pd2bw plan` (stderr): the inputs, the chosen plan's stage table, the
+// alternatives, and the infeasibility report.
+#pragma once
+
+#include "pd2bw/planner/search.hpp"
+#include "pd2bw/schemas/plan.hpp"
+#include "plan_options.hpp"
+
+namespace pd2bw::cli {
+
+void print_plan_header(const PlanInputs& in, const planner::CostModel& model);
+void print_plan_table(const schemas::Plan& plan, const planner::CostModel& model);
+void print_alternatives(const schemas::Plan& plan);
+// Throws InfeasiblePlanError describing `closest` (by how many bytes each stage is over).
+[[noreturn]] void throw_infeasible(const planner::CostModel& model, const planner::Evaluated& closest);
+
+}  // namespace pd2bw::cli
