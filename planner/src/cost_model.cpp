@@ -88,7 +88,11 @@ int64_t CostModel::level_between(int64_t rank_a, int64_t rank_b) const {
   return static_cast<int64_t>(level_span_.size()) - 1;
 }
 
+// A set of ranks shares a group at some level exactly when its smallest and largest rank do, because
+// groups are contiguous rank ranges; that keeps both functions O(levels) for contiguous sets.
 int64_t CostModel::boundary_level(const Candidate& c, int64_t left_stage) const {
+  if (c.placement == Placement::replicas_inner)  // ranks [i*w, (i+2)*w) in pairs (x, x + w)
+    return level_between(left_stage * c.width, (left_stage + 2) * c.width - 1);
   int64_t level = 0;
   for (int64_t r = 0; r < c.width; ++r)
     level = std::max(level, level_between(rank_of(c, left_stage, r), rank_of(c, left_stage + 1, r)));
@@ -96,11 +100,7 @@ int64_t CostModel::boundary_level(const Candidate& c, int64_t left_stage) const 
 }
 
 int64_t CostModel::allreduce_level(const Candidate& c, int64_t stage) const {
-  int64_t level = 0;
-  const int64_t first = rank_of(c, stage, 0);
-  for (int64_t r = 1; r < c.width; ++r)
-    level = std::max(level, level_between(first, rank_of(c, stage, r)));
-  return level;
+  return level_between(rank_of(c, stage, 0), rank_of(c, stage, c.width - 1));
 }
 
 double CostModel::p2p_ms(int64_t bytes, int64_t level) const {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "prepared.hpp"
@@ -13,35 +14,37 @@ namespace pd2bw::planner {
 namespace {
 
 // The DP over stage end points. cost(i, a, c) prices layers [a, c) as stage i (infinity when
-// infeasible); lo[c] is the smallest start worth trying for a stage ending at c (non-decreasing);
+// infeasible); lo(i, c) is the smallest start worth trying for a stage ending at c (non-decreasing);
 // cmin[i] is the smallest end of stage i that leaves the rest coverable. Returns bounds or empty.
-template <class Cost>
-std::vector<int64_t> minmax_dp(int64_t L, int64_t d, double bound, const std::vector<int64_t>& lo,
+template <class Lo, class Cost>
+std::vector<int64_t> minmax_dp(int64_t L, int64_t d, double bound, Lo&& lo,
                                const std::vector<int64_t>& cmin, Cost&& cost, double* best_out) {
   const auto n = static_cast<size_t>(L + 1);
   std::vector<double> prev(n, kInfinity), cur(n, kInfinity);
-  std::vector<int32_t> back(static_cast<size_t>(d) * n, -1);
+  // Only entries on the path are ever read back, so the table is left uninitialised.
+  auto back = std::make_unique_for_overwrite<int32_t[]>(static_cast<size_t>(d) * n);
+  int64_t plo = -1, phi = -1;  // finite range of prev
   for (int64_t c = std::max<int64_t>(1, cmin[0]); c <= L - (d - 1); ++c) {
-    if (lo[static_cast<size_t>(c)] > 0) break;
+    if (lo(0, c) > 0) break;
     const double v = cost(0, 0, c);
-    if (v <= bound) prev[static_cast<size_t>(c)] = v;
+    if (v <= bound) {
+      prev[static_cast<size_t>(c)] = v;
+      if (plo < 0) plo = c;
+      phi = c;
+    }
   }
   for (int64_t i = 1; i < d; ++i) {
-    std::fill(cur.begin(), cur.end(), kInfinity);
-    int64_t plo = -1, phi = -1;
-    for (int64_t a = 0; a <= L; ++a)
-      if (prev[static_cast<size_t>(a)] < kInfinity) {
-        if (plo < 0) plo = a;
-        phi = a;
-      }
     if (plo < 0) return {};
-    const int64_t c_first = std::max({plo + 1, cmin[static_cast<size_t>(i)], i + 1});
+    const int64_t c_first = i == d - 1 ? L : std::max({plo + 1, cmin[static_cast<size_t>(i)], i + 1});
     const int64_t c_last = i == d - 1 ? L : L - (d - 1 - i);
-    for (int64_t c = i == d - 1 ? L : c_first; c <= c_last; ++c) {
+    int64_t nlo = -1, nhi = -1;
+    for (int64_t c = c_first; c <= c_last; ++c) {
+      const int64_t a_first = std::max(plo, lo(i, c));
+      if (a_first > phi) break;  // lo only grows with c
       double best = kInfinity;
       int32_t arg = -1;
       const int64_t a_last = std::min(c - 1, phi);
-      for (int64_t a = std::max(plo, lo[static_cast<size_t>(c)]); a <= a_last; ++a) {
+      for (int64_t a = a_first; a <= a_last; ++a) {
         const double pv = prev[static_cast<size_t>(a)];
         if (!(pv < best)) continue;
         const double v = std::max(pv, cost(i, a, c));
@@ -53,10 +56,17 @@ std::vector<int64_t> minmax_dp(int64_t L, int64_t d, double bound, const std::ve
       if (best <= bound) {
         cur[static_cast<size_t>(c)] = best;
         back[static_cast<size_t>(i) * n + static_cast<size_t>(c)] = arg;
+        if (nlo < 0) nlo = c;
+        nhi = c;
+      } else {
+        cur[static_cast<size_t>(c)] = kInfinity;
       }
     }
     std::swap(prev, cur);
+    plo = nlo;
+    phi = nhi;
   }
+  if (plo < 0 || phi != L) return {};
   const double result = prev[static_cast<size_t>(L)];
   if (!(result <= bound) || result == kInfinity) return {};
   std::vector<int64_t> bounds(static_cast<size_t>(d + 1));
@@ -68,17 +78,32 @@ std::vector<int64_t> minmax_dp(int64_t L, int64_t d, double bound, const std::ve
   return bounds;
 }
 
-// lo[c]: smallest a whose range [a, c) can still meet `time_cap` (compute alone, times factor) and
-// whose static memory fits `static_cap` bytes. Two pointers: both quantities grow as a decreases.
+// The least p2p time (per microbatch) stage i can have: its links carry at least the smallest boundary
+// tensor of the model. Used only to narrow the DP's windows.
+std::vector<double> least_p2p(const CostModel& model, const detail::PreparedCandidate& pc) {
+  const auto bi = static_cast<size_t>(pc.candidate.microbatch_index);
+  int64_t small = INT64_MAX;
+  for (const auto& l : model.profile().layers)
+    small = std::min({small, l.per_microbatch[bi].input_bytes, l.per_microbatch[bi].output_bytes});
+  std::vector<double> out;
+  for (const auto& st : pc.stages)
+    out.push_back((st.in_level >= 0 ? 2.0 * model.p2p_ms(small, st.in_level) : 0.0) +
+                  (st.out_level >= 0 ? 2.0 * model.p2p_ms(small, st.out_level) : 0.0));
+  return out;
+}
+
+// lo[c]: smallest a whose range [a, c) can still meet `time_cap` given at least `p2p_ms` of transfers,
+// and whose static memory fits `static_cap` bytes. Two pointers: both grow as a decreases.
 std::vector<int64_t> start_windows(const CostModel& model, const Candidate& c, double time_cap,
-                                   int64_t static_cap) {
+                                   double p2p_ms, int64_t static_cap) {
   const int64_t L = model.num_layers();
   const auto& cp = model.compute_prefix(c.microbatch_index);
   const double k = static_cast<double>(CostModel::pipeline_factor(c));
   std::vector<int64_t> lo(static_cast<size_t>(L + 1), 0);
   int64_t a = 0;
   for (int64_t e = 1; e <= L; ++e) {
-    while (a < e && (k * (cp[static_cast<size_t>(e)] - cp[static_cast<size_t>(a)]) > time_cap ||
+    while (a < e && (k * ((cp[static_cast<size_t>(e)] - cp[static_cast<size_t>(a)]) + p2p_ms) >
+                         time_cap * (1.0 + 1e-9) ||
                      model.static_bytes(c.schedule, a, e) > static_cap))
       ++a;
     lo[static_cast<size_t>(e)] = a;  // a == e means no start works
@@ -89,20 +114,23 @@ std::vector<int64_t> start_windows(const CostModel& model, const Candidate& c, d
 // cmin[i]: smallest end of stage i such that the d - 1 - i later stages can hold the rest within the
 // time cap and the static memory cap (necessary conditions; a small slack absorbs rounding).
 std::vector<int64_t> end_windows(const CostModel& model, const Candidate& c, double time_cap,
-                                 int64_t static_cap) {
+                                 const std::vector<double>& p2p, int64_t static_cap) {
   const int64_t L = model.num_layers();
   const auto& cp = model.compute_prefix(c.microbatch_index);
   const double k = static_cast<double>(CostModel::pipeline_factor(c));
   std::vector<int64_t> cmin(static_cast<size_t>(c.depth), 0);
-  for (int64_t i = 0; i < c.depth; ++i) {
+  double later_p2p = 0.0;
+  int64_t e = L;
+  for (int64_t i = c.depth - 1; i >= 0; --i) {
     const double rest = static_cast<double>(c.depth - 1 - i);
-    int64_t e = i + 1;
-    while (e < L && (k * (cp[static_cast<size_t>(L)] - cp[static_cast<size_t>(e)]) >
-                         rest * time_cap * (1.0 + 1e-9) ||
-                     static_cast<double>(model.static_bytes(c.schedule, e, L)) >
-                         rest * static_cast<double>(static_cap)))
-      ++e;
-    cmin[static_cast<size_t>(i)] = e;
+    e = std::min(e, L);
+    while (e > i + 1 && k * ((cp[static_cast<size_t>(L)] - cp[static_cast<size_t>(e - 1)]) + later_p2p) <=
+                            rest * time_cap * (1.0 + 1e-9) &&
+           static_cast<double>(model.static_bytes(c.schedule, e - 1, L)) <=
+               rest * static_cast<double>(static_cap))
+      --e;
+    cmin[static_cast<size_t>(i)] = std::max(e, i + 1);
+    later_p2p += p2p[static_cast<size_t>(i)];
   }
   return cmin;
 }
@@ -124,8 +152,8 @@ std::vector<int64_t> greedy_split(const CostModel& model, const detail::Prepared
           model.static_bytes(pc.candidate.schedule, a, e) > static_cap)
         break;
       if (i == d - 1 && e != L) continue;
-      const auto sc = detail::price_stage(model, pc, i, a, e);
-      if (sc.feasible && sc.step_ms <= t) pick = e;
+      const auto q = detail::quick_price(model, pc, i, a, e);
+      if (q.feasible && q.step_ms <= t) pick = e;
     }
     if (pick < 0) return {};
     bounds.push_back(pick);
@@ -146,7 +174,7 @@ double greedy_bound(const CostModel& model, const detail::PreparedCandidate& pc,
     if (hi > cap || ++doublings > 40) return kInfinity;
     hi *= 2.0;
   }
-  for (int it = 0; it < 40 && hi - lo > 1e-7 * hi; ++it) {
+  for (int it = 0; it < 16 && hi - lo > 1e-4 * hi; ++it) {
     const double mid = 0.5 * (lo + hi);
     (greedy_split(model, pc, mid, static_cap).empty() ? lo : hi) = mid;
   }
@@ -161,12 +189,20 @@ Split best_split(const CostModel& model, const Candidate& c, double upper_bound_
   if (c.depth < 1 || c.depth > L) return out;
   const auto pc = detail::prepare(model, c);
   const int64_t static_cap = model.memory_limit_bytes() - model.constraints().reserve_bytes;
-  const double bound = std::min(upper_bound_ms, greedy_bound(model, pc, static_cap, upper_bound_ms));
-  const auto lo = start_windows(model, c, bound, static_cap);
-  const auto cmin = end_windows(model, c, bound, static_cap);
+  const double bound = upper_bound_ms < kInfinity ? upper_bound_ms
+                                                  : greedy_bound(model, pc, static_cap, kInfinity);
+  const auto p2p = least_p2p(model, pc);
+  double middle_p2p = kInfinity;
+  for (int64_t i = 1; i + 1 < c.depth; ++i) middle_p2p = std::min(middle_p2p, p2p[static_cast<size_t>(i)]);
+  const auto lo_mid = start_windows(model, c, bound, middle_p2p < kInfinity ? middle_p2p : 0.0, static_cap);
+  const auto lo_last = start_windows(model, c, bound, p2p.back(), static_cap);
+  const auto cmin = end_windows(model, c, bound, p2p, static_cap);
   auto cost = [&](int64_t i, int64_t a, int64_t e) {
-    const auto sc = detail::price_stage(model, pc, i, a, e);
-    return sc.feasible ? sc.step_ms : kInfinity;
+    const auto q = detail::quick_price(model, pc, i, a, e);
+    return q.feasible ? q.step_ms : kInfinity;
+  };
+  auto lo = [&](int64_t i, int64_t e) {
+    return i == c.depth - 1 ? lo_last[static_cast<size_t>(e)] : i == 0 ? 0 : lo_mid[static_cast<size_t>(e)];
   };
   double best = kInfinity;
   auto bounds = minmax_dp(L, c.depth, bound, lo, cmin, cost, &best);
@@ -181,11 +217,11 @@ OverageSplit least_overage_split(const CostModel& model, const Candidate& c) {
   OverageSplit out;
   if (c.depth < 1 || c.depth > L) return out;
   const auto pc = detail::prepare(model, c);
-  const std::vector<int64_t> lo(static_cast<size_t>(L + 1), 0);
+  auto lo = [](int64_t, int64_t) { return int64_t{0}; };
   const std::vector<int64_t> cmin(static_cast<size_t>(c.depth), 0);
   auto cost = [&](int64_t i, int64_t a, int64_t e) {
-    const auto sc = detail::price_stage(model, pc, i, a, e);
-    return static_cast<double>(sc.memory.total_bytes - sc.memory.limit_bytes);
+    const auto q = detail::quick_price(model, pc, i, a, e);
+    return static_cast<double>((q.recompute ? q.redo_bytes : q.plain_bytes) - model.memory_limit_bytes());
   };
   double best = kInfinity;
   out.bounds = minmax_dp(L, c.depth, kInfinity, lo, cmin, cost, &best);

@@ -24,6 +24,18 @@ struct PreparedCandidate {
 
 PreparedCandidate prepare(const CostModel& model, const Candidate& c);
 
+// The numbers the partitioner needs, without the memory breakdown.
+struct QuickCost {
+  bool feasible = true;
+  bool recompute = false;
+  double compute_ms = 0, p2p_ms = 0, allreduce_ms = 0, step_ms = 0;
+  int64_t plain_bytes = 0;  // total memory without recompute
+  int64_t redo_bytes = 0;   // total memory with recompute
+  int64_t in_bytes = 0, out_bytes = 0;
+};
+QuickCost quick_price(const CostModel& model, const PreparedCandidate& pc, int64_t stage, int64_t begin,
+                      int64_t end);
+
 // The one pricing function behind CostModel::stage_cost and the partitioner.
 StageCost price_stage(const CostModel& model, const PreparedCandidate& pc, int64_t stage, int64_t begin,
                       int64_t end);

@@ -73,63 +73,80 @@ PreparedCandidate prepare(const CostModel& model, const Candidate& c) {
   return pc;
 }
 
-StageCost price_stage(const CostModel& model, const PreparedCandidate& pc, int64_t stage, int64_t begin,
+QuickCost quick_price(const CostModel& model, const PreparedCandidate& pc, int64_t stage, int64_t begin,
                       int64_t end) {
   const Candidate& c = pc.candidate;
   const auto bi = static_cast<size_t>(c.microbatch_index);
   const auto& st = pc.stages[static_cast<size_t>(stage)];
   const auto& layers = model.profile().layers;
-  const int64_t in_bytes = layers[static_cast<size_t>(begin)].per_microbatch[bi].input_bytes;
-  const int64_t out_bytes = layers[static_cast<size_t>(end - 1)].per_microbatch[bi].output_bytes;
-
-  MemoryInputs mi;
-  mi.param_bytes = model.param_prefix()[end] - model.param_prefix()[begin];
-  mi.stash_one = model.stash_prefix(c.microbatch_index)[end] - model.stash_prefix(c.microbatch_index)[begin];
-  mi.input_bytes = in_bytes;
-  mi.in_flight = st.in_flight;
+  QuickCost q;
+  q.in_bytes = layers[static_cast<size_t>(begin)].per_microbatch[bi].input_bytes;
+  q.out_bytes = layers[static_cast<size_t>(end - 1)].per_microbatch[bi].output_bytes;
+  const int64_t params = model.param_prefix()[end] - model.param_prefix()[begin];
+  const auto& sp = model.stash_prefix(c.microbatch_index);
+  const int64_t stash_one = sp[end] - sp[begin];
   double p2p = 0.0;
+  int64_t comm = 0;
   if (st.in_level >= 0) {
-    p2p += 2.0 * model.p2p_ms(in_bytes, st.in_level);
-    mi.comm_bytes += 2 * in_bytes;
+    p2p += 2.0 * model.p2p_ms(q.in_bytes, st.in_level);
+    comm += 2 * q.in_bytes;
   }
   if (st.out_level >= 0) {
-    p2p += 2.0 * model.p2p_ms(out_bytes, st.out_level);
-    mi.comm_bytes += 2 * out_bytes;
+    p2p += 2.0 * model.p2p_ms(q.out_bytes, st.out_level);
+    comm += 2 * q.out_bytes;
   }
-
-  StageCost sc;
-  sc.in_flight = st.in_flight;
-  sc.p2p_ms = p2p;
-  const int64_t grad_bytes = mi.param_bytes / schemas::dtype_bytes(model.profile().model.dtype) * 4;
-  sc.allreduce_ms = st.ar_level >= 0 ? model.allreduce_ms(grad_bytes, c.width, st.ar_level) : 0.0;
-
-  const auto policy = model.constraints().recompute;
-  const auto plain = memory_for(model, c.schedule, mi, false);
-  const auto redo = memory_for(model, c.schedule, mi, true);
+  const int64_t base = static_bytes_for(model, c.schedule, params) + comm + model.constraints().reserve_bytes;
+  q.plain_bytes = base + st.in_flight * stash_one;
+  q.redo_bytes = base + st.in_flight * q.in_bytes + stash_one;
   const int64_t limit = model.memory_limit_bytes();
-  bool recompute = false;
-  bool feasible = true;
-  if (policy == RecomputePolicy::never) {
-    feasible = plain.total_bytes <= limit;
-  } else if (policy == RecomputePolicy::always) {
-    recompute = true;
-    feasible = redo.total_bytes <= limit;
-  } else if (plain.total_bytes > limit) {
-    recompute = true;
-    feasible = redo.total_bytes <= limit;
-    if (!feasible && plain.total_bytes < redo.total_bytes) recompute = false;
+  switch (model.constraints().recompute) {
+    case RecomputePolicy::never: q.feasible = q.plain_bytes <= limit; break;
+    case RecomputePolicy::always:
+      q.recompute = true;
+      q.feasible = q.redo_bytes <= limit;
+      break;
+    case RecomputePolicy::auto_:
+      if (q.plain_bytes > limit) {
+        q.feasible = q.redo_bytes <= limit;
+        q.recompute = q.feasible || q.redo_bytes <= q.plain_bytes;
+      }
+      break;
   }
-  sc.recompute = recompute;
-  sc.feasible = feasible;
-  sc.memory = recompute ? redo : plain;
-  sc.over_bytes = feasible ? 0 : sc.memory.total_bytes - limit;
+  q.p2p_ms = p2p;
   const auto& cp = model.compute_prefix(c.microbatch_index);
-  sc.compute_ms = cp[end] - cp[begin];
-  if (recompute) {
+  q.compute_ms = cp[end] - cp[begin];
+  if (q.recompute) {
     const auto& fp = model.fwd_prefix(c.microbatch_index);
-    sc.compute_ms += fp[end] - fp[begin];
+    q.compute_ms += fp[end] - fp[begin];
   }
-  sc.step_ms = static_cast<double>(pc.factor) * (sc.compute_ms + sc.p2p_ms) + sc.allreduce_ms;
+  const int64_t grad_bytes = params / schemas::dtype_bytes(model.profile().model.dtype) * 4;
+  q.allreduce_ms = st.ar_level >= 0 ? model.allreduce_ms(grad_bytes, c.width, st.ar_level) : 0.0;
+  q.step_ms = static_cast<double>(pc.factor) * (q.compute_ms + q.p2p_ms) + q.allreduce_ms;
+  return q;
+}
+
+StageCost price_stage(const CostModel& model, const PreparedCandidate& pc, int64_t stage, int64_t begin,
+                      int64_t end) {
+  const Candidate& c = pc.candidate;
+  const QuickCost q = quick_price(model, pc, stage, begin, end);
+  const auto& st = pc.stages[static_cast<size_t>(stage)];
+  MemoryInputs mi;
+  mi.param_bytes = model.param_prefix()[end] - model.param_prefix()[begin];
+  const auto& sp = model.stash_prefix(c.microbatch_index);
+  mi.stash_one = sp[end] - sp[begin];
+  mi.input_bytes = q.in_bytes;
+  mi.in_flight = st.in_flight;
+  mi.comm_bytes = (st.in_level >= 0 ? 2 * q.in_bytes : 0) + (st.out_level >= 0 ? 2 * q.out_bytes : 0);
+  StageCost sc;
+  sc.feasible = q.feasible;
+  sc.recompute = q.recompute;
+  sc.in_flight = st.in_flight;
+  sc.compute_ms = q.compute_ms;
+  sc.p2p_ms = q.p2p_ms;
+  sc.allreduce_ms = q.allreduce_ms;
+  sc.step_ms = q.step_ms;
+  sc.memory = memory_for(model, c.schedule, mi, q.recompute);
+  sc.over_bytes = q.feasible ? 0 : sc.memory.total_bytes - sc.memory.limit_bytes;
   return sc;
 }
 

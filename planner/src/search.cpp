@@ -17,16 +17,66 @@ std::vector<Schedule> schedules_of(const Constraints& k) {
   return {Schedule::two_bw, Schedule::flush, Schedule::gpipe};
 }
 
-// Lower bound on a candidate's step time: some stage holds at least 1/d of the compute, and every
-// stage holds at least its largest layer. Infinity when static memory alone cannot fit.
-double lower_bound(const CostModel& model, const Candidate& c, double max_layer_ms,
-                   int64_t max_layer_static) {
+// Quantities of the whole model that bound every candidate's step time from below.
+struct BoundInputs {
+  std::vector<double> max_layer_ms;  // per microbatch index: largest fwd + bwd of one layer
+  std::vector<int64_t> min_out, min_in;  // per microbatch index: smallest tensor crossing a boundary
+  std::array<int64_t, 3> max_layer_static{};  // per schedule
+  int64_t total_grad_bytes = 0;
+};
+
+BoundInputs bound_inputs(const CostModel& model) {
+  BoundInputs in;
+  const auto& p = model.profile();
+  const size_t n = p.layers.size();
+  for (size_t bi = 0; bi < p.microbatch_sizes.size(); ++bi) {
+    double big = 0.0;
+    int64_t small_out = INT64_MAX, small_in = INT64_MAX;
+    for (size_t j = 0; j < n; ++j) {
+      const auto& t = p.layers[j].per_microbatch[bi];
+      big = std::max(big, t.fwd_ms + t.bwd_ms);
+      if (j + 1 < n) small_out = std::min(small_out, t.output_bytes);
+      if (j > 0) small_in = std::min(small_in, t.input_bytes);
+    }
+    in.max_layer_ms.push_back(big);
+    in.min_out.push_back(n > 1 ? small_out : 0);
+    in.min_in.push_back(n > 1 ? small_in : 0);
+  }
+  for (Schedule s : {Schedule::two_bw, Schedule::flush, Schedule::gpipe})
+    for (int64_t j = 0; j < model.num_layers(); ++j)
+      in.max_layer_static[static_cast<size_t>(s)] =
+          std::max(in.max_layer_static[static_cast<size_t>(s)], model.static_bytes(s, j, j + 1));
+  const int64_t dsize = schemas::dtype_bytes(p.model.dtype);
+  for (const auto& l : p.layers) in.total_grad_bytes += l.param_bytes / dsize * 4;
+  return in;
+}
+
+// Lower bound on a candidate's step time: the bottleneck stage is no cheaper than the average stage
+// (all compute, plus boundary transfers and allreduces at the fastest level this placement can give
+// any stage, spread over d stages) nor than a stage holding only the largest layer. Infinity when
+// static memory alone cannot fit. Scaled down by 1e-9 so rounding never lifts it above the exact cost.
+double lower_bound(const CostModel& model, const Candidate& c, const BoundInputs& in) {
   const int64_t cap = model.memory_limit_bytes() - model.constraints().reserve_bytes;
   const int64_t total_static = model.static_bytes(c.schedule, 0, model.num_layers());
-  if (max_layer_static > cap || total_static > cap * c.depth) return kInfinity;
-  const double total = model.compute_prefix(c.microbatch_index).back();
+  if (in.max_layer_static[static_cast<size_t>(c.schedule)] > cap || total_static > cap * c.depth)
+    return kInfinity;
+  const auto bi = static_cast<size_t>(c.microbatch_index);
+  const double d = static_cast<double>(c.depth);
   const double k = static_cast<double>(CostModel::pipeline_factor(c));
-  return k * std::max(total / static_cast<double>(c.depth), max_layer_ms);
+  const bool rep_inner = c.placement == Placement::replicas_inner;
+  double p2p = 0.0;
+  if (c.depth > 1) {
+    const int64_t lvl = rep_inner ? model.level_between(0, 2 * c.width - 1) : 0;
+    p2p = (d - 1.0) * 2.0 * (model.p2p_ms(in.min_out[bi], lvl) + model.p2p_ms(in.min_in[bi], lvl));
+  }
+  double sum = k * (model.compute_prefix(c.microbatch_index).back() + p2p);
+  if (c.width > 1) {
+    const int64_t lvl = model.level_between(0, rep_inner ? c.width - 1 : (c.width - 1) * c.depth);
+    const double grads = std::max<double>(0.0, static_cast<double>(in.total_grad_bytes - 4 * c.depth));
+    sum += d * model.allreduce_ms(0, c.width, lvl) +
+           (model.allreduce_ms(static_cast<int64_t>(grads), c.width, lvl) - model.allreduce_ms(0, c.width, lvl));
+  }
+  return std::max(sum / d, k * in.max_layer_ms[bi]) * (1.0 - 1e-9);
 }
 
 bool better(const Evaluated& a, size_t ia, const Evaluated& b, size_t ib) {
@@ -130,22 +180,10 @@ SearchResult search(const CostModel& model, const SearchOptions& options) {
   SearchResult result;
   const auto candidates = enumerate_candidates(model);
   result.candidates = static_cast<int64_t>(candidates.size());
-  const auto& layers = model.profile().layers;
-  std::vector<double> max_layer(model.profile().microbatch_sizes.size(), 0.0);
-  for (size_t bi = 0; bi < max_layer.size(); ++bi)
-    for (const auto& l : layers)
-      max_layer[bi] = std::max(max_layer[bi], l.per_microbatch[bi].fwd_ms + l.per_microbatch[bi].bwd_ms);
-  std::array<int64_t, 3> max_static{};
-  for (Schedule s : {Schedule::two_bw, Schedule::flush, Schedule::gpipe})
-    for (int64_t j = 0; j < model.num_layers(); ++j)
-      max_static[static_cast<size_t>(s)] =
-          std::max(max_static[static_cast<size_t>(s)], model.static_bytes(s, j, j + 1));
-
+  const BoundInputs bin = bound_inputs(model);
   std::vector<double> lb(candidates.size());
   for (size_t i = 0; i < candidates.size(); ++i) {
-    const auto& c = candidates[i];
-    lb[i] = lower_bound(model, c, max_layer[static_cast<size_t>(c.microbatch_index)],
-                        max_static[static_cast<size_t>(c.schedule)]);
+    lb[i] = lower_bound(model, candidates[i], bin);
   }
   std::vector<size_t> order(candidates.size());
   std::iota(order.begin(), order.end(), size_t{0});

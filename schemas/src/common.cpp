@@ -98,6 +98,10 @@ std::string read_text_file(const std::string& path) {
     ss << std::cin.rdbuf();
     return ss.str();
   }
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw UsageError(fmt::format("cannot read \"{}\": it is a directory", path), "give the path of a file");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     const int err = errno;

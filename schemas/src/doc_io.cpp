@@ -10,14 +10,14 @@
 namespace pd2bw::schemas::detail {
 namespace {
 
-// Splits "MAJOR.MINOR.PATCH" (decimal digits only); false when `s` has another shape.
+// Splits "MAJOR.MINOR.PATCH" (decimal, no leading zeros, as semver says); false for any other shape.
 bool parse_semver(std::string_view s, std::array<int, 3>& out) {
   for (std::size_t part = 0; part < 3; ++part) {
     const std::size_t dot = s.find('.');
     const bool last = part == 2;
     if (last != (dot == std::string_view::npos)) return false;
     const std::string_view digits = last ? s : s.substr(0, dot);
-    if (digits.empty() || digits.size() > 6) return false;
+    if (digits.empty() || digits.size() > 6 || (digits.size() > 1 && digits[0] == '0')) return false;
     for (char c : digits) {
       if (c < '0' || c > '9') return false;
     }

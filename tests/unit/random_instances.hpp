@@ -42,6 +42,7 @@ class Rng {
 };
 
 struct RandomInstanceOptions {
+  int64_t min_layers = 1;
   int64_t max_layers = 10;
   int64_t max_sizes = 3;           // profiled microbatch sizes, drawn from {1, 2, 4, 8}
   int64_t max_per_node = 4;        // devices per node when the cluster has two levels
@@ -116,7 +117,7 @@ inline schemas::Profile random_profile(Rng& rng, const RandomInstanceOptions& op
   }
   p.microbatch_sizes = pool;  // stays ascending
 
-  const int64_t layers = rng.range(1, opt.max_layers);
+  const int64_t layers = rng.range(opt.min_layers, opt.max_layers);
   p.model.blocks = layers;
   const double base_ms = rng.log_uniform(0.1, 5.0);
   // Wide ranges, so that some instances are bound by activations (transfers, stash) and others by

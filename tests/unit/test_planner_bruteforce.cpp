@@ -1,8 +1,10 @@
 // The planner's search against an independent brute force on small random instances: both must agree
 // on feasibility and on the optimal step time, since both price stages through CostModel::stage_cost.
 // The brute force walks its own loops (schedule, b, d, w, placement, every composition of the layers
-// into d contiguous stages) and uses none of best_split, search or enumerate_candidates.
-// Also: the optimum never gets worse with more memory or faster links, and search is deterministic.
+// into d contiguous stages) and uses none of best_split, search or enumerate_candidates. On medium
+// instances (up to 40 layers, 32 devices) a plain O(d L^2) min-max DP without windows or pruning
+// stands in for the enumeration. Also: the optimum never gets worse with more memory or faster
+// links, and search is deterministic.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -152,6 +154,73 @@ BruteBest brute_force(const CostModel& model) {
   return best;
 }
 
+// An exact min-max DP written independently of the planner's (no windows, no bounds, no pruning):
+// best[i][c] = min over a of max(best[i-1][a], stage_cost(i, a, c)). For instances too big to
+// enumerate every composition but small enough for O(d * L^2) per candidate.
+BruteBest reference_dp(const CostModel& model) {
+  const auto& profile = model.profile();
+  const auto& k = model.constraints();
+  const int64_t L = model.num_layers();
+  const int64_t devices = device_count(model.cluster());
+  std::vector<Schedule> schedules = {Schedule::two_bw, Schedule::flush, Schedule::gpipe};
+  if (k.schedule) schedules = {*k.schedule};
+  int64_t max_d = std::min(L, devices);
+  if (k.max_depth > 0) max_d = std::min(max_d, k.max_depth);
+  BruteBest best;
+  const auto n = static_cast<size_t>(L + 1);
+  for (Schedule s : schedules) {
+    for (size_t bi = 0; bi < profile.microbatch_sizes.size(); ++bi) {
+      const int64_t b = profile.microbatch_sizes[bi];
+      if (k.microbatch && *k.microbatch != b) continue;
+      for (int64_t d = 1; d <= max_d; ++d) {
+        for (int64_t w = 1; w * d <= devices; ++w) {
+          if (k.global_batch % (b * w) != 0) continue;
+          const int64_t m = k.global_batch / (b * w);
+          if (s == Schedule::two_bw && m < d) continue;
+          for (int pl = 0; pl < ((w > 1 && d > 1) ? 2 : 1); ++pl) {
+            Candidate c;
+            c.schedule = s;
+            c.microbatch_index = static_cast<int64_t>(bi);
+            c.microbatch = b;
+            c.width = w;
+            c.depth = d;
+            c.microbatches = m;
+            c.placement = pl == 0 ? Placement::replicas_inner : Placement::stages_inner;
+            ++best.candidates;
+            std::vector<double> prev(n, kInfinity), cur(n, kInfinity);
+            for (int64_t e = 1; e <= L; ++e) {
+              const StageCost sc = model.stage_cost(c, 0, 0, e);
+              if (sc.feasible) prev[static_cast<size_t>(e)] = sc.step_ms;
+            }
+            for (int64_t i = 1; i < d; ++i) {
+              std::fill(cur.begin(), cur.end(), kInfinity);
+              for (int64_t e = i + 1; e <= L; ++e) {
+                for (int64_t a = i; a < e; ++a) {
+                  const double left = prev[static_cast<size_t>(a)];
+                  if (left == kInfinity) continue;
+                  const StageCost sc = model.stage_cost(c, i, a, e);
+                  if (!sc.feasible) continue;
+                  cur[static_cast<size_t>(e)] = std::min(cur[static_cast<size_t>(e)], std::max(left, sc.step_ms));
+                }
+              }
+              std::swap(prev, cur);
+            }
+            const double v = prev[static_cast<size_t>(L)];
+            if (v < best.step_ms) {
+              best.step_ms = v;
+              best.candidate = c;
+              best.fewest_devices_at_best = w * d;
+            } else if (v < kInfinity && v == best.step_ms) {
+              best.fewest_devices_at_best = std::min(best.fewest_devices_at_best, w * d);
+            }
+          }
+        }
+      }
+    }
+  }
+  return best;
+}
+
 std::string describe_candidate(const Candidate& c, const std::vector<int64_t>& bounds, double step_ms) {
   std::ostringstream o;
   o.precision(17);
@@ -292,8 +361,44 @@ TEST_CASE("search finds the brute-force optimum on random small instances") {
   }
 }
 
+TEST_CASE("search matches an independent exact DP on medium instances") {
+  // 11-40 layers on up to 32 devices: past what composition enumeration can afford, and big enough
+  // for the partitioner's windows and the search's pruning to cut real work.
+  pd2bw::testing::RandomInstanceOptions opt;
+  opt.min_layers = 11;
+  opt.max_layers = 40;
+  opt.max_per_node = 8;
+  opt.max_nodes = 4;
+  opt.max_devices_flat = 16;
+  int kMedium = 200;  // PD2BW_BRUTEFORCE_MEDIUM=N for a longer soak
+  if (const char* env = std::getenv("PD2BW_BRUTEFORCE_MEDIUM")) kMedium = std::atoi(env);
+  int feasible = 0;
+  for (uint64_t seed = 3001; seed < 3001 + static_cast<uint64_t>(kMedium); ++seed) {
+    const RandomInstance inst = make_random_instance(seed, opt);
+    const CostModel model(inst.profile, inst.cluster, inst.constraints);
+    const BruteBest ref = reference_dp(model);
+    const SearchResult result = pd2bw::planner::search(model);
+    std::ostringstream answers;
+    answers.precision(17);
+    answers << "reference DP step_ms " << ref.step_ms << " ("
+            << (ref.feasible() ? describe_candidate(ref.candidate, {}, ref.step_ms) : std::string("infeasible"))
+            << "); search step_ms " << (result.feasible() ? result.ranked[0].step_ms : kInfinity);
+    const std::string ctx = inst.describe() + answers.str();
+    INFO(ctx);
+    CHECK(result.feasible() == ref.feasible());
+    CHECK(result.candidates == ref.candidates);
+    if (result.feasible() && ref.feasible()) {
+      ++feasible;
+      CHECK(close_rel(result.ranked[0].step_ms, ref.step_ms));
+      check_winner(model, result.ranked[0], answers.str());
+    }
+  }
+  MESSAGE("medium instances: " << kMedium << ", feasible " << feasible);
+  CHECK(feasible >= kMedium / 3);
+}
+
 TEST_CASE("more memory or faster links never make the optimum slower") {
-  for (uint64_t seed = 1001; seed <= 1150; ++seed) {
+  for (uint64_t seed = 1001; seed <= 1300; ++seed) {
     const RandomInstance base = make_random_instance(seed);
     INFO(base.describe());
     const double t0 = optimum(base);
@@ -319,7 +424,7 @@ TEST_CASE("more memory or faster links never make the optimum slower") {
 }
 
 TEST_CASE("search is deterministic") {
-  for (uint64_t seed = 2001; seed <= 2060; ++seed) {
+  for (uint64_t seed = 2001; seed <= 2100; ++seed) {
     const RandomInstance inst = make_random_instance(seed);
     INFO(inst.describe());
     const CostModel model(inst.profile, inst.cluster, inst.constraints);

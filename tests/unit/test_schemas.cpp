@@ -3,6 +3,7 @@
 // file helpers, and that every shipped example validates.
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -134,7 +135,12 @@ std::function<void(json&)> set(const std::string& pointer, json value) {
   return [pointer, value](json& j) {
     const json::json_pointer ptr(pointer);
     if (value.is_discarded()) {
-      j[ptr.parent_pointer()].erase(ptr.back());
+      json& parent = j[ptr.parent_pointer()];
+      if (parent.is_array()) {
+        parent.erase(std::stoul(ptr.back()));
+      } else {
+        parent.erase(ptr.back());
+      }
     } else {
       j[ptr] = value;
     }
@@ -398,9 +404,24 @@ TEST_CASE("files are written atomically and read back") {
   int leftovers = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir)) leftovers += e.path().filename() != "out.json";
   CHECK(leftovers == 0);
+  CHECK_THROWS_AS(s::read_text_file(dir.string()), pd2bw::UsageError);
   std::filesystem::remove_all(dir);
   CHECK_THROWS_AS(s::read_text_file((dir / "missing.json").string()), pd2bw::UsageError);
   CHECK_THROWS_AS(s::write_text_file((dir / "no" / "such" / "dir.json").string(), "x"), pd2bw::Error);
+}
+
+// The writers' output is pinned by fixture files, which tests/schema/test_json_schemas.py also checks
+// against the JSON Schemas (so the schemas accept exactly what the writers emit).
+TEST_CASE("writer output matches the golden fixtures") {
+  const std::filesystem::path dir = std::filesystem::path(PD2BW_SOURCE_DIR) / "tests" / "schema" / "fixtures";
+  const bool update = std::getenv("PD2BW_UPDATE_FIXTURES") != nullptr;
+  for (Kind kind : {Kind::profile, Kind::cluster, Kind::plan}) {
+    const char* names[] = {"writer.profile.json", "writer.cluster.json", "writer.plan.json"};
+    const std::string path = (dir / names[static_cast<int>(kind)]).string();
+    INFO("fixture: " << path << " (rerun with PD2BW_UPDATE_FIXTURES=1 after an intended format change)");
+    if (update) s::write_text_file(path, sample_text(kind));
+    CHECK(s::read_text_file(path) == sample_text(kind));
+  }
 }
 
 TEST_CASE("version stamp") {
