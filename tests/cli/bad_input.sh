@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Bad input never crashes: malformed or mismatched files, impossible flags and infeasible requests
+# give "pd2bw: error:" on stderr and exit 2 (bad input) or 3 (no feasible plan).
+source "$(dirname "$0")/lib.bash"
+PY="${PD2BW_PYTHON:-/usr/bin/python3}"
+EX="$SRC/schemas/examples"
+P="$EX/gpt-1.3b.profile.json"
+
+# mutate OUT EXPR: writes the 1.3b profile with a Python expression applied to `d`.
+mutate() {
+  "$PY" - "$P" "$1" "$2" <<'PYEOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+exec(sys.argv[3])
+open(sys.argv[2], "w").write(json.dumps(d))
+PYEOF
+}
+
+head -c 2000 "$P" >"$TMP/truncated.json"
+expect_exit 2 "not valid JSON" -- "$PD2BW" plan --profile "$TMP/truncated.json" -o "$TMP/x.json"
+expect_exit 2 "not valid JSON" -- "$PD2BW" validate "$TMP/truncated.json"
+mutate "$TMP/type.json" 'd["layers"][3]["param_bytes"] = "big"'
+expect_exit 2 "/layers/3/param_bytes" -- "$PD2BW" plan --profile "$TMP/type.json" -o "$TMP/x.json"
+mutate "$TMP/neg.json" 'd["layers"][3]["per_microbatch"][1]["fwd_ms"] = -1.0'
+expect_exit 2 "/layers/3/per_microbatch/1/fwd_ms: must be > 0" -- "$PD2BW" plan --profile "$TMP/neg.json" -o "$TMP/x.json"
+sed 's/"fwd_ms": [0-9.]*/"fwd_ms": NaN/' "$P" >"$TMP/nan.json"
+expect_exit 2 "not valid JSON" -- "$PD2BW" plan --profile "$TMP/nan.json" -o "$TMP/x.json"
+mutate "$TMP/huge.json" 'd["layers"][0]["per_microbatch"][0]["fwd_ms"] = 1e308 * 10'
+expect_exit 2 "error:" -- "$PD2BW" plan --profile "$TMP/huge.json" -o "$TMP/x.json"
+mutate "$TMP/nolayers.json" 'd["layers"] = []'
+expect_exit 2 "/layers" -- "$PD2BW" plan --profile "$TMP/nolayers.json" -o "$TMP/x.json"
+mutate "$TMP/major.json" 'd["schema_version"] = "2.0.0"'
+expect_exit 2 "schema_version" -- "$PD2BW" plan --profile "$TMP/major.json" -o "$TMP/x.json"
+mutate "$TMP/unknown.json" 'd["model"]["colour"] = "blue"'
+expect_exit 2 "/model/colour: unknown key" -- "$PD2BW" validate "$TMP/unknown.json"
+mutate "$TMP/missing.json" 'del d["device"]["memory_bytes"]'
+expect_exit 2 "/device/memory_bytes" -- "$PD2BW" validate "$TMP/missing.json"
+expect_exit 2 "error:" -- "$PD2BW" plan --profile "$TMP/does-not-exist.json" -o "$TMP/x.json"
+expect_exit 2 "error:" -- "$PD2BW" plan --profile "$EX/cluster-8x8-h200.json" -o "$TMP/x.json"
+
+# Clusters.
+"$PY" -c "
+import json; d = json.load(open('$EX/cluster-8x8-h200.json')); d['levels'][1]['size'] = 0
+open('$TMP/zero.json', 'w').write(json.dumps(d))"
+expect_exit 2 "/levels/1/size" -- "$PD2BW" plan --cluster "$TMP/zero.json" -o "$TMP/x.json"
+expect_exit 2 "error:" -- "$PD2BW" plan --nodes 0 -o "$TMP/x.json"
+expect_exit 2 "error:" -- "$PD2BW" plan --gpus-per-node -8 -o "$TMP/x.json"
+expect_exit 2 "more than" -- "$PD2BW" plan --nodes 1000000000 --gpus-per-node 1000000000 -o "$TMP/x.json"
+expect_exit 2 "excludes|cannot be used" -- "$PD2BW" plan --cluster "$EX/cluster-8x8-h200.json" --nodes 2 -o "$TMP/x.json"
+
+# Impossible flags.
+expect_exit 2 "--device-memory" -- "$PD2BW" plan --device-memory 16XB -o "$TMP/x.json"
+expect_exit 2 "--device-memory" -- "$PD2BW" plan --device-memory -16GiB -o "$TMP/x.json"
+expect_exit 2 "error:" -- "$PD2BW" plan --global-batch 0 -o "$TMP/x.json"
+expect_exit 2 "--schedule" -- "$PD2BW" plan --schedule pipedream -o "$TMP/x.json"
+expect_exit 2 "--microbatch 3 was not profiled" -- "$PD2BW" plan --microbatch 3 -o "$TMP/x.json"
+expect_exit 2 "--microbatch" -- "$PD2BW" plan --microbatch two -o "$TMP/x.json"
+expect_exit 2 "--recompute" -- "$PD2BW" plan --recompute sometimes -o "$TMP/x.json"
+expect_exit 2 "--reserve" -- "$PD2BW" plan --reserve 200GiB -o "$TMP/x.json"
+expect_exit 2 "error:" -- "$PD2BW" plan --intra-gbps 0 -o "$TMP/x.json"
+expect_exit 2 "global batch 7" -- "$PD2BW" plan --global-batch 7 --microbatch 2 -o "$TMP/x.json"
+expect_exit 2 "error:" -- "$PD2BW" plan --bogus-flag -o "$TMP/x.json"
+expect_exit 2 "error:" -- "$PD2BW"
+expect_exit 2 "error:" -- "$PD2BW" frobnicate
+
+# No feasible plan: exit 3 with the closest candidate and each stage's overage.
+expect_exit 3 "closest: " -- "$PD2BW" plan --nodes 1 --gpus-per-node 2 --device-memory 8GiB -o "$TMP/none.json"
+expect_exit 3 "stage 1 layers .* bytes over" -- "$PD2BW" plan --nodes 1 --gpus-per-node 2 --device-memory 8GiB -o "$TMP/none.json"
+[ ! -e "$TMP/none.json" ] && ok || fail "a failed plan left an output file"
+
+# Plans edited into an inconsistent state are rejected by validate.
+"$PD2BW" plan --nodes 2 --gpus-per-node 8 --device-memory 40GiB -q -o "$TMP/good.json"
+"$PY" -c "
+import json; d = json.load(open('$TMP/good.json')); d['stages'][0]['layer_end'] -= 1
+open('$TMP/gap.json', 'w').write(json.dumps(d))"
+expect_exit 2 "/stages/" -- "$PD2BW" validate "$TMP/gap.json"
+finish

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# `pd2bw plan` and `pd2bw validate` end to end: plans for every example profile are written, pass the
+# C++ reader and the JSON Schema validator, are byte-identical across runs, and '-o -' writes stdout.
+source "$(dirname "$0")/lib.bash"
+PY="${PD2BW_PYTHON:-/usr/bin/python3}"
+EX="$SRC/schemas/examples"
+
+for prof in "$EX"/gpt-*.profile.json; do
+  name="$(basename "$prof" .profile.json)"
+  expect_exit 0 "chosen:" -- "$PD2BW" plan --profile "$prof" --nodes 8 --gpus-per-node 8 \
+    --device-memory 16GiB -o "$TMP/$name.plan.json"
+  expect_exit 0 "" -- "$PD2BW" validate "$TMP/$name.plan.json"
+  "$PD2BW" plan --profile "$prof" --nodes 8 --gpus-per-node 8 --device-memory 16GiB \
+    -o "$TMP/$name.again.json" -q 2>/dev/null
+  # The command line differs only in the output path, which provenance records.
+  if diff <(grep -v command_line "$TMP/$name.plan.json") <(grep -v command_line "$TMP/$name.again.json") >/dev/null; then ok; else fail "$name: plan not deterministic"; fi
+done
+
+# Identical command lines give byte-identical files.
+(cd "$TMP" && "$PD2BW" plan --cluster "$EX/cluster-8x8-h200.json" -q -o same.json && cp same.json first.json &&
+  "$PD2BW" plan --cluster "$EX/cluster-8x8-h200.json" -q -o same.json && cmp -s same.json first.json) && ok || fail "byte-identical rerun"
+
+# -o - writes the plan to stdout and nothing else there.
+"$PD2BW" plan --cluster "$EX/cluster-8x8-h200.json" -o - -q >"$TMP/stdout.json" 2>/dev/null
+if "$PD2BW" validate "$TMP/stdout.json" >/dev/null 2>&1; then ok; else fail "-o - did not write a valid plan"; fi
+
+# Pins are honoured.
+for s in 2bw flush gpipe; do
+  "$PD2BW" plan --cluster "$EX/cluster-8x8-h200.json" --schedule "$s" --microbatch 2 -q -o "$TMP/$s.json"
+  if grep -q "\"schedule\": \"$s\"" "$TMP/$s.json" && grep -q '"microbatch_size": 2,' "$TMP/$s.json"; then ok; else fail "pin --schedule $s --microbatch 2"; fi
+done
+"$PD2BW" plan --cluster "$EX/cluster-8x8-h200.json" --max-depth 6 -q -o "$TMP/d6.json"
+if "$PY" -c "import json,sys; sys.exit(0 if json.load(open('$TMP/d6.json'))['depth'] <= 6 else 1)"; then ok; else fail "--max-depth 6"; fi
+
+# Every written plan passes the JSON Schema and the plan invariants.
+if "$PY" "$SRC/tests/cli/check_plans.py" "$SRC" "$TMP"/*.json; then ok; else fail "check_plans.py"; fi
+
+# The built-in default runs with no arguments at all.
+(cd "$TMP" && "$PD2BW" plan -q) && [ -s "$TMP/plan.json" ] && ok || fail "plan with no arguments"
+expect_exit 0 "pd2bw [0-9]+\.[0-9]+\.[0-9]+ \(git" -- sh -c "'$PD2BW' --version 1>&2"
+finish
