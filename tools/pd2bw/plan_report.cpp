@@ -64,9 +64,9 @@ void print_alternatives(const schemas::Plan& plan) {
   fmt::print(stderr, "alternatives that lost:\n");
   for (size_t i = 0; i < plan.alternatives.size(); ++i) {
     const auto& a = plan.alternatives[i];
-    fmt::print(stderr, "  {:>2}. {:<5} b={:<3} m={:<4} d={:<4} w={:<4} {:>10.2f} ms  {}\n", i + 1,
+    fmt::print(stderr, "  {:>2}. {:<5} b={:<3} m={:<4} d={:<4} w={:<4} {:<14} {:>10.2f} ms  {}\n", i + 1,
                schemas::to_string(a.schedule), a.microbatch_size, a.microbatches_per_step, a.depth,
-               a.width, a.step_ms, a.why);
+               a.width, schemas::to_string(a.placement), a.step_ms, a.why);
   }
 }
 
