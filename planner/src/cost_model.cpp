@@ -30,7 +30,10 @@ void check_constraints(const Profile& profile, const Cluster& cluster, const Con
     const auto& sizes = profile.microbatch_sizes;
     if (std::find(sizes.begin(), sizes.end(), *k.microbatch) == sizes.end()) {
       std::string list;
-      for (auto b : sizes) list += (list.empty() ? "" : ",") + std::to_string(b);
+      for (auto b : sizes) {
+        if (!list.empty()) list += ',';
+        list += std::to_string(b);
+      }
       throw UsageError(fmt::format("--microbatch {} was not profiled", *k.microbatch),
                        fmt::format("the profile has microbatch sizes {}; pick one of them or re-profile",
                                    list));

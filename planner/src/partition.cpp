@@ -212,20 +212,49 @@ Split best_split(const CostModel& model, const Candidate& c, double upper_bound_
   return out;
 }
 
-OverageSplit least_overage_split(const CostModel& model, const Candidate& c) {
+namespace {
+
+// Layers split so that stages hold about equal parameter bytes; a quick starting bound.
+std::vector<int64_t> balanced_by_params(const CostModel& model, int64_t d) {
+  const auto& pp = model.param_prefix();
+  const int64_t L = model.num_layers();
+  std::vector<int64_t> bounds{0};
+  for (int64_t i = 1; i < d; ++i) {
+    const double target = static_cast<double>(pp.back()) * static_cast<double>(i) / static_cast<double>(d);
+    int64_t e = static_cast<int64_t>(std::lower_bound(pp.begin(), pp.end(), static_cast<int64_t>(target)) - pp.begin());
+    e = std::clamp(e, bounds.back() + 1, L - (d - i));
+    bounds.push_back(e);
+  }
+  bounds.push_back(L);
+  return bounds;
+}
+
+}  // namespace
+
+OverageSplit least_overage_split(const CostModel& model, const Candidate& c, int64_t bound_bytes) {
   const int64_t L = model.num_layers();
   OverageSplit out;
   if (c.depth < 1 || c.depth > L) return out;
   const auto pc = detail::prepare(model, c);
-  auto lo = [](int64_t, int64_t) { return int64_t{0}; };
-  const std::vector<int64_t> cmin(static_cast<size_t>(c.depth), 0);
-  auto cost = [&](int64_t i, int64_t a, int64_t e) {
+  auto over = [&](int64_t i, int64_t a, int64_t e) {
     const auto q = detail::quick_price(model, pc, i, a, e);
-    return static_cast<double>((q.recompute ? q.redo_bytes : q.plain_bytes) - model.memory_limit_bytes());
+    return (q.recompute ? q.redo_bytes : q.plain_bytes) - model.memory_limit_bytes();
   };
+  const auto start = balanced_by_params(model, c.depth);
+  int64_t bound = INT64_MIN;
+  for (int64_t i = 0; i < c.depth; ++i)
+    bound = std::max(bound, over(i, start[static_cast<size_t>(i)], start[static_cast<size_t>(i + 1)]));
+  bound = std::min(bound, bound_bytes);
+  // Every stage holds at least its static bytes and the reserve: that narrows the windows.
+  const int64_t static_cap = model.memory_limit_bytes() - model.constraints().reserve_bytes + bound;
+  const std::vector<double> no_p2p(static_cast<size_t>(c.depth), 0.0);
+  const auto lo_all = start_windows(model, c, kInfinity, 0.0, static_cap);
+  const auto cmin = end_windows(model, c, kInfinity, no_p2p, static_cap);
+  auto lo = [&](int64_t, int64_t e) { return lo_all[static_cast<size_t>(e)]; };
+  auto cost = [&](int64_t i, int64_t a, int64_t e) { return static_cast<double>(over(i, a, e)); };
   double best = kInfinity;
-  out.bounds = minmax_dp(L, c.depth, kInfinity, lo, cmin, cost, &best);
-  out.over_bytes = static_cast<int64_t>(best);
+  out.bounds = minmax_dp(L, c.depth, static_cast<double>(bound), lo, cmin, cost, &best);
+  out.over_bytes = out.bounds.empty() ? INT64_MAX : static_cast<int64_t>(best);
   return out;
 }
 

@@ -211,7 +211,7 @@ Evaluated closest_infeasible(const CostModel& model) {
     const int64_t lb = model.static_bytes(c.schedule, 0, model.num_layers()) / c.depth +
                        model.constraints().reserve_bytes - model.memory_limit_bytes();
     if (lb >= best_over) continue;
-    const auto o = least_overage_split(model, c);
+    const auto o = least_overage_split(model, c, best_over);
     if (o.bounds.empty() || o.over_bytes >= best_over) continue;
     best_over = o.over_bytes;
     Split s;

@@ -68,7 +68,8 @@ T pick(const std::string& text, const char* flag, std::initializer_list<std::pai
   std::string names;
   for (const auto& [name, value] : map) {
     if (text == name) return value;
-    names += (names.empty() ? "" : ", ") + std::string(name);
+    if (!names.empty()) names += ", ";
+    names += name;
   }
   throw UsageError(fmt::format("{} {}: unknown value", flag, text), fmt::format("use one of: {}", names));
 }

@@ -79,16 +79,22 @@ void throw_infeasible(const planner::CostModel& model, const planner::Evaluated&
   msg += fmt::format("; closest: {} b={} m={} d={} w={} {} with",
                      schemas::to_string(c.schedule), c.microbatch, c.microbatches, c.depth, c.width,
                      schemas::to_string(c.placement));
+  constexpr size_t kShown = 12;  // deep pipelines would print a line per stage
+  size_t shown = 0, over_count = 0;
   for (size_t i = 0; i < closest.stages.size(); ++i) {
     const auto& s = closest.stages[i];
     const int64_t over = s.memory.total_bytes - s.memory.limit_bytes;
-    msg += fmt::format("\n  stage {} layers {}-{}{}: needs {} of {} -> {} ({}: {})", i,
+    if (over <= 0) continue;
+    ++over_count;
+    if (shown == kShown) continue;
+    ++shown;
+    msg += fmt::format("\n  stage {} layers {}-{}{}: needs {} of {} -> {} bytes over (largest term: {})", i,
                        closest.split.bounds[i], closest.split.bounds[i + 1] - 1,
                        s.recompute ? " (recompute)" : "", schemas::format_bytes(s.memory.total_bytes),
-                       schemas::format_bytes(s.memory.limit_bytes),
-                       over > 0 ? fmt::format("{} bytes over", over) : std::string("fits"),
-                       "largest term", s.memory.dominant);
+                       schemas::format_bytes(s.memory.limit_bytes), over, s.memory.dominant);
   }
+  if (over_count > shown) msg += fmt::format("\n  ... and {} more stages over", over_count - shown);
+  msg += fmt::format("\n  ({} of {} stages over)", over_count, closest.stages.size());
   (void)model;
   throw InfeasiblePlanError(msg, "use more or larger devices (--nodes, --device-memory), a smaller "
                                  "--reserve, --recompute auto, or a profile with smaller microbatches");

@@ -24,11 +24,13 @@ struct Split {
 Split best_split(const CostModel& model, const Candidate& c, double upper_bound_ms = kInfinity);
 
 // When no split fits: the split minimising the largest memory overage (bytes over the limit) over its
-// stages, each stage in its least-memory option. Returns that overage in `over_bytes`.
+// stages, each stage in its least-memory option. Returns that overage in `over_bytes`; only splits with
+// an overage <= bound_bytes are looked for (empty bounds when there is none).
 struct OverageSplit {
   std::vector<int64_t> bounds;
   int64_t over_bytes = 0;
 };
-OverageSplit least_overage_split(const CostModel& model, const Candidate& c);
+OverageSplit least_overage_split(const CostModel& model, const Candidate& c,
+                                 int64_t bound_bytes = INT64_MAX);
 
 }  // namespace pd2bw::planner
