@@ -113,61 +113,17 @@ void brute_splits(const CostModel& model, const Candidate& c, BruteBest& best) {
   }
 }
 
-BruteBest brute_force(const CostModel& model) {
+// Calls visit(candidate) for every point of the search space, enumerated on loops of its own (not the
+// planner's enumerate_candidates), in the planner's documented order.
+template <class Visit>
+void for_each_candidate(const CostModel& model, Visit&& visit) {
   const auto& profile = model.profile();
   const auto& k = model.constraints();
-  const int64_t L = model.num_layers();
   const int64_t devices = device_count(model.cluster());
   std::vector<Schedule> schedules = {Schedule::two_bw, Schedule::flush, Schedule::gpipe};
   if (k.schedule) schedules = {*k.schedule};
-  int64_t max_d = std::min(L, devices);
+  int64_t max_d = std::min(model.num_layers(), devices);
   if (k.max_depth > 0) max_d = std::min(max_d, k.max_depth);
-
-  BruteBest best;
-  for (Schedule s : schedules) {
-    for (size_t bi = 0; bi < profile.microbatch_sizes.size(); ++bi) {
-      const int64_t b = profile.microbatch_sizes[bi];
-      if (k.microbatch && *k.microbatch != b) continue;
-      for (int64_t d = 1; d <= max_d; ++d) {
-        for (int64_t w = 1; w * d <= devices; ++w) {
-          if (k.global_batch % (b * w) != 0) continue;
-          const int64_t m = k.global_batch / (b * w);
-          if (s == Schedule::two_bw && m < d) continue;
-          std::vector<Placement> placements = {Placement::replicas_inner};
-          if (w > 1 && d > 1) placements.push_back(Placement::stages_inner);
-          for (Placement p : placements) {
-            Candidate c;
-            c.schedule = s;
-            c.microbatch_index = static_cast<int64_t>(bi);
-            c.microbatch = b;
-            c.width = w;
-            c.depth = d;
-            c.microbatches = m;
-            c.placement = p;
-            ++best.candidates;
-            brute_splits(model, c, best);
-          }
-        }
-      }
-    }
-  }
-  return best;
-}
-
-// An exact min-max DP written independently of the planner's (no windows, no bounds, no pruning):
-// best[i][c] = min over a of max(best[i-1][a], stage_cost(i, a, c)). For instances too big to
-// enumerate every composition but small enough for O(d * L^2) per candidate.
-BruteBest reference_dp(const CostModel& model) {
-  const auto& profile = model.profile();
-  const auto& k = model.constraints();
-  const int64_t L = model.num_layers();
-  const int64_t devices = device_count(model.cluster());
-  std::vector<Schedule> schedules = {Schedule::two_bw, Schedule::flush, Schedule::gpipe};
-  if (k.schedule) schedules = {*k.schedule};
-  int64_t max_d = std::min(L, devices);
-  if (k.max_depth > 0) max_d = std::min(max_d, k.max_depth);
-  BruteBest best;
-  const auto n = static_cast<size_t>(L + 1);
   for (Schedule s : schedules) {
     for (size_t bi = 0; bi < profile.microbatch_sizes.size(); ++bi) {
       const int64_t b = profile.microbatch_sizes[bi];
@@ -186,38 +142,60 @@ BruteBest reference_dp(const CostModel& model) {
             c.depth = d;
             c.microbatches = m;
             c.placement = pl == 0 ? Placement::replicas_inner : Placement::stages_inner;
-            ++best.candidates;
-            std::vector<double> prev(n, kInfinity), cur(n, kInfinity);
-            for (int64_t e = 1; e <= L; ++e) {
-              const StageCost sc = model.stage_cost(c, 0, 0, e);
-              if (sc.feasible) prev[static_cast<size_t>(e)] = sc.step_ms;
-            }
-            for (int64_t i = 1; i < d; ++i) {
-              std::fill(cur.begin(), cur.end(), kInfinity);
-              for (int64_t e = i + 1; e <= L; ++e) {
-                for (int64_t a = i; a < e; ++a) {
-                  const double left = prev[static_cast<size_t>(a)];
-                  if (left == kInfinity) continue;
-                  const StageCost sc = model.stage_cost(c, i, a, e);
-                  if (!sc.feasible) continue;
-                  cur[static_cast<size_t>(e)] = std::min(cur[static_cast<size_t>(e)], std::max(left, sc.step_ms));
-                }
-              }
-              std::swap(prev, cur);
-            }
-            const double v = prev[static_cast<size_t>(L)];
-            if (v < best.step_ms) {
-              best.step_ms = v;
-              best.candidate = c;
-              best.fewest_devices_at_best = w * d;
-            } else if (v < kInfinity && v == best.step_ms) {
-              best.fewest_devices_at_best = std::min(best.fewest_devices_at_best, w * d);
-            }
+            visit(c);
           }
         }
       }
     }
   }
+}
+
+BruteBest brute_force(const CostModel& model) {
+  BruteBest best;
+  for_each_candidate(model, [&](const Candidate& c) {
+    ++best.candidates;
+    brute_splits(model, c, best);
+  });
+  return best;
+}
+
+// An exact min-max DP written independently of the planner's (no windows, no bounds, no pruning):
+// best[i][c] = min over a of max(best[i-1][a], stage_cost(i, a, c)). For instances too big to
+// enumerate every composition but small enough for O(d * L^2) per candidate.
+BruteBest reference_dp(const CostModel& model) {
+  const int64_t L = model.num_layers();
+  const auto n = static_cast<size_t>(L + 1);
+  BruteBest best;
+  for_each_candidate(model, [&](const Candidate& c) {
+    const int64_t d = c.depth;
+    ++best.candidates;
+    std::vector<double> prev(n, kInfinity), cur(n, kInfinity);
+    for (int64_t e = 1; e <= L; ++e) {
+      const StageCost sc = model.stage_cost(c, 0, 0, e);
+      if (sc.feasible) prev[static_cast<size_t>(e)] = sc.step_ms;
+    }
+    for (int64_t i = 1; i < d; ++i) {
+      std::fill(cur.begin(), cur.end(), kInfinity);
+      for (int64_t e = i + 1; e <= L; ++e) {
+        for (int64_t a = i; a < e; ++a) {
+          const double left = prev[static_cast<size_t>(a)];
+          if (left == kInfinity) continue;
+          const StageCost sc = model.stage_cost(c, i, a, e);
+          if (!sc.feasible) continue;
+          cur[static_cast<size_t>(e)] = std::min(cur[static_cast<size_t>(e)], std::max(left, sc.step_ms));
+        }
+      }
+      std::swap(prev, cur);
+    }
+    const double v = prev[static_cast<size_t>(L)];
+    if (v < best.step_ms) {
+      best.step_ms = v;
+      best.candidate = c;
+      best.fewest_devices_at_best = c.width * d;
+    } else if (v < kInfinity && v == best.step_ms) {
+      best.fewest_devices_at_best = std::min(best.fewest_devices_at_best, c.width * d);
+    }
+  });
   return best;
 }
 
