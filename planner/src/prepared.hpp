@@ -31,7 +31,10 @@ struct QuickCost {
   double compute_ms = 0, p2p_ms = 0, allreduce_ms = 0, step_ms = 0;
   int64_t plain_bytes = 0;  // total memory without recompute
   int64_t redo_bytes = 0;   // total memory with recompute
-  int64_t in_bytes = 0, out_bytes = 0;
+  int64_t in_bytes = 0, out_bytes = 0;  // the stage's boundary tensors
+  int64_t param_bytes = 0;  // parameters of the stage's layers (compute dtype)
+  int64_t stash_one = 0;    // one microbatch's stash of the whole stage
+  int64_t comm_bytes = 0;   // send/receive buffers
 };
 QuickCost quick_price(const CostModel& model, const PreparedCandidate& pc, int64_t stage, int64_t begin,
                       int64_t end);

@@ -10,27 +10,25 @@ namespace pd2bw::planner::detail {
 
 namespace {
 
-struct MemoryInputs {
-  int64_t param_bytes = 0;
-  int64_t stash_one = 0;   // one microbatch's stash of the whole stage
-  int64_t input_bytes = 0; // the stage's input activation (what recompute keeps per microbatch)
-  int64_t comm_bytes = 0;
-  int64_t in_flight = 0;
-};
-
-schemas::MemoryBreakdown memory_for(const CostModel& model, Schedule s, const MemoryInputs& in,
-                                    bool recompute) {
-  const auto& k = model.constraints();
+// The terms that do not depend on the stage's position: weight versions, fp32 master weights (when the
+// compute dtype is narrower), fp32 gradients and optimizer state.
+schemas::MemoryBreakdown static_terms(const CostModel& model, Schedule s, int64_t param_bytes) {
   const int64_t dsize = schemas::dtype_bytes(model.profile().model.dtype);
-  const int64_t fp32 = in.param_bytes / dsize * 4;
+  const int64_t fp32 = param_bytes / dsize * 4;
   schemas::MemoryBreakdown m;
-  m.weights_bytes = (s == Schedule::two_bw ? 2 : 1) * in.param_bytes;
+  m.weights_bytes = (s == Schedule::two_bw ? 2 : 1) * param_bytes;
   m.master_bytes = dsize == 4 ? 0 : fp32;
   m.grads_bytes = fp32;
-  m.optimizer_bytes = (k.optimizer == Optimizer::adamw ? 2 : 1) * fp32;
-  m.stash_bytes = recompute ? in.in_flight * in.input_bytes + in.stash_one : in.in_flight * in.stash_one;
-  m.comm_bytes = in.comm_bytes;
-  m.reserve_bytes = k.reserve_bytes;
+  m.optimizer_bytes = (model.constraints().optimizer == Optimizer::adamw ? 2 : 1) * fp32;
+  return m;
+}
+
+schemas::MemoryBreakdown memory_for(const CostModel& model, Schedule s, const QuickCost& q,
+                                    int64_t in_flight) {
+  schemas::MemoryBreakdown m = static_terms(model, s, q.param_bytes);
+  m.stash_bytes = q.recompute ? in_flight * q.in_bytes + q.stash_one : in_flight * q.stash_one;
+  m.comm_bytes = q.comm_bytes;
+  m.reserve_bytes = model.constraints().reserve_bytes;
   m.total_bytes = m.weights_bytes + m.master_bytes + m.grads_bytes + m.optimizer_bytes +
                   m.stash_bytes + m.comm_bytes + m.reserve_bytes;
   m.limit_bytes = model.memory_limit_bytes();
@@ -51,11 +49,8 @@ schemas::MemoryBreakdown memory_for(const CostModel& model, Schedule s, const Me
 }  // namespace
 
 int64_t static_bytes_for(const CostModel& model, Schedule s, int64_t param_bytes) {
-  const int64_t dsize = schemas::dtype_bytes(model.profile().model.dtype);
-  const int64_t fp32 = param_bytes / dsize * 4;
-  const int64_t versions = s == Schedule::two_bw ? 2 : 1;
-  const int64_t opt = model.constraints().optimizer == Optimizer::adamw ? 2 : 1;
-  return versions * param_bytes + (dsize == 4 ? 0 : fp32) + fp32 + opt * fp32;
+  const auto m = static_terms(model, s, param_bytes);
+  return m.weights_bytes + m.master_bytes + m.grads_bytes + m.optimizer_bytes;
 }
 
 PreparedCandidate prepare(const CostModel& model, const Candidate& c) {
@@ -82,22 +77,22 @@ QuickCost quick_price(const CostModel& model, const PreparedCandidate& pc, int64
   QuickCost q;
   q.in_bytes = layers[static_cast<size_t>(begin)].per_microbatch[bi].input_bytes;
   q.out_bytes = layers[static_cast<size_t>(end - 1)].per_microbatch[bi].output_bytes;
-  const int64_t params = model.param_prefix()[end] - model.param_prefix()[begin];
+  q.param_bytes = model.param_prefix()[end] - model.param_prefix()[begin];
   const auto& sp = model.stash_prefix(c.microbatch_index);
-  const int64_t stash_one = sp[end] - sp[begin];
+  q.stash_one = sp[end] - sp[begin];
   double p2p = 0.0;
-  int64_t comm = 0;
   if (st.in_level >= 0) {
     p2p += 2.0 * model.p2p_ms(q.in_bytes, st.in_level);
-    comm += 2 * q.in_bytes;
+    q.comm_bytes += 2 * q.in_bytes;
   }
   if (st.out_level >= 0) {
     p2p += 2.0 * model.p2p_ms(q.out_bytes, st.out_level);
-    comm += 2 * q.out_bytes;
+    q.comm_bytes += 2 * q.out_bytes;
   }
-  const int64_t base = static_bytes_for(model, c.schedule, params) + comm + model.constraints().reserve_bytes;
-  q.plain_bytes = base + st.in_flight * stash_one;
-  q.redo_bytes = base + st.in_flight * q.in_bytes + stash_one;
+  const int64_t base = static_bytes_for(model, c.schedule, q.param_bytes) + q.comm_bytes +
+                       model.constraints().reserve_bytes;
+  q.plain_bytes = base + st.in_flight * q.stash_one;
+  q.redo_bytes = base + st.in_flight * q.in_bytes + q.stash_one;
   const int64_t limit = model.memory_limit_bytes();
   switch (model.constraints().recompute) {
     case RecomputePolicy::never: q.feasible = q.plain_bytes <= limit; break;
@@ -119,7 +114,7 @@ QuickCost quick_price(const CostModel& model, const PreparedCandidate& pc, int64
     const auto& fp = model.fwd_prefix(c.microbatch_index);
     q.compute_ms += fp[end] - fp[begin];
   }
-  const int64_t grad_bytes = params / schemas::dtype_bytes(model.profile().model.dtype) * 4;
+  const int64_t grad_bytes = q.param_bytes / schemas::dtype_bytes(model.profile().model.dtype) * 4;
   q.allreduce_ms = st.ar_level >= 0 ? model.allreduce_ms(grad_bytes, c.width, st.ar_level) : 0.0;
   q.step_ms = static_cast<double>(pc.factor) * (q.compute_ms + q.p2p_ms) + q.allreduce_ms;
   return q;
@@ -130,13 +125,6 @@ StageCost price_stage(const CostModel& model, const PreparedCandidate& pc, int64
   const Candidate& c = pc.candidate;
   const QuickCost q = quick_price(model, pc, stage, begin, end);
   const auto& st = pc.stages[static_cast<size_t>(stage)];
-  MemoryInputs mi;
-  mi.param_bytes = model.param_prefix()[end] - model.param_prefix()[begin];
-  const auto& sp = model.stash_prefix(c.microbatch_index);
-  mi.stash_one = sp[end] - sp[begin];
-  mi.input_bytes = q.in_bytes;
-  mi.in_flight = st.in_flight;
-  mi.comm_bytes = (st.in_level >= 0 ? 2 * q.in_bytes : 0) + (st.out_level >= 0 ? 2 * q.out_bytes : 0);
   StageCost sc;
   sc.feasible = q.feasible;
   sc.recompute = q.recompute;
@@ -145,7 +133,7 @@ StageCost price_stage(const CostModel& model, const PreparedCandidate& pc, int64
   sc.p2p_ms = q.p2p_ms;
   sc.allreduce_ms = q.allreduce_ms;
   sc.step_ms = q.step_ms;
-  sc.memory = memory_for(model, c.schedule, mi, q.recompute);
+  sc.memory = memory_for(model, c.schedule, q, st.in_flight);
   sc.over_bytes = q.feasible ? 0 : sc.memory.total_bytes - sc.memory.limit_bytes;
   return sc;
 }
