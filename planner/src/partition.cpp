@@ -163,15 +163,14 @@ std::vector<int64_t> greedy_split(const CostModel& model, const detail::Prepared
 }
 
 // An upper bound on the optimum from greedy splits: bisection on the threshold.
-double greedy_bound(const CostModel& model, const detail::PreparedCandidate& pc, int64_t static_cap,
-                    double cap) {
+double greedy_bound(const CostModel& model, const detail::PreparedCandidate& pc, int64_t static_cap) {
   const auto& cp = model.compute_prefix(pc.candidate.microbatch_index);
   const double k = static_cast<double>(pc.factor);
   double lo = k * cp.back() / static_cast<double>(pc.candidate.depth);
   double hi = lo;
   int doublings = 0;
   while (greedy_split(model, pc, hi, static_cap).empty()) {
-    if (hi > cap || ++doublings > 40) return kInfinity;
+    if (++doublings > 40) return kInfinity;
     hi *= 2.0;
   }
   for (int it = 0; it < 16 && hi - lo > 1e-4 * hi; ++it) {
@@ -189,11 +188,12 @@ Split best_split(const CostModel& model, const Candidate& c, double upper_bound_
   if (c.depth < 1 || c.depth > L) return out;
   const auto pc = detail::prepare(model, c);
   const int64_t static_cap = model.memory_limit_bytes() - model.constraints().reserve_bytes;
-  const double bound = upper_bound_ms < kInfinity ? upper_bound_ms
-                                                  : greedy_bound(model, pc, static_cap, kInfinity);
+  const double bound =
+      upper_bound_ms < kInfinity ? upper_bound_ms : greedy_bound(model, pc, static_cap);
   const auto p2p = least_p2p(model, pc);
   double middle_p2p = kInfinity;
   for (int64_t i = 1; i + 1 < c.depth; ++i) middle_p2p = std::min(middle_p2p, p2p[static_cast<size_t>(i)]);
+  const auto lo_first = start_windows(model, c, bound, p2p.front(), static_cap);
   const auto lo_mid = start_windows(model, c, bound, middle_p2p < kInfinity ? middle_p2p : 0.0, static_cap);
   const auto lo_last = start_windows(model, c, bound, p2p.back(), static_cap);
   const auto cmin = end_windows(model, c, bound, p2p, static_cap);
@@ -202,7 +202,8 @@ Split best_split(const CostModel& model, const Candidate& c, double upper_bound_
     return q.feasible ? q.step_ms : kInfinity;
   };
   auto lo = [&](int64_t i, int64_t e) {
-    return i == c.depth - 1 ? lo_last[static_cast<size_t>(e)] : i == 0 ? 0 : lo_mid[static_cast<size_t>(e)];
+    const auto& w = i == c.depth - 1 ? lo_last : i == 0 ? lo_first : lo_mid;
+    return w[static_cast<size_t>(e)];
   };
   double best = kInfinity;
   auto bounds = minmax_dp(L, c.depth, bound, lo, cmin, cost, &best);
