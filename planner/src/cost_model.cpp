@@ -106,19 +106,6 @@ int64_t CostModel::allreduce_level(const Candidate& c, int64_t stage) const {
   return level_between(rank_of(c, stage, 0), rank_of(c, stage, c.width - 1));
 }
 
-double CostModel::p2p_ms(int64_t bytes, int64_t level) const {
-  const auto& l = cluster_.levels[static_cast<size_t>(level)];
-  return static_cast<double>(bytes) / (l.p2p_gbps * 1e6) + l.p2p_latency_ms;
-}
-
-double CostModel::allreduce_ms(int64_t bytes, int64_t width, int64_t level) const {
-  if (width <= 1) return 0.0;
-  const auto& l = cluster_.levels[static_cast<size_t>(level)];
-  const double w = static_cast<double>(width);
-  return 2.0 * (w - 1.0) / w * static_cast<double>(bytes) / (l.allreduce_busbw_gbps * 1e6) +
-         l.p2p_latency_ms;
-}
-
 int64_t CostModel::static_bytes(Schedule s, int64_t begin, int64_t end) const {
   return detail::static_bytes_for(*this, s, param_prefix_[end] - param_prefix_[begin]);
 }

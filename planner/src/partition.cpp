@@ -14,11 +14,14 @@ namespace pd2bw::planner {
 namespace {
 
 // The DP over stage end points. cost(i, a, c) prices layers [a, c) as stage i (infinity when
-// infeasible); lo(i, c) is the smallest start worth trying for a stage ending at c (non-decreasing);
-// cmin[i] is the smallest end of stage i that leaves the rest coverable. Returns bounds or empty.
-template <class Lo, class Cost>
+// infeasible); floor(i, a, c) is a cheap lower bound on it that does not grow with a, so scanning
+// starts from the latest a and stops once the floor passes the best found; lo(i, c) is the smallest
+// start worth trying for a stage ending at c (non-decreasing); cmin[i] is the smallest end of stage i
+// that leaves the rest coverable. Ties go to the smallest a. Returns bounds or empty.
+template <class Lo, class Floor, class Cost>
 std::vector<int64_t> minmax_dp(int64_t L, int64_t d, double bound, Lo&& lo,
-                               const std::vector<int64_t>& cmin, Cost&& cost, double* best_out) {
+                               const std::vector<int64_t>& cmin, Floor&& floor, Cost&& cost,
+                               double* best_out) {
   const auto n = static_cast<size_t>(L + 1);
   std::vector<double> prev(n, kInfinity), cur(n, kInfinity);
   // Only entries on the path are ever read back, so the table is left uninitialised.
@@ -41,19 +44,19 @@ std::vector<int64_t> minmax_dp(int64_t L, int64_t d, double bound, Lo&& lo,
     for (int64_t c = c_first; c <= c_last; ++c) {
       const int64_t a_first = std::max(plo, lo(i, c));
       if (a_first > phi) break;  // lo only grows with c
-      double best = kInfinity;
+      double best = bound;
       int32_t arg = -1;
-      const int64_t a_last = std::min(c - 1, phi);
-      for (int64_t a = a_first; a <= a_last; ++a) {
+      for (int64_t a = std::min(c - 1, phi); a >= a_first; --a) {
+        if (floor(i, a, c) > best) break;
         const double pv = prev[static_cast<size_t>(a)];
-        if (!(pv < best)) continue;
+        if (!(pv <= best)) continue;
         const double v = std::max(pv, cost(i, a, c));
-        if (v < best) {
+        if (v <= best) {
           best = v;
           arg = static_cast<int32_t>(a);
         }
       }
-      if (best <= bound) {
+      if (arg >= 0) {
         cur[static_cast<size_t>(c)] = best;
         back[static_cast<size_t>(i) * n + static_cast<size_t>(c)] = arg;
         if (nlo < 0) nlo = c;
@@ -205,8 +208,13 @@ Split best_split(const CostModel& model, const Candidate& c, double upper_bound_
     const auto& w = i == c.depth - 1 ? lo_last : i == 0 ? lo_first : lo_mid;
     return w[static_cast<size_t>(e)];
   };
+  const auto& cp = model.compute_prefix(c.microbatch_index);
+  const double k = static_cast<double>(pc.factor);
+  auto floor = [&](int64_t, int64_t a, int64_t e) {
+    return k * (cp[static_cast<size_t>(e)] - cp[static_cast<size_t>(a)]);
+  };
   double best = kInfinity;
-  auto bounds = minmax_dp(L, c.depth, bound, lo, cmin, cost, &best);
+  auto bounds = minmax_dp(L, c.depth, bound, lo, cmin, floor, cost, &best);
   if (bounds.empty()) return out;
   out.bounds = std::move(bounds);
   out.step_ms = best;
@@ -253,8 +261,12 @@ OverageSplit least_overage_split(const CostModel& model, const Candidate& c, int
   const auto cmin = end_windows(model, c, kInfinity, no_p2p, static_cap);
   auto lo = [&](int64_t, int64_t e) { return lo_all[static_cast<size_t>(e)]; };
   auto cost = [&](int64_t i, int64_t a, int64_t e) { return static_cast<double>(over(i, a, e)); };
+  const int64_t fixed = model.constraints().reserve_bytes - model.memory_limit_bytes();
+  auto floor = [&](int64_t, int64_t a, int64_t e) {
+    return static_cast<double>(model.static_bytes(c.schedule, a, e) + fixed);
+  };
   double best = kInfinity;
-  out.bounds = minmax_dp(L, c.depth, static_cast<double>(bound), lo, cmin, cost, &best);
+  out.bounds = minmax_dp(L, c.depth, static_cast<double>(bound), lo, cmin, floor, cost, &best);
   out.over_bytes = out.bounds.empty() ? INT64_MAX : static_cast<int64_t>(best);
   return out;
 }

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "prepared.hpp"
+#include "step_bound.hpp"
 
 namespace pd2bw::planner {
 
@@ -15,68 +16,6 @@ namespace {
 std::vector<Schedule> schedules_of(const Constraints& k) {
   if (k.schedule) return {*k.schedule};
   return {Schedule::two_bw, Schedule::flush, Schedule::gpipe};
-}
-
-// Quantities of the whole model that bound every candidate's step time from below.
-struct BoundInputs {
-  std::vector<double> max_layer_ms;  // per microbatch index: largest fwd + bwd of one layer
-  std::vector<int64_t> min_out, min_in;  // per microbatch index: smallest tensor crossing a boundary
-  std::array<int64_t, 3> max_layer_static{};  // per schedule
-  int64_t total_grad_bytes = 0;
-};
-
-BoundInputs bound_inputs(const CostModel& model) {
-  BoundInputs in;
-  const auto& p = model.profile();
-  const size_t n = p.layers.size();
-  for (size_t bi = 0; bi < p.microbatch_sizes.size(); ++bi) {
-    double big = 0.0;
-    int64_t small_out = INT64_MAX, small_in = INT64_MAX;
-    for (size_t j = 0; j < n; ++j) {
-      const auto& t = p.layers[j].per_microbatch[bi];
-      big = std::max(big, t.fwd_ms + t.bwd_ms);
-      if (j + 1 < n) small_out = std::min(small_out, t.output_bytes);
-      if (j > 0) small_in = std::min(small_in, t.input_bytes);
-    }
-    in.max_layer_ms.push_back(big);
-    in.min_out.push_back(n > 1 ? small_out : 0);
-    in.min_in.push_back(n > 1 ? small_in : 0);
-  }
-  for (Schedule s : {Schedule::two_bw, Schedule::flush, Schedule::gpipe})
-    for (int64_t j = 0; j < model.num_layers(); ++j)
-      in.max_layer_static[static_cast<size_t>(s)] =
-          std::max(in.max_layer_static[static_cast<size_t>(s)], model.static_bytes(s, j, j + 1));
-  const int64_t dsize = schemas::dtype_bytes(p.model.dtype);
-  for (const auto& l : p.layers) in.total_grad_bytes += l.param_bytes / dsize * 4;
-  return in;
-}
-
-// Lower bound on a candidate's step time: the bottleneck stage is no cheaper than the average stage
-// (all compute, plus boundary transfers and allreduces at the fastest level this placement can give
-// any stage, spread over d stages) nor than a stage holding only the largest layer. Infinity when
-// static memory alone cannot fit. Scaled down by 1e-9 so rounding never lifts it above the exact cost.
-double lower_bound(const CostModel& model, const Candidate& c, const BoundInputs& in) {
-  const int64_t cap = model.memory_limit_bytes() - model.constraints().reserve_bytes;
-  const int64_t total_static = model.static_bytes(c.schedule, 0, model.num_layers());
-  if (in.max_layer_static[static_cast<size_t>(c.schedule)] > cap || total_static > cap * c.depth)
-    return kInfinity;
-  const auto bi = static_cast<size_t>(c.microbatch_index);
-  const double d = static_cast<double>(c.depth);
-  const double k = static_cast<double>(CostModel::pipeline_factor(c));
-  const bool rep_inner = c.placement == Placement::replicas_inner;
-  double p2p = 0.0;
-  if (c.depth > 1) {
-    const int64_t lvl = rep_inner ? model.level_between(0, 2 * c.width - 1) : 0;
-    p2p = (d - 1.0) * 2.0 * (model.p2p_ms(in.min_out[bi], lvl) + model.p2p_ms(in.min_in[bi], lvl));
-  }
-  double sum = k * (model.compute_prefix(c.microbatch_index).back() + p2p);
-  if (c.width > 1) {
-    const int64_t lvl = model.level_between(0, rep_inner ? c.width - 1 : (c.width - 1) * c.depth);
-    const double grads = std::max<double>(0.0, static_cast<double>(in.total_grad_bytes - 4 * c.depth));
-    sum += d * model.allreduce_ms(0, c.width, lvl) +
-           (model.allreduce_ms(static_cast<int64_t>(grads), c.width, lvl) - model.allreduce_ms(0, c.width, lvl));
-  }
-  return std::max(sum / d, k * in.max_layer_ms[bi]) * (1.0 - 1e-9);
 }
 
 bool better(const Evaluated& a, size_t ia, const Evaluated& b, size_t ib) {
@@ -180,11 +119,9 @@ SearchResult search(const CostModel& model, const SearchOptions& options) {
   SearchResult result;
   const auto candidates = enumerate_candidates(model);
   result.candidates = static_cast<int64_t>(candidates.size());
-  const BoundInputs bin = bound_inputs(model);
+  StepLowerBound lower_bound(model);
   std::vector<double> lb(candidates.size());
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    lb[i] = lower_bound(model, candidates[i], bin);
-  }
+  for (size_t i = 0; i < candidates.size(); ++i) lb[i] = lower_bound(candidates[i]);
   std::vector<size_t> order(candidates.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return lb[a] < lb[b]; });

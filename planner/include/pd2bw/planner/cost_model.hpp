@@ -95,10 +95,20 @@ class CostModel {
   const std::vector<int64_t>& param_prefix() const { return param_prefix_; }
 
   // Time to move `bytes` point to point over level `level`: bytes / bandwidth + latency (ms).
-  double p2p_ms(int64_t bytes, int64_t level) const;
+  // Defined inline: the partitioner calls both in its innermost loop.
+  double p2p_ms(int64_t bytes, int64_t level) const {
+    const auto& l = cluster_.levels[static_cast<size_t>(level)];
+    return static_cast<double>(bytes) / (l.p2p_gbps * 1e6) + l.p2p_latency_ms;
+  }
   // Ring allreduce of `bytes` over `width` ranks spanning level `level`:
   // 2 (w - 1) / w * bytes / busbw + latency (ms); 0 when width is 1.
-  double allreduce_ms(int64_t bytes, int64_t width, int64_t level) const;
+  double allreduce_ms(int64_t bytes, int64_t width, int64_t level) const {
+    if (width <= 1) return 0.0;
+    const auto& l = cluster_.levels[static_cast<size_t>(level)];
+    const double w = static_cast<double>(width);
+    return 2.0 * (w - 1.0) / w * static_cast<double>(bytes) / (l.allreduce_busbw_gbps * 1e6) +
+           l.p2p_latency_ms;
+  }
   // Slowest level any replica's link between stages left_stage and left_stage + 1 crosses.
   int64_t boundary_level(const Candidate& c, int64_t left_stage) const;
   // Level spanned by the replicas of `stage`.

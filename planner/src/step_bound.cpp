@@ -1,0 +1,157 @@
+// Lower bounds on a candidate's step time (see step_bound.hpp). Both are valid for every split:
+//
+// Average: the bottleneck stage costs at least the average stage. Summed over stages, the step shares
+// hold all of the model's compute, the cheapest boundary transfers the placement allows and the
+// allreduces at the fastest level the replicas can span.
+//
+// Capacity: at step time T a stage's compute c (fwd + bwd per microbatch) obeys k (c + p2p) + allreduce
+// <= T, so c <= x = (T - allreduce) / k - p2p with the least p2p and allreduce any stage has. A stage
+// that recomputes spends at least (1 + r) c, r the smallest forward share of a layer, so c <= x / (1 + r).
+// A stage that keeps f microbatches without recomputing holds layers with sum(static + f * stash)
+// <= device memory - reserve, so c <= that capacity times the largest (fwd + bwd) / (static + f * stash)
+// of a layer. Whatever the stages choose, their capacities must add up to the whole model's compute.
+#include "step_bound.hpp"
+
+#include <algorithm>
+
+#include "pd2bw/planner/partition.hpp"
+
+namespace pd2bw::planner {
+
+StepLowerBound::StepLowerBound(const CostModel& model) : model_(model) {
+  const auto& p = model.profile();
+  const size_t n = p.layers.size();
+  cap_bytes_ = model.memory_limit_bytes() - model.constraints().reserve_bytes;
+  for (size_t bi = 0; bi < p.microbatch_sizes.size(); ++bi) {
+    double big = 0.0, share = 1.0;
+    int64_t small_out = INT64_MAX, small_in = INT64_MAX;
+    for (size_t j = 0; j < n; ++j) {
+      const auto& t = p.layers[j].per_microbatch[bi];
+      big = std::max(big, t.fwd_ms + t.bwd_ms);
+      share = std::min(share, t.fwd_ms / (t.fwd_ms + t.bwd_ms));
+      if (j + 1 < n) small_out = std::min(small_out, t.output_bytes);
+      if (j > 0) small_in = std::min(small_in, t.input_bytes);
+    }
+    max_layer_ms_.push_back(big);
+    min_fwd_share_.push_back(share);
+    min_out_.push_back(n > 1 ? small_out : 0);
+    min_in_.push_back(n > 1 ? small_in : 0);
+  }
+  for (Schedule s : {Schedule::two_bw, Schedule::flush, Schedule::gpipe})
+    for (int64_t j = 0; j < model.num_layers(); ++j) {
+      const int64_t st = model.static_bytes(s, j, j + 1);
+      auto& top = max_layer_static_[static_cast<size_t>(s)];
+      top = std::max(top, st);
+      if (s != Schedule::gpipe) layer_static_[s == Schedule::two_bw ? 1 : 0].push_back(st);
+    }
+  const int64_t dsize = schemas::dtype_bytes(p.model.dtype);
+  for (const auto& l : p.layers) total_grad_bytes_ += l.param_bytes / dsize * 4;
+  for (auto* v : {&capacity_vals_, &capacity_sums_})
+    for (auto& per_b : *v) per_b.assign(p.microbatch_sizes.size(), std::vector<double>{0.0});
+}
+
+double StepLowerBound::plain_capacity(bool two_versions, size_t bi, int64_t f) {
+  const auto nb = static_cast<int64_t>(max_layer_ms_.size());
+  const int64_t key = (f * nb + static_cast<int64_t>(bi)) * 2 + (two_versions ? 1 : 0);
+  if (auto it = capacity_memo_.find(key); it != capacity_memo_.end()) return it->second;
+  const auto& layers = model_.profile().layers;
+  const auto& statics = layer_static_[two_versions ? 1 : 0];
+  double ratio = 0.0;
+  for (size_t j = 0; j < layers.size() && ratio < kInfinity; ++j) {
+    const auto& t = layers[j].per_microbatch[bi];
+    const double bytes =
+        static_cast<double>(statics[j]) + static_cast<double>(f) * static_cast<double>(t.stash_bytes);
+    ratio = bytes > 0.0 ? std::max(ratio, (t.fwd_ms + t.bwd_ms) / bytes) : kInfinity;
+  }
+  const double v = ratio * static_cast<double>(cap_bytes_);
+  capacity_memo_.emplace(key, v);
+  return v;
+}
+
+double StepLowerBound::clipped_prefix(bool two_versions, size_t bi, int64_t n, double low, double high) {
+  auto& sums = capacity_sums_[two_versions ? 1 : 0][bi];
+  auto& vals = capacity_vals_[two_versions ? 1 : 0][bi];
+  while (static_cast<int64_t>(sums.size()) <= n) {
+    vals.push_back(plain_capacity(two_versions, bi, static_cast<int64_t>(sums.size())));
+    sums.push_back(sums.back() + (vals.back() < kInfinity ? vals.back() : 0.0));
+  }
+  // vals[f] does not grow with f: a leading run is clipped to high, a trailing run to low.
+  const auto first = vals.begin() + 1, last = vals.begin() + 1 + n;
+  const auto hi_end = std::partition_point(first, last, [&](double v) { return v >= high; }) - first;
+  const auto lo_begin = std::partition_point(first, last, [&](double v) { return v > low; }) - first;
+  return high * static_cast<double>(hi_end) +
+         (sums[static_cast<size_t>(lo_begin)] - sums[static_cast<size_t>(hi_end)]) +
+         low * static_cast<double>(n - lo_begin);
+}
+
+double StepLowerBound::capacity_sum(const Candidate& c, double x) {
+  const auto bi = static_cast<size_t>(c.microbatch_index);
+  const auto policy = model_.constraints().recompute;
+  const double redo = x / (1.0 + min_fwd_share_[bi]);
+  if (policy == RecomputePolicy::always) return static_cast<double>(c.depth) * redo;
+  const double low = policy == RecomputePolicy::never ? 0.0 : redo;
+  const bool two = c.schedule == Schedule::two_bw;
+  auto one = [&](int64_t f) { return std::clamp(plain_capacity(two, bi, f), low, x); };
+  const int64_t d = c.depth, m = c.microbatches;
+  if (c.schedule == Schedule::gpipe) return static_cast<double>(d) * one(m);
+  if (d < m) return clipped_prefix(two, bi, d, low, x);  // in-flight counts d, d - 1, ..., 1
+  // d - m + 1 stages keep m microbatches, the rest m - 1, ..., 1.
+  return clipped_prefix(two, bi, m - 1, low, x) + static_cast<double>(d - m + 1) * one(m);
+}
+
+double StepLowerBound::capacity_bound(const Candidate& c) {
+  const double total = model_.compute_prefix(c.microbatch_index).back();
+  const double d = static_cast<double>(c.depth);
+  double lo = total / d;  // no stage holds more than x, so x >= total / d
+  double hi = lo * (1.0 + min_fwd_share_[static_cast<size_t>(c.microbatch_index)]);
+  if (capacity_sum(c, hi) < total) {
+    if (model_.constraints().recompute != RecomputePolicy::never) return 0.0;  // cannot happen
+    for (int i = 0; i < 64 && capacity_sum(c, hi) < total; ++i) hi *= 2.0;
+    if (capacity_sum(c, hi) < total) return kInfinity;  // memory caps the capacity below the model
+  }
+  for (int it = 0; it < 40 && hi - lo > 1e-9 * hi; ++it) {
+    const double mid = 0.5 * (lo + hi);
+    (capacity_sum(c, mid) < total ? lo : hi) = mid;
+  }
+  const auto bi = static_cast<size_t>(c.microbatch_index);
+  const bool rep_inner = c.placement == Placement::replicas_inner;
+  double p2p = 0.0, allreduce = 0.0;
+  if (c.depth > 1) {
+    const int64_t lvl = rep_inner ? model_.level_between(0, 2 * c.width - 1) : 0;
+    p2p = 2.0 * model_.p2p_ms(std::min(min_out_[bi], min_in_[bi]), lvl);
+  }
+  if (c.width > 1) {
+    const int64_t lvl = model_.level_between(0, rep_inner ? c.width - 1 : (c.width - 1) * c.depth);
+    allreduce = model_.allreduce_ms(0, c.width, lvl);
+  }
+  return static_cast<double>(CostModel::pipeline_factor(c)) * (lo + p2p) + allreduce;
+}
+
+double StepLowerBound::average_bound(const Candidate& c) const {
+  const auto bi = static_cast<size_t>(c.microbatch_index);
+  const double d = static_cast<double>(c.depth);
+  const double k = static_cast<double>(CostModel::pipeline_factor(c));
+  const bool rep_inner = c.placement == Placement::replicas_inner;
+  double p2p = 0.0;
+  if (c.depth > 1) {
+    const int64_t lvl = rep_inner ? model_.level_between(0, 2 * c.width - 1) : 0;
+    p2p = (d - 1.0) * 2.0 * (model_.p2p_ms(min_out_[bi], lvl) + model_.p2p_ms(min_in_[bi], lvl));
+  }
+  double sum = k * (model_.compute_prefix(c.microbatch_index).back() + p2p);
+  if (c.width > 1) {
+    const int64_t lvl = model_.level_between(0, rep_inner ? c.width - 1 : (c.width - 1) * c.depth);
+    const double latency = model_.allreduce_ms(0, c.width, lvl);
+    sum += d * latency + (model_.allreduce_ms(total_grad_bytes_, c.width, lvl) - latency);
+  }
+  return std::max(sum / d, k * max_layer_ms_[bi]);
+}
+
+double StepLowerBound::operator()(const Candidate& c) {
+  const int64_t total_static = model_.static_bytes(c.schedule, 0, model_.num_layers());
+  if (max_layer_static_[static_cast<size_t>(c.schedule)] > cap_bytes_ || total_static > cap_bytes_ * c.depth)
+    return kInfinity;
+  // Scaled down so that rounding never lifts the bound above an exact cost.
+  return std::max(average_bound(c), capacity_bound(c)) * (1.0 - 1e-9);
+}
+
+}  // namespace pd2bw::planner
