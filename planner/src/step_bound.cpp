@@ -18,6 +18,25 @@
 
 namespace pd2bw::planner {
 
+namespace {
+
+// The fastest levels any stage boundary and any stage's replicas can use under c's placement: a
+// boundary spans ranks [i w, (i + 2) w) when replicas are inner, adjacent ranks otherwise; the aligned
+// group of stage 0 spans the least.
+struct LinkLevels {
+  int64_t boundary = 0, replicas = 0;
+};
+
+LinkLevels fastest_levels(const CostModel& model, const Candidate& c) {
+  const bool rep_inner = c.placement == Placement::replicas_inner;
+  LinkLevels l;
+  l.boundary = rep_inner ? model.level_between(0, 2 * c.width - 1) : 0;
+  l.replicas = model.level_between(0, rep_inner ? c.width - 1 : (c.width - 1) * c.depth);
+  return l;
+}
+
+}  // namespace
+
 StepLowerBound::StepLowerBound(const CostModel& model) : model_(model) {
   const auto& p = model.profile();
   const size_t n = p.layers.size();
@@ -114,16 +133,9 @@ double StepLowerBound::capacity_bound(const Candidate& c) {
     (capacity_sum(c, mid) < total ? lo : hi) = mid;
   }
   const auto bi = static_cast<size_t>(c.microbatch_index);
-  const bool rep_inner = c.placement == Placement::replicas_inner;
-  double p2p = 0.0, allreduce = 0.0;
-  if (c.depth > 1) {
-    const int64_t lvl = rep_inner ? model_.level_between(0, 2 * c.width - 1) : 0;
-    p2p = 2.0 * model_.p2p_ms(std::min(min_out_[bi], min_in_[bi]), lvl);
-  }
-  if (c.width > 1) {
-    const int64_t lvl = model_.level_between(0, rep_inner ? c.width - 1 : (c.width - 1) * c.depth);
-    allreduce = model_.allreduce_ms(0, c.width, lvl);
-  }
+  const LinkLevels lvl = fastest_levels(model_, c);
+  const double p2p = c.depth > 1 ? 2.0 * model_.p2p_ms(std::min(min_out_[bi], min_in_[bi]), lvl.boundary) : 0.0;
+  const double allreduce = model_.allreduce_ms(0, c.width, lvl.replicas);
   return static_cast<double>(CostModel::pipeline_factor(c)) * (lo + p2p) + allreduce;
 }
 
@@ -131,17 +143,15 @@ double StepLowerBound::average_bound(const Candidate& c) const {
   const auto bi = static_cast<size_t>(c.microbatch_index);
   const double d = static_cast<double>(c.depth);
   const double k = static_cast<double>(CostModel::pipeline_factor(c));
-  const bool rep_inner = c.placement == Placement::replicas_inner;
+  const LinkLevels lvl = fastest_levels(model_, c);
   double p2p = 0.0;
-  if (c.depth > 1) {
-    const int64_t lvl = rep_inner ? model_.level_between(0, 2 * c.width - 1) : 0;
-    p2p = (d - 1.0) * 2.0 * (model_.p2p_ms(min_out_[bi], lvl) + model_.p2p_ms(min_in_[bi], lvl));
-  }
+  if (c.depth > 1)
+    p2p = (d - 1.0) * 2.0 *
+          (model_.p2p_ms(min_out_[bi], lvl.boundary) + model_.p2p_ms(min_in_[bi], lvl.boundary));
   double sum = k * (model_.compute_prefix(c.microbatch_index).back() + p2p);
   if (c.width > 1) {
-    const int64_t lvl = model_.level_between(0, rep_inner ? c.width - 1 : (c.width - 1) * c.depth);
-    const double latency = model_.allreduce_ms(0, c.width, lvl);
-    sum += d * latency + (model_.allreduce_ms(total_grad_bytes_, c.width, lvl) - latency);
+    const double latency = model_.allreduce_ms(0, c.width, lvl.replicas);
+    sum += d * latency + (model_.allreduce_ms(total_grad_bytes_, c.width, lvl.replicas) - latency);
   }
   return std::max(sum / d, k * max_layer_ms_[bi]);
 }
