@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <limits>
 
 #include "pd2bw/error.hpp"
 #include "prepared.hpp"
@@ -67,6 +68,35 @@ CostModel::CostModel(const Profile& profile, const Cluster& cluster, const Const
       stash_prefix_[bi][j + 1] = stash_prefix_[bi][j] + t.stash_bytes;
     }
   }
+  for (size_t bi = 0; bi < nb; ++bi) {
+    double share = 1.0;
+    for (const auto& l : profile_.layers)
+      share = std::min(share, l.per_microbatch[bi].fwd_ms / (l.per_microbatch[bi].fwd_ms + l.per_microbatch[bi].bwd_ms));
+    min_fwd_share_.push_back(share);
+  }
+  for (int64_t j = 0; j < num_layers(); ++j) {
+    layer_static_[0].push_back(static_bytes(Schedule::flush, j, j + 1));
+    layer_static_[1].push_back(static_bytes(Schedule::two_bw, j, j + 1));
+  }
+}
+
+double CostModel::plain_capacity_ms(Schedule s, int64_t bi, int64_t f) const {
+  const bool two = s == Schedule::two_bw;
+  const auto nb = static_cast<int64_t>(min_fwd_share_.size());
+  const int64_t key = (f * nb + bi) * 2 + (two ? 1 : 0);
+  if (auto it = capacity_memo_.find(key); it != capacity_memo_.end()) return it->second;
+  const auto& statics = layer_static_[two ? 1 : 0];
+  double ratio = 0.0;
+  for (size_t j = 0; j < profile_.layers.size() && ratio < std::numeric_limits<double>::infinity(); ++j) {
+    const auto& t = profile_.layers[j].per_microbatch[static_cast<size_t>(bi)];
+    const double bytes =
+        static_cast<double>(statics[j]) + static_cast<double>(f) * static_cast<double>(t.stash_bytes);
+    ratio = bytes > 0.0 ? std::max(ratio, (t.fwd_ms + t.bwd_ms) / bytes)
+                        : std::numeric_limits<double>::infinity();
+  }
+  const double v = ratio * static_cast<double>(memory_limit_bytes() - constraints_.reserve_bytes);
+  capacity_memo_.emplace(key, v);
+  return v;
 }
 
 int64_t CostModel::memory_limit_bytes() const { return cluster_.device.memory_bytes; }

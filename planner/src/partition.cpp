@@ -95,45 +95,60 @@ std::vector<double> least_p2p(const CostModel& model, const detail::PreparedCand
   return out;
 }
 
-// lo[c]: smallest a whose range [a, c) can still meet `time_cap` given at least `p2p_ms` of transfers,
-// and whose static memory fits `static_cap` bytes. Two pointers: both grow as a decreases.
-std::vector<int64_t> start_windows(const CostModel& model, const Candidate& c, double time_cap,
-                                   double p2p_ms, int64_t static_cap) {
+// lo[e]: smallest a whose layers [a, e) fit `static_cap` bytes of static memory (two pointers).
+std::vector<int64_t> static_starts(const CostModel& model, const Candidate& c, int64_t static_cap) {
   const int64_t L = model.num_layers();
-  const auto& cp = model.compute_prefix(c.microbatch_index);
-  const double k = static_cast<double>(CostModel::pipeline_factor(c));
   std::vector<int64_t> lo(static_cast<size_t>(L + 1), 0);
   int64_t a = 0;
   for (int64_t e = 1; e <= L; ++e) {
-    while (a < e && (k * ((cp[static_cast<size_t>(e)] - cp[static_cast<size_t>(a)]) + p2p_ms) >
-                         time_cap * (1.0 + 1e-9) ||
-                     model.static_bytes(c.schedule, a, e) > static_cap))
-      ++a;
+    while (a < e && model.static_bytes(c.schedule, a, e) > static_cap) ++a;
     lo[static_cast<size_t>(e)] = a;  // a == e means no start works
   }
   return lo;
 }
 
-// cmin[i]: smallest end of stage i such that the d - 1 - i later stages can hold the rest within the
-// time cap and the static memory cap (necessary conditions; a small slack absorbs rounding).
-std::vector<int64_t> end_windows(const CostModel& model, const Candidate& c, double time_cap,
-                                 const std::vector<double>& p2p, int64_t static_cap) {
+// The most compute (fwd + bwd per microbatch) stage i can hold in a split whose step time is <= bound:
+// k (compute + p2p) + allreduce <= bound with at least the stage's least p2p and allreduce latency;
+// a stage that recomputes pays at least (1 + the smallest forward share) times its compute, and one
+// that does not must fit its stash (CostModel::plain_capacity_ms). Negative: the stage cannot exist.
+std::vector<double> stage_compute_caps(const CostModel& model, const detail::PreparedCandidate& pc,
+                                       double bound) {
+  const Candidate& c = pc.candidate;
+  const auto p2p = least_p2p(model, pc);
+  const double k = static_cast<double>(pc.factor);
+  const double share = model.min_fwd_share(c.microbatch_index);
+  const auto policy = model.constraints().recompute;
+  std::vector<double> caps;
+  for (int64_t i = 0; i < c.depth; ++i) {
+    const auto& st = pc.stages[static_cast<size_t>(i)];
+    const double latency = st.ar_level >= 0 ? model.allreduce_ms(0, c.width, st.ar_level) : 0.0;
+    const double x = (bound - latency) / k - p2p[static_cast<size_t>(i)];
+    const double plain = std::min(x, model.plain_capacity_ms(c.schedule, c.microbatch_index, st.in_flight));
+    const double redo = x / (1.0 + share);
+    const double cap = policy == RecomputePolicy::never    ? plain
+                       : policy == RecomputePolicy::always ? redo
+                                                           : std::max(plain, redo);
+    caps.push_back(cap * (1.0 + 1e-9));  // slack for rounding: the caps only prune
+  }
+  return caps;
+}
+
+// cmin[i]: smallest end of stage i such that stages i + 1 .. d - 1 can hold the rest: within their
+// compute caps (when given) and the static memory cap.
+std::vector<int64_t> stage_min_ends(const CostModel& model, const Candidate& c, const std::vector<double>& caps,
+                                    int64_t static_cap) {
   const int64_t L = model.num_layers();
   const auto& cp = model.compute_prefix(c.microbatch_index);
-  const double k = static_cast<double>(CostModel::pipeline_factor(c));
   std::vector<int64_t> cmin(static_cast<size_t>(c.depth), 0);
-  double later_p2p = 0.0;
+  double later = 0.0;
   int64_t e = L;
   for (int64_t i = c.depth - 1; i >= 0; --i) {
-    const double rest = static_cast<double>(c.depth - 1 - i);
-    e = std::min(e, L);
-    while (e > i + 1 && k * ((cp[static_cast<size_t>(L)] - cp[static_cast<size_t>(e - 1)]) + later_p2p) <=
-                            rest * time_cap * (1.0 + 1e-9) &&
-           static_cast<double>(model.static_bytes(c.schedule, e - 1, L)) <=
-               rest * static_cast<double>(static_cap))
+    const auto rest = static_cast<double>(c.depth - 1 - i);
+    while (e > i + 1 && (caps.empty() || cp[static_cast<size_t>(L)] - cp[static_cast<size_t>(e - 1)] <= later) &&
+           static_cast<double>(model.static_bytes(c.schedule, e - 1, L)) <= rest * static_cast<double>(static_cap))
       --e;
     cmin[static_cast<size_t>(i)] = std::max(e, i + 1);
-    later_p2p += p2p[static_cast<size_t>(i)];
+    if (!caps.empty()) later += std::max(0.0, caps[static_cast<size_t>(i)]);
   }
   return cmin;
 }
@@ -193,22 +208,21 @@ Split best_split(const CostModel& model, const Candidate& c, double upper_bound_
   const int64_t static_cap = model.memory_limit_bytes() - model.constraints().reserve_bytes;
   const double bound =
       upper_bound_ms < kInfinity ? upper_bound_ms : greedy_bound(model, pc, static_cap);
-  const auto p2p = least_p2p(model, pc);
-  double middle_p2p = kInfinity;
-  for (int64_t i = 1; i + 1 < c.depth; ++i) middle_p2p = std::min(middle_p2p, p2p[static_cast<size_t>(i)]);
-  const auto lo_first = start_windows(model, c, bound, p2p.front(), static_cap);
-  const auto lo_mid = start_windows(model, c, bound, middle_p2p < kInfinity ? middle_p2p : 0.0, static_cap);
-  const auto lo_last = start_windows(model, c, bound, p2p.back(), static_cap);
-  const auto cmin = end_windows(model, c, bound, p2p, static_cap);
+  if (!(bound < kInfinity)) return out;
+  const auto caps = stage_compute_caps(model, pc, bound);
+  const auto lo_static = static_starts(model, c, static_cap);
+  const auto cmin = stage_min_ends(model, c, caps, static_cap);
+  const auto& cp = model.compute_prefix(c.microbatch_index);
+  auto lo = [&](int64_t i, int64_t e) {
+    // Smallest a with cp[e] - cp[a] <= caps[i]; e itself (no start) when the cap is negative.
+    const double least = cp[static_cast<size_t>(e)] - caps[static_cast<size_t>(i)];
+    const auto a = std::lower_bound(cp.begin(), cp.begin() + e, least) - cp.begin();
+    return std::max<int64_t>(a, lo_static[static_cast<size_t>(e)]);
+  };
   auto cost = [&](int64_t i, int64_t a, int64_t e) {
     const auto q = detail::quick_price(model, pc, i, a, e);
     return q.feasible ? q.step_ms : kInfinity;
   };
-  auto lo = [&](int64_t i, int64_t e) {
-    const auto& w = i == c.depth - 1 ? lo_last : i == 0 ? lo_first : lo_mid;
-    return w[static_cast<size_t>(e)];
-  };
-  const auto& cp = model.compute_prefix(c.microbatch_index);
   const double k = static_cast<double>(pc.factor);
   auto floor = [&](int64_t, int64_t a, int64_t e) {
     return k * (cp[static_cast<size_t>(e)] - cp[static_cast<size_t>(a)]);
@@ -256,9 +270,8 @@ OverageSplit least_overage_split(const CostModel& model, const Candidate& c, int
   bound = std::min(bound, bound_bytes);
   // Every stage holds at least its static bytes and the reserve: that narrows the windows.
   const int64_t static_cap = model.memory_limit_bytes() - model.constraints().reserve_bytes + bound;
-  const std::vector<double> no_p2p(static_cast<size_t>(c.depth), 0.0);
-  const auto lo_all = start_windows(model, c, kInfinity, 0.0, static_cap);
-  const auto cmin = end_windows(model, c, kInfinity, no_p2p, static_cap);
+  const auto lo_all = static_starts(model, c, static_cap);
+  const auto cmin = stage_min_ends(model, c, {}, static_cap);
   auto lo = [&](int64_t, int64_t e) { return lo_all[static_cast<size_t>(e)]; };
   auto cost = [&](int64_t i, int64_t a, int64_t e) { return static_cast<double>(over(i, a, e)); };
   const int64_t fixed = model.constraints().reserve_bytes - model.memory_limit_bytes();

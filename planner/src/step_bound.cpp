@@ -42,26 +42,22 @@ StepLowerBound::StepLowerBound(const CostModel& model) : model_(model) {
   const size_t n = p.layers.size();
   cap_bytes_ = model.memory_limit_bytes() - model.constraints().reserve_bytes;
   for (size_t bi = 0; bi < p.microbatch_sizes.size(); ++bi) {
-    double big = 0.0, share = 1.0;
+    double big = 0.0;
     int64_t small_out = INT64_MAX, small_in = INT64_MAX;
     for (size_t j = 0; j < n; ++j) {
       const auto& t = p.layers[j].per_microbatch[bi];
       big = std::max(big, t.fwd_ms + t.bwd_ms);
-      share = std::min(share, t.fwd_ms / (t.fwd_ms + t.bwd_ms));
       if (j + 1 < n) small_out = std::min(small_out, t.output_bytes);
       if (j > 0) small_in = std::min(small_in, t.input_bytes);
     }
     max_layer_ms_.push_back(big);
-    min_fwd_share_.push_back(share);
     min_out_.push_back(n > 1 ? small_out : 0);
     min_in_.push_back(n > 1 ? small_in : 0);
   }
   for (Schedule s : {Schedule::two_bw, Schedule::flush, Schedule::gpipe})
     for (int64_t j = 0; j < model.num_layers(); ++j) {
-      const int64_t st = model.static_bytes(s, j, j + 1);
       auto& top = max_layer_static_[static_cast<size_t>(s)];
-      top = std::max(top, st);
-      if (s != Schedule::gpipe) layer_static_[s == Schedule::two_bw ? 1 : 0].push_back(st);
+      top = std::max(top, model.static_bytes(s, j, j + 1));
     }
   const int64_t dsize = schemas::dtype_bytes(p.model.dtype);
   for (const auto& l : p.layers) total_grad_bytes_ += l.param_bytes / dsize * 4;
@@ -69,29 +65,12 @@ StepLowerBound::StepLowerBound(const CostModel& model) : model_(model) {
     for (auto& per_b : *v) per_b.assign(p.microbatch_sizes.size(), std::vector<double>{0.0});
 }
 
-double StepLowerBound::plain_capacity(bool two_versions, size_t bi, int64_t f) {
-  const auto nb = static_cast<int64_t>(max_layer_ms_.size());
-  const int64_t key = (f * nb + static_cast<int64_t>(bi)) * 2 + (two_versions ? 1 : 0);
-  if (auto it = capacity_memo_.find(key); it != capacity_memo_.end()) return it->second;
-  const auto& layers = model_.profile().layers;
-  const auto& statics = layer_static_[two_versions ? 1 : 0];
-  double ratio = 0.0;
-  for (size_t j = 0; j < layers.size() && ratio < kInfinity; ++j) {
-    const auto& t = layers[j].per_microbatch[bi];
-    const double bytes =
-        static_cast<double>(statics[j]) + static_cast<double>(f) * static_cast<double>(t.stash_bytes);
-    ratio = bytes > 0.0 ? std::max(ratio, (t.fwd_ms + t.bwd_ms) / bytes) : kInfinity;
-  }
-  const double v = ratio * static_cast<double>(cap_bytes_);
-  capacity_memo_.emplace(key, v);
-  return v;
-}
-
 double StepLowerBound::clipped_prefix(bool two_versions, size_t bi, int64_t n, double low, double high) {
   auto& sums = capacity_sums_[two_versions ? 1 : 0][bi];
   auto& vals = capacity_vals_[two_versions ? 1 : 0][bi];
   while (static_cast<int64_t>(sums.size()) <= n) {
-    vals.push_back(plain_capacity(two_versions, bi, static_cast<int64_t>(sums.size())));
+    vals.push_back(model_.plain_capacity_ms(two_versions ? Schedule::two_bw : Schedule::flush,
+                                            static_cast<int64_t>(bi), static_cast<int64_t>(sums.size())));
     sums.push_back(sums.back() + (vals.back() < kInfinity ? vals.back() : 0.0));
   }
   // vals[f] does not grow with f: a leading run is clipped to high, a trailing run to low.
@@ -106,11 +85,13 @@ double StepLowerBound::clipped_prefix(bool two_versions, size_t bi, int64_t n, d
 double StepLowerBound::capacity_sum(const Candidate& c, double x) {
   const auto bi = static_cast<size_t>(c.microbatch_index);
   const auto policy = model_.constraints().recompute;
-  const double redo = x / (1.0 + min_fwd_share_[bi]);
+  const double redo = x / (1.0 + model_.min_fwd_share(c.microbatch_index));
   if (policy == RecomputePolicy::always) return static_cast<double>(c.depth) * redo;
   const double low = policy == RecomputePolicy::never ? 0.0 : redo;
   const bool two = c.schedule == Schedule::two_bw;
-  auto one = [&](int64_t f) { return std::clamp(plain_capacity(two, bi, f), low, x); };
+  auto one = [&](int64_t f) {
+    return std::clamp(model_.plain_capacity_ms(c.schedule, c.microbatch_index, f), low, x);
+  };
   const int64_t d = c.depth, m = c.microbatches;
   if (c.schedule == Schedule::gpipe) return static_cast<double>(d) * one(m);
   if (d < m) return clipped_prefix(two, bi, d, low, x);  // in-flight counts d, d - 1, ..., 1
@@ -122,7 +103,7 @@ double StepLowerBound::capacity_bound(const Candidate& c) {
   const double total = model_.compute_prefix(c.microbatch_index).back();
   const double d = static_cast<double>(c.depth);
   double lo = total / d;  // no stage holds more than x, so x >= total / d
-  double hi = lo * (1.0 + min_fwd_share_[static_cast<size_t>(c.microbatch_index)]);
+  double hi = lo * (1.0 + model_.min_fwd_share(c.microbatch_index));
   if (capacity_sum(c, hi) < total) {
     if (model_.constraints().recompute != RecomputePolicy::never) return 0.0;  // cannot happen
     for (int i = 0; i < 64 && capacity_sum(c, hi) < total; ++i) hi *= 2.0;

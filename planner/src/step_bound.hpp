@@ -5,7 +5,6 @@
 
 #include <array>
 #include <cstdint>
-#include <unordered_map>
 #include <vector>
 
 #include "pd2bw/planner/cost_model.hpp"
@@ -26,22 +25,17 @@ class StepLowerBound {
   double capacity_bound(const Candidate& c);
   // Sum over stages of the compute each can hold when its compute budget is x (ms per microbatch).
   double capacity_sum(const Candidate& c, double x);
-  // Most compute (ms per microbatch) a stage keeping f microbatches can hold without recomputing.
-  double plain_capacity(bool two_versions, size_t bi, int64_t f);
   // Sum of plain_capacity over f = 1..n, each term clipped to [low, high].
   double clipped_prefix(bool two_versions, size_t bi, int64_t n, double low, double high);
 
   const CostModel& model_;
   int64_t cap_bytes_ = 0;                       // device memory minus the reserve
   std::vector<double> max_layer_ms_;            // per microbatch index: largest fwd + bwd
-  std::vector<double> min_fwd_share_;           // per microbatch index: smallest fwd / (fwd + bwd)
   std::vector<int64_t> min_out_, min_in_;       // per microbatch index: smallest boundary tensors
   std::array<int64_t, 3> max_layer_static_{};   // per schedule
-  std::array<std::vector<int64_t>, 2> layer_static_;  // per layer, [1 version, 2 versions]
   int64_t total_grad_bytes_ = 0;
   // plain_capacity by f (index 0 unused) and its prefix sums, [versions][bi], grown on demand.
   std::array<std::vector<std::vector<double>>, 2> capacity_vals_, capacity_sums_;
-  std::unordered_map<int64_t, double> capacity_memo_;
 };
 
 }  // namespace pd2bw::planner

@@ -3,7 +3,9 @@
 // stage through this one function, so they agree by construction.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <unordered_map>
 #include <optional>
 #include <vector>
 
@@ -94,6 +96,15 @@ class CostModel {
   const std::vector<int64_t>& stash_prefix(int64_t bi) const { return stash_prefix_[bi]; }
   const std::vector<int64_t>& param_prefix() const { return param_prefix_; }
 
+  // Most compute (fwd + bwd, ms per microbatch at microbatch index bi) a stage that keeps f microbatches
+  // in flight can hold without recomputing under schedule s: (memory - reserve) times the largest
+  // (fwd + bwd) / (static + f * stash) of any layer; infinity when some layer needs no memory.
+  // Memoised (the search asks for the same few f many times).
+  double plain_capacity_ms(Schedule s, int64_t bi, int64_t f) const;
+  // Smallest fwd / (fwd + bwd) of any layer at microbatch index bi: a stage that recomputes spends at
+  // least (1 + this) times its compute.
+  double min_fwd_share(int64_t bi) const { return min_fwd_share_[static_cast<size_t>(bi)]; }
+
   // Time to move `bytes` point to point over level `level`: bytes / bandwidth + latency (ms).
   // Defined inline: the partitioner calls both in its innermost loop.
   double p2p_ms(int64_t bytes, int64_t level) const {
@@ -124,6 +135,9 @@ class CostModel {
   std::vector<std::vector<double>> compute_prefix_;  // [microbatch index][layer + 1]
   std::vector<std::vector<double>> fwd_prefix_;
   std::vector<std::vector<int64_t>> stash_prefix_;
+  std::vector<double> min_fwd_share_;                // [microbatch index]
+  std::array<std::vector<int64_t>, 2> layer_static_;  // static bytes per layer, [1 or 2 weight versions]
+  mutable std::unordered_map<int64_t, double> capacity_memo_;
 };
 
 }  // namespace pd2bw::planner
