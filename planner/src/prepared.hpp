@@ -16,9 +16,29 @@ struct PreparedStage {
   int64_t in_flight = 0;
 };
 
+// The multipliers of the memory terms that depend only on the parameters a stage holds (compute dtype
+// bytes): weight versions, fp32 master weights, fp32 gradients, fp32 optimizer moments.
+struct StaticFactors {
+  int64_t dtype_bytes = 4;
+  int64_t versions = 1;    // 2 for 2bw
+  int64_t moments = 2;     // 2 for AdamW, 1 for SGD with momentum
+  bool master = false;     // compute dtype narrower than fp32
+  int64_t fp32(int64_t params) const { return params / dtype_bytes * 4; }
+  int64_t weights(int64_t params) const { return versions * params; }
+  int64_t master_copy(int64_t params) const { return master ? fp32(params) : 0; }
+  int64_t optimizer(int64_t params) const { return moments * fp32(params); }
+  int64_t total(int64_t params) const {
+    return weights(params) + master_copy(params) + fp32(params) + optimizer(params);
+  }
+};
+StaticFactors static_factors(const CostModel& model, Schedule s);
+
 struct PreparedCandidate {
   Candidate candidate;
   int64_t factor = 0;  // pipeline_factor
+  StaticFactors statics;
+  int64_t limit_bytes = 0, reserve_bytes = 0;
+  RecomputePolicy policy = RecomputePolicy::auto_;
   std::vector<PreparedStage> stages;
 };
 

@@ -10,16 +10,13 @@ namespace pd2bw::planner::detail {
 
 namespace {
 
-// The terms that do not depend on the stage's position: weight versions, fp32 master weights (when the
-// compute dtype is narrower), fp32 gradients and optimizer state.
 schemas::MemoryBreakdown static_terms(const CostModel& model, Schedule s, int64_t param_bytes) {
-  const int64_t dsize = schemas::dtype_bytes(model.profile().model.dtype);
-  const int64_t fp32 = param_bytes / dsize * 4;
+  const StaticFactors f = static_factors(model, s);
   schemas::MemoryBreakdown m;
-  m.weights_bytes = (s == Schedule::two_bw ? 2 : 1) * param_bytes;
-  m.master_bytes = dsize == 4 ? 0 : fp32;
-  m.grads_bytes = fp32;
-  m.optimizer_bytes = (model.constraints().optimizer == Optimizer::adamw ? 2 : 1) * fp32;
+  m.weights_bytes = f.weights(param_bytes);
+  m.master_bytes = f.master_copy(param_bytes);
+  m.grads_bytes = f.fp32(param_bytes);
+  m.optimizer_bytes = f.optimizer(param_bytes);
   return m;
 }
 
@@ -48,15 +45,27 @@ schemas::MemoryBreakdown memory_for(const CostModel& model, Schedule s, const Qu
 
 }  // namespace
 
+StaticFactors static_factors(const CostModel& model, Schedule s) {
+  StaticFactors f;
+  f.dtype_bytes = schemas::dtype_bytes(model.profile().model.dtype);
+  f.versions = s == Schedule::two_bw ? 2 : 1;
+  f.moments = model.constraints().optimizer == Optimizer::adamw ? 2 : 1;
+  f.master = f.dtype_bytes != 4;
+  return f;
+}
+
 int64_t static_bytes_for(const CostModel& model, Schedule s, int64_t param_bytes) {
-  const auto m = static_terms(model, s, param_bytes);
-  return m.weights_bytes + m.master_bytes + m.grads_bytes + m.optimizer_bytes;
+  return static_factors(model, s).total(param_bytes);
 }
 
 PreparedCandidate prepare(const CostModel& model, const Candidate& c) {
   PreparedCandidate pc;
   pc.candidate = c;
   pc.factor = CostModel::pipeline_factor(c);
+  pc.statics = static_factors(model, c.schedule);
+  pc.limit_bytes = model.memory_limit_bytes();
+  pc.reserve_bytes = model.constraints().reserve_bytes;
+  pc.policy = model.constraints().recompute;
   pc.stages.resize(static_cast<size_t>(c.depth));
   for (int64_t i = 0; i < c.depth; ++i) {
     auto& st = pc.stages[static_cast<size_t>(i)];
@@ -89,12 +98,11 @@ QuickCost quick_price(const CostModel& model, const PreparedCandidate& pc, int64
     p2p += 2.0 * model.p2p_ms(q.out_bytes, st.out_level);
     q.comm_bytes += 2 * q.out_bytes;
   }
-  const int64_t base = static_bytes_for(model, c.schedule, q.param_bytes) + q.comm_bytes +
-                       model.constraints().reserve_bytes;
+  const int64_t base = pc.statics.total(q.param_bytes) + q.comm_bytes + pc.reserve_bytes;
   q.plain_bytes = base + st.in_flight * q.stash_one;
   q.redo_bytes = base + st.in_flight * q.in_bytes + q.stash_one;
-  const int64_t limit = model.memory_limit_bytes();
-  switch (model.constraints().recompute) {
+  const int64_t limit = pc.limit_bytes;
+  switch (pc.policy) {
     case RecomputePolicy::never: q.feasible = q.plain_bytes <= limit; break;
     case RecomputePolicy::always:
       q.recompute = true;
@@ -114,7 +122,7 @@ QuickCost quick_price(const CostModel& model, const PreparedCandidate& pc, int64
     const auto& fp = model.fwd_prefix(c.microbatch_index);
     q.compute_ms += fp[end] - fp[begin];
   }
-  const int64_t grad_bytes = q.param_bytes / schemas::dtype_bytes(model.profile().model.dtype) * 4;
+  const int64_t grad_bytes = pc.statics.fp32(q.param_bytes);
   q.allreduce_ms = st.ar_level >= 0 ? model.allreduce_ms(grad_bytes, c.width, st.ar_level) : 0.0;
   q.step_ms = static_cast<double>(pc.factor) * (q.compute_ms + q.p2p_ms) + q.allreduce_ms;
   return q;
