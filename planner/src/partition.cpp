@@ -153,6 +153,27 @@ std::vector<int64_t> stage_min_ends(const CostModel& model, const Candidate& c, 
   return cmin;
 }
 
+// A necessary condition for any split, checked before pricing anything: stage by stage, the furthest
+// end the windows allow (a stage ending at e starts at or after lo(i, e), which never decreases in e)
+// must move forward and reach the last layer.
+template <class Lo>
+bool windows_reach_end(int64_t L, int64_t d, Lo&& lo) {
+  int64_t reach = 0;
+  for (int64_t i = 0; i < d; ++i) {
+    int64_t e_lo = reach + 1, e_hi = L - (d - 1 - i);
+    if (e_lo > e_hi || lo(i, e_lo) > reach) return false;
+    while (e_lo < e_hi) {  // the largest e with lo(i, e) <= reach
+      const int64_t mid = e_lo + (e_hi - e_lo + 1) / 2;
+      if (lo(i, mid) <= reach)
+        e_lo = mid;
+      else
+        e_hi = mid - 1;
+    }
+    reach = e_lo;
+  }
+  return reach == L;
+}
+
 // A feasible split found greedily (each stage as long as allowed) at threshold t, or empty.
 std::vector<int64_t> greedy_split(const CostModel& model, const detail::PreparedCandidate& pc, double t,
                                   int64_t static_cap) {
@@ -180,16 +201,20 @@ std::vector<int64_t> greedy_split(const CostModel& model, const detail::Prepared
   return bounds;
 }
 
-// An upper bound on the optimum from greedy splits: bisection on the threshold.
-double greedy_bound(const CostModel& model, const detail::PreparedCandidate& pc, int64_t static_cap) {
+// An upper bound on the optimum from greedy splits, by bisection on the threshold, never above `known`
+// (the DP's work grows with the gap between its bound and the optimum, and a greedy run is cheap).
+// With an infinite `known` the threshold doubles until a greedy split exists.
+double greedy_bound(const CostModel& model, const detail::PreparedCandidate& pc, int64_t static_cap,
+                    double known) {
   const auto& cp = model.compute_prefix(pc.candidate.microbatch_index);
   const double k = static_cast<double>(pc.factor);
   double lo = k * cp.back() / static_cast<double>(pc.candidate.depth);
-  double hi = lo;
-  int doublings = 0;
-  while (greedy_split(model, pc, hi, static_cap).empty()) {
-    if (++doublings > 40) return kInfinity;
-    hi *= 2.0;
+  double hi = known < kInfinity ? known : lo;
+  if (known < kInfinity) {
+    if (lo >= hi || greedy_split(model, pc, hi, static_cap).empty()) return known;
+  } else {
+    for (int doublings = 0; greedy_split(model, pc, hi, static_cap).empty(); hi *= 2.0)
+      if (++doublings > 40) return kInfinity;
   }
   for (int it = 0; it < 16 && hi - lo > 1e-4 * hi; ++it) {
     const double mid = 0.5 * (lo + hi);
@@ -206,8 +231,7 @@ Split best_split(const CostModel& model, const Candidate& c, double upper_bound_
   if (c.depth < 1 || c.depth > L) return out;
   const auto pc = detail::prepare(model, c);
   const int64_t static_cap = model.memory_limit_bytes() - model.constraints().reserve_bytes;
-  const double bound =
-      upper_bound_ms < kInfinity ? upper_bound_ms : greedy_bound(model, pc, static_cap);
+  const double bound = greedy_bound(model, pc, static_cap, upper_bound_ms);
   if (!(bound < kInfinity)) return out;
   const auto caps = stage_compute_caps(model, pc, bound);
   const auto lo_static = static_starts(model, c, static_cap);
@@ -227,6 +251,7 @@ Split best_split(const CostModel& model, const Candidate& c, double upper_bound_
   auto floor = [&](int64_t, int64_t a, int64_t e) {
     return k * (cp[static_cast<size_t>(e)] - cp[static_cast<size_t>(a)]);
   };
+  if (!windows_reach_end(L, c.depth, lo)) return out;
   double best = kInfinity;
   auto bounds = minmax_dp(L, c.depth, bound, lo, cmin, floor, cost, &best);
   if (bounds.empty()) return out;
