@@ -68,12 +68,27 @@ CostModel::CostModel(const Profile& profile, const Cluster& cluster, const Const
       stash_prefix_[bi][j + 1] = stash_prefix_[bi][j] + t.stash_bytes;
     }
   }
+  input_bytes_.assign(nb, {});
+  output_bytes_.assign(nb, {});
+  input_p2p_.assign(nb, std::vector<std::vector<double>>(cluster_.levels.size()));
+  output_p2p_.assign(nb, std::vector<std::vector<double>>(cluster_.levels.size()));
+  for (size_t bi = 0; bi < nb; ++bi)
+    for (const auto& l : profile_.layers) {
+      const auto& t = l.per_microbatch[bi];
+      input_bytes_[bi].push_back(t.input_bytes);
+      output_bytes_[bi].push_back(t.output_bytes);
+      for (size_t lv = 0; lv < cluster_.levels.size(); ++lv) {
+        input_p2p_[bi][lv].push_back(p2p_ms(t.input_bytes, static_cast<int64_t>(lv)));
+        output_p2p_[bi][lv].push_back(p2p_ms(t.output_bytes, static_cast<int64_t>(lv)));
+      }
+    }
   for (size_t bi = 0; bi < nb; ++bi) {
     double share = 1.0;
     for (const auto& l : profile_.layers)
       share = std::min(share, l.per_microbatch[bi].fwd_ms / (l.per_microbatch[bi].fwd_ms + l.per_microbatch[bi].bwd_ms));
     min_fwd_share_.push_back(share);
   }
+  for (auto& per_b : capacity_cache_) per_b.assign(nb, {});
   for (int64_t j = 0; j < num_layers(); ++j) {
     layer_static_[0].push_back(static_bytes(Schedule::flush, j, j + 1));
     layer_static_[1].push_back(static_bytes(Schedule::two_bw, j, j + 1));
@@ -82,9 +97,10 @@ CostModel::CostModel(const Profile& profile, const Cluster& cluster, const Const
 
 double CostModel::plain_capacity_ms(Schedule s, int64_t bi, int64_t f) const {
   const bool two = s == Schedule::two_bw;
-  const auto nb = static_cast<int64_t>(min_fwd_share_.size());
-  const int64_t key = (f * nb + bi) * 2 + (two ? 1 : 0);
-  if (auto it = capacity_memo_.find(key); it != capacity_memo_.end()) return it->second;
+  auto& cache = capacity_cache_[two ? 1 : 0][static_cast<size_t>(bi)];
+  if (cache.size() <= static_cast<size_t>(f)) cache.resize(static_cast<size_t>(f) + 1, -1.0);
+  double& v = cache[static_cast<size_t>(f)];
+  if (v >= 0.0) return v;
   const auto& statics = layer_static_[two ? 1 : 0];
   double ratio = 0.0;
   for (size_t j = 0; j < profile_.layers.size() && ratio < std::numeric_limits<double>::infinity(); ++j) {
@@ -94,8 +110,7 @@ double CostModel::plain_capacity_ms(Schedule s, int64_t bi, int64_t f) const {
     ratio = bytes > 0.0 ? std::max(ratio, (t.fwd_ms + t.bwd_ms) / bytes)
                         : std::numeric_limits<double>::infinity();
   }
-  const double v = ratio * static_cast<double>(memory_limit_bytes() - constraints_.reserve_bytes);
-  capacity_memo_.emplace(key, v);
+  v = ratio * static_cast<double>(memory_limit_bytes() - constraints_.reserve_bytes);
   return v;
 }
 

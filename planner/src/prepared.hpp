@@ -14,6 +14,8 @@ struct PreparedStage {
   int64_t out_level = -1;  // level of the link to the next stage (-1: last stage)
   int64_t ar_level = -1;   // level the stage's replicas span (-1: width 1)
   int64_t in_flight = 0;
+  const double* in_p2p = nullptr;   // CostModel::input_p2p_ms at in_level, or null
+  const double* out_p2p = nullptr;  // CostModel::output_p2p_ms at out_level, or null
 };
 
 // The multipliers of the memory terms that depend only on the parameters a stage holds (compute dtype
@@ -39,6 +41,9 @@ struct PreparedCandidate {
   StaticFactors statics;
   int64_t limit_bytes = 0, reserve_bytes = 0;
   RecomputePolicy policy = RecomputePolicy::auto_;
+  // The profile's per-layer arrays at the candidate's microbatch size.
+  const double *compute = nullptr, *fwd = nullptr;
+  const int64_t *stash = nullptr, *params = nullptr, *in_bytes = nullptr, *out_bytes = nullptr;
   std::vector<PreparedStage> stages;
 };
 

@@ -73,29 +73,35 @@ PreparedCandidate prepare(const CostModel& model, const Candidate& c) {
     if (i + 1 < c.depth) st.out_level = model.boundary_level(c, i);
     if (i > 0) st.in_level = pc.stages[static_cast<size_t>(i - 1)].out_level;
     if (c.width > 1) st.ar_level = model.allreduce_level(c, i);
+    if (st.in_level >= 0) st.in_p2p = model.input_p2p_ms(c.microbatch_index, st.in_level).data();
+    if (st.out_level >= 0) st.out_p2p = model.output_p2p_ms(c.microbatch_index, st.out_level).data();
   }
+  pc.compute = model.compute_prefix(c.microbatch_index).data();
+  pc.fwd = model.fwd_prefix(c.microbatch_index).data();
+  pc.stash = model.stash_prefix(c.microbatch_index).data();
+  pc.params = model.param_prefix().data();
+  pc.in_bytes = model.input_bytes(c.microbatch_index).data();
+  pc.out_bytes = model.output_bytes(c.microbatch_index).data();
   return pc;
 }
 
 QuickCost quick_price(const CostModel& model, const PreparedCandidate& pc, int64_t stage, int64_t begin,
                       int64_t end) {
   const Candidate& c = pc.candidate;
-  const auto bi = static_cast<size_t>(c.microbatch_index);
   const auto& st = pc.stages[static_cast<size_t>(stage)];
-  const auto& layers = model.profile().layers;
+  const auto b = static_cast<size_t>(begin), e = static_cast<size_t>(end);
   QuickCost q;
-  q.in_bytes = layers[static_cast<size_t>(begin)].per_microbatch[bi].input_bytes;
-  q.out_bytes = layers[static_cast<size_t>(end - 1)].per_microbatch[bi].output_bytes;
-  q.param_bytes = model.param_prefix()[end] - model.param_prefix()[begin];
-  const auto& sp = model.stash_prefix(c.microbatch_index);
-  q.stash_one = sp[end] - sp[begin];
+  q.in_bytes = pc.in_bytes[b];
+  q.out_bytes = pc.out_bytes[e - 1];
+  q.param_bytes = pc.params[e] - pc.params[b];
+  q.stash_one = pc.stash[e] - pc.stash[b];
   double p2p = 0.0;
-  if (st.in_level >= 0) {
-    p2p += 2.0 * model.p2p_ms(q.in_bytes, st.in_level);
+  if (st.in_p2p) {
+    p2p += 2.0 * st.in_p2p[b];
     q.comm_bytes += 2 * q.in_bytes;
   }
-  if (st.out_level >= 0) {
-    p2p += 2.0 * model.p2p_ms(q.out_bytes, st.out_level);
+  if (st.out_p2p) {
+    p2p += 2.0 * st.out_p2p[e - 1];
     q.comm_bytes += 2 * q.out_bytes;
   }
   const int64_t base = pc.statics.total(q.param_bytes) + q.comm_bytes + pc.reserve_bytes;
@@ -116,12 +122,8 @@ QuickCost quick_price(const CostModel& model, const PreparedCandidate& pc, int64
       break;
   }
   q.p2p_ms = p2p;
-  const auto& cp = model.compute_prefix(c.microbatch_index);
-  q.compute_ms = cp[end] - cp[begin];
-  if (q.recompute) {
-    const auto& fp = model.fwd_prefix(c.microbatch_index);
-    q.compute_ms += fp[end] - fp[begin];
-  }
+  q.compute_ms = pc.compute[e] - pc.compute[b];
+  if (q.recompute) q.compute_ms += pc.fwd[e] - pc.fwd[b];
   const int64_t grad_bytes = pc.statics.fp32(q.param_bytes);
   q.allreduce_ms = st.ar_level >= 0 ? model.allreduce_ms(grad_bytes, c.width, st.ar_level) : 0.0;
   q.step_ms = static_cast<double>(pc.factor) * (q.compute_ms + q.p2p_ms) + q.allreduce_ms;

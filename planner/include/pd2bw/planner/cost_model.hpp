@@ -5,7 +5,6 @@
 
 #include <array>
 #include <cstdint>
-#include <unordered_map>
 #include <optional>
 #include <vector>
 
@@ -95,6 +94,16 @@ class CostModel {
   const std::vector<double>& fwd_prefix(int64_t bi) const { return fwd_prefix_[bi]; }
   const std::vector<int64_t>& stash_prefix(int64_t bi) const { return stash_prefix_[bi]; }
   const std::vector<int64_t>& param_prefix() const { return param_prefix_; }
+  // Per layer at microbatch index bi: the activation entering / leaving it (bytes), and p2p_ms of that
+  // tensor over level `level` (tabulated: the partitioner reads them in its innermost loop).
+  const std::vector<int64_t>& input_bytes(int64_t bi) const { return input_bytes_[static_cast<size_t>(bi)]; }
+  const std::vector<int64_t>& output_bytes(int64_t bi) const { return output_bytes_[static_cast<size_t>(bi)]; }
+  const std::vector<double>& input_p2p_ms(int64_t bi, int64_t level) const {
+    return input_p2p_[static_cast<size_t>(bi)][static_cast<size_t>(level)];
+  }
+  const std::vector<double>& output_p2p_ms(int64_t bi, int64_t level) const {
+    return output_p2p_[static_cast<size_t>(bi)][static_cast<size_t>(level)];
+  }
 
   // Most compute (fwd + bwd, ms per microbatch at microbatch index bi) a stage that keeps f microbatches
   // in flight can hold without recomputing under schedule s: (memory - reserve) times the largest
@@ -136,8 +145,11 @@ class CostModel {
   std::vector<std::vector<double>> fwd_prefix_;
   std::vector<std::vector<int64_t>> stash_prefix_;
   std::vector<double> min_fwd_share_;                // [microbatch index]
+  std::vector<std::vector<int64_t>> input_bytes_, output_bytes_;        // [microbatch index][layer]
+  std::vector<std::vector<std::vector<double>>> input_p2p_, output_p2p_;  // [mb index][level][layer]
   std::array<std::vector<int64_t>, 2> layer_static_;  // static bytes per layer, [1 or 2 weight versions]
-  mutable std::unordered_map<int64_t, double> capacity_memo_;
+  // plain_capacity_ms by [1 or 2 versions][mb index][f]; -1 = not computed yet.
+  mutable std::array<std::vector<std::vector<double>>, 2> capacity_cache_;
 };
 
 }  // namespace pd2bw::planner
