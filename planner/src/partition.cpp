@@ -225,6 +225,12 @@ double greedy_bound(const CostModel& model, const detail::PreparedCandidate& pc,
 
 }  // namespace
 
+double greedy_step_ms(const CostModel& model, const Candidate& c) {
+  if (c.depth < 1 || c.depth > model.num_layers()) return kInfinity;
+  const int64_t static_cap = model.memory_limit_bytes() - model.constraints().reserve_bytes;
+  return greedy_bound(model, detail::prepare(model, c), static_cap, kInfinity);
+}
+
 Split best_split(const CostModel& model, const Candidate& c, double upper_bound_ms) {
   Split out;
   const int64_t L = model.num_layers();

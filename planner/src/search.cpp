@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <array>
 #include <numeric>
+#include <map>
+#include <utility>
 
 #include "prepared.hpp"
 #include "step_bound.hpp"
@@ -30,10 +32,22 @@ class Leaderboard {
  public:
   explicit Leaderboard(size_t keep) : keep_(keep) {}
 
-  // The step time a candidate of schedule s must not exceed to matter.
+  // The step time a candidate of schedule s must not exceed to matter: to enter the kept `keep` or to
+  // beat its schedule's best. Both thresholds come from exact entries and from upper bounds (seeds) of
+  // other candidates; the two lists are kept apart so that no candidate is counted twice.
   double bound(Schedule s) const {
-    const double overall = entries_.size() < keep_ ? kInfinity : entries_[keep_ - 1].e.step_ms;
-    return std::max(overall, best_[static_cast<size_t>(s)]);
+    const auto si = static_cast<size_t>(s);
+    const double overall = std::min(kth(entries_.size(), [&](size_t i) { return entries_[i].e.step_ms; }),
+                                    kth(seeds_.size(), [&](size_t i) { return seeds_[i]; }));
+    return std::max(overall, std::min(best_[si], seed_best_[si]));
+  }
+
+  // Records that some candidate of schedule s has a split no slower than `upper_ms`.
+  void seed(Schedule s, double upper_ms) {
+    if (!(upper_ms < kInfinity)) return;
+    seeds_.insert(std::upper_bound(seeds_.begin(), seeds_.end(), upper_ms), upper_ms);
+    auto& b = seed_best_[static_cast<size_t>(s)];
+    b = std::min(b, upper_ms);
   }
 
   void add(Evaluated e, size_t index) {
@@ -63,10 +77,35 @@ class Leaderboard {
     Evaluated e;
     size_t index;
   };
+  template <class At>
+  double kth(size_t size, At&& at) const {
+    return size < keep_ ? kInfinity : at(keep_ - 1);
+  }
+
   size_t keep_;
   std::vector<Entry> entries_;
+  std::vector<double> seeds_;  // ascending
   std::array<double, 3> best_{kInfinity, kInfinity, kInfinity};
+  std::array<double, 3> seed_best_{kInfinity, kInfinity, kInfinity};
 };
+
+// Gives the leaderboard cheap upper bounds before any exact evaluation: greedy splits of the most
+// promising candidates of each (schedule, width), so that different pipeline depths are represented.
+// Without them the first exact evaluations run with loose bounds and cost the most.
+void seed_with_greedy(const CostModel& model, const std::vector<Candidate>& candidates,
+                      const std::vector<size_t>& order, const std::vector<double>& lb, Leaderboard& board) {
+  constexpr int kPerGroup = 3;
+  std::map<std::pair<size_t, int64_t>, int> seeded;
+  for (size_t idx : order) {
+    if (lb[idx] == kInfinity) break;
+    const auto& c = candidates[idx];
+    int& n = seeded[{static_cast<size_t>(c.schedule), c.width}];
+    if (n < kPerGroup) {
+      ++n;
+      board.seed(c.schedule, greedy_step_ms(model, c));
+    }
+  }
+}
 
 }  // namespace
 
@@ -126,7 +165,9 @@ SearchResult search(const CostModel& model, const SearchOptions& options) {
   std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return lb[a] < lb[b]; });
 
-  Leaderboard board(static_cast<size_t>(std::max<int64_t>(options.top_k, 0) + 1));
+  const auto keep = static_cast<size_t>(std::max<int64_t>(options.top_k, 0) + 1);
+  Leaderboard board(keep);
+  seed_with_greedy(model, candidates, order, lb, board);
   for (size_t idx : order) {
     if (lb[idx] == kInfinity) break;
     const auto& c = candidates[idx];

@@ -23,6 +23,10 @@ struct Split {
 // stage boundaries). Runs in about O(layers^2) when the bound is tight.
 Split best_split(const CostModel& model, const Candidate& c, double upper_bound_ms = kInfinity);
 
+// An upper bound on best_split's optimum from a greedy split (each stage as long as allowed), found by
+// bisection on the threshold; infinity when the greedy finds no split. Much cheaper than best_split.
+double greedy_step_ms(const CostModel& model, const Candidate& c);
+
 // When no split fits: the split minimising the largest memory overage (bytes over the limit) over its
 // stages, each stage in its least-memory option. Returns that overage in `over_bytes`; only splits with
 // an overage <= bound_bytes are looked for (empty bounds when there is none).
