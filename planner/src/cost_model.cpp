@@ -93,6 +93,35 @@ CostModel::CostModel(const Profile& profile, const Cluster& cluster, const Const
     layer_static_[0].push_back(static_bytes(Schedule::flush, j, j + 1));
     layer_static_[1].push_back(static_bytes(Schedule::two_bw, j, j + 1));
   }
+  for (size_t v = 0; v < 2; ++v)
+    for (size_t bi = 0; bi < nb; ++bi) capacity_front_[v].push_back(capacity_front(v, bi));
+}
+
+// plain_capacity_ms maximises (fwd + bwd) / (static + f * stash) over layers, i.e. minimises
+// static / c + f * stash / c with c = fwd + bwd. A layer beaten on both terms by another never attains
+// the maximum for any f >= 0, so only the Pareto front of (static / c, stash / c) is kept.
+std::vector<size_t> CostModel::capacity_front(size_t versions, size_t bi) const {
+  struct Point {
+    double a, b;
+    size_t j;
+  };
+  std::vector<Point> pts;
+  for (size_t j = 0; j < profile_.layers.size(); ++j) {
+    const auto& t = profile_.layers[j].per_microbatch[bi];
+    const double c = t.fwd_ms + t.bwd_ms;
+    pts.push_back({static_cast<double>(layer_static_[versions][j]) / c, static_cast<double>(t.stash_bytes) / c, j});
+  }
+  std::sort(pts.begin(), pts.end(), [](const Point& x, const Point& y) {
+    return x.a != y.a ? x.a < y.a : x.b < y.b;
+  });
+  std::vector<size_t> front;
+  double least_b = std::numeric_limits<double>::infinity();
+  for (const auto& p : pts)
+    if (p.b < least_b) {
+      least_b = p.b;
+      front.push_back(p.j);
+    }
+  return front;
 }
 
 double CostModel::plain_capacity_ms(Schedule s, int64_t bi, int64_t f) const {
@@ -103,7 +132,7 @@ double CostModel::plain_capacity_ms(Schedule s, int64_t bi, int64_t f) const {
   if (v >= 0.0) return v;
   const auto& statics = layer_static_[two ? 1 : 0];
   double ratio = 0.0;
-  for (size_t j = 0; j < profile_.layers.size() && ratio < std::numeric_limits<double>::infinity(); ++j) {
+  for (const size_t j : capacity_front_[two ? 1 : 0][static_cast<size_t>(bi)]) {
     const auto& t = profile_.layers[j].per_microbatch[static_cast<size_t>(bi)];
     const double bytes =
         static_cast<double>(statics[j]) + static_cast<double>(f) * static_cast<double>(t.stash_bytes);

@@ -148,6 +148,9 @@ class CostModel {
   std::vector<std::vector<int64_t>> input_bytes_, output_bytes_;        // [microbatch index][layer]
   std::vector<std::vector<std::vector<double>>> input_p2p_, output_p2p_;  // [mb index][level][layer]
   std::array<std::vector<int64_t>, 2> layer_static_;  // static bytes per layer, [1 or 2 weight versions]
+  // The layers that can attain plain_capacity_ms's maximum, [1 or 2 versions][mb index].
+  std::array<std::vector<std::vector<size_t>>, 2> capacity_front_;
+  std::vector<size_t> capacity_front(size_t versions, size_t bi) const;
   // plain_capacity_ms by [1 or 2 versions][mb index][f]; -1 = not computed yet.
   mutable std::array<std::vector<std::vector<double>>, 2> capacity_cache_;
 };
