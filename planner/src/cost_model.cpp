@@ -47,6 +47,13 @@ void check_constraints(const Profile& profile, const Cluster& cluster, const Con
 CostModel::CostModel(const Profile& profile, const Cluster& cluster, const Constraints& constraints)
     : profile_(profile), cluster_(cluster), constraints_(constraints) {
   check_constraints(profile_, cluster_, constraints_);
+  for (Schedule s : {Schedule::two_bw, Schedule::flush, Schedule::gpipe}) {
+    auto& f = statics_[static_cast<size_t>(s)];
+    f.dtype_bytes = schemas::dtype_bytes(profile_.model.dtype);
+    f.versions = s == Schedule::two_bw ? 2 : 1;
+    f.moments = constraints_.optimizer == Optimizer::adamw ? 2 : 1;
+    f.master = f.dtype_bytes != 4;
+  }
   int64_t span = 1;
   for (const auto& level : cluster_.levels) {
     span *= level.size;
@@ -180,9 +187,6 @@ int64_t CostModel::allreduce_level(const Candidate& c, int64_t stage) const {
   return level_between(rank_of(c, stage, 0), rank_of(c, stage, c.width - 1));
 }
 
-int64_t CostModel::static_bytes(Schedule s, int64_t begin, int64_t end) const {
-  return detail::static_bytes_for(*this, s, param_prefix_[end] - param_prefix_[begin]);
-}
 
 StageCost CostModel::stage_cost(const Candidate& c, int64_t stage, int64_t begin, int64_t end) const {
   if (begin < 0 || end > num_layers() || begin >= end || stage < 0 || stage >= c.depth)

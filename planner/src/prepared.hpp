@@ -18,23 +18,6 @@ struct PreparedStage {
   const double* out_p2p = nullptr;  // CostModel::output_p2p_ms at out_level, or null
 };
 
-// The multipliers of the memory terms that depend only on the parameters a stage holds (compute dtype
-// bytes): weight versions, fp32 master weights, fp32 gradients, fp32 optimizer moments.
-struct StaticFactors {
-  int64_t dtype_bytes = 4;
-  int64_t versions = 1;    // 2 for 2bw
-  int64_t moments = 2;     // 2 for AdamW, 1 for SGD with momentum
-  bool master = false;     // compute dtype narrower than fp32
-  int64_t fp32(int64_t params) const { return params / dtype_bytes * 4; }
-  int64_t weights(int64_t params) const { return versions * params; }
-  int64_t master_copy(int64_t params) const { return master ? fp32(params) : 0; }
-  int64_t optimizer(int64_t params) const { return moments * fp32(params); }
-  int64_t total(int64_t params) const {
-    return weights(params) + master_copy(params) + fp32(params) + optimizer(params);
-  }
-};
-StaticFactors static_factors(const CostModel& model, Schedule s);
-
 struct PreparedCandidate {
   Candidate candidate;
   int64_t factor = 0;  // pipeline_factor
@@ -67,8 +50,5 @@ QuickCost quick_price(const CostModel& model, const PreparedCandidate& pc, int64
 // The one pricing function behind CostModel::stage_cost and the partitioner.
 StageCost price_stage(const CostModel& model, const PreparedCandidate& pc, int64_t stage, int64_t begin,
                       int64_t end);
-
-// Bytes of weights + master + grads + optimizer state for `param_bytes` of parameters (compute dtype).
-int64_t static_bytes_for(const CostModel& model, Schedule s, int64_t param_bytes);
 
 }  // namespace pd2bw::planner::detail

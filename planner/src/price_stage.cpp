@@ -11,7 +11,7 @@ namespace pd2bw::planner::detail {
 namespace {
 
 schemas::MemoryBreakdown static_terms(const CostModel& model, Schedule s, int64_t param_bytes) {
-  const StaticFactors f = static_factors(model, s);
+  const StaticFactors& f = model.static_factors(s);
   schemas::MemoryBreakdown m;
   m.weights_bytes = f.weights(param_bytes);
   m.master_bytes = f.master_copy(param_bytes);
@@ -45,24 +45,11 @@ schemas::MemoryBreakdown memory_for(const CostModel& model, Schedule s, const Qu
 
 }  // namespace
 
-StaticFactors static_factors(const CostModel& model, Schedule s) {
-  StaticFactors f;
-  f.dtype_bytes = schemas::dtype_bytes(model.profile().model.dtype);
-  f.versions = s == Schedule::two_bw ? 2 : 1;
-  f.moments = model.constraints().optimizer == Optimizer::adamw ? 2 : 1;
-  f.master = f.dtype_bytes != 4;
-  return f;
-}
-
-int64_t static_bytes_for(const CostModel& model, Schedule s, int64_t param_bytes) {
-  return static_factors(model, s).total(param_bytes);
-}
-
 PreparedCandidate prepare(const CostModel& model, const Candidate& c) {
   PreparedCandidate pc;
   pc.candidate = c;
   pc.factor = CostModel::pipeline_factor(c);
-  pc.statics = static_factors(model, c.schedule);
+  pc.statics = model.static_factors(c.schedule);
   pc.limit_bytes = model.memory_limit_bytes();
   pc.reserve_bytes = model.constraints().reserve_bytes;
   pc.policy = model.constraints().recompute;

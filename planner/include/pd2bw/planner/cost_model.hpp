@@ -35,6 +35,22 @@ struct Constraints {
   int64_t reserve_bytes = int64_t{1} << 30;  // subtracted from each device's memory
 };
 
+// The memory terms that depend only on the parameters a stage holds (param_bytes in the compute
+// dtype): weight versions, fp32 master weights, fp32 gradients and fp32 optimizer moments.
+struct StaticFactors {
+  int64_t dtype_bytes = 4;
+  int64_t versions = 1;  // 2 for 2bw
+  int64_t moments = 2;   // 2 for AdamW, 1 for SGD with momentum
+  bool master = false;   // compute dtype narrower than fp32
+  int64_t fp32(int64_t params) const { return params / dtype_bytes * 4; }
+  int64_t weights(int64_t params) const { return versions * params; }
+  int64_t master_copy(int64_t params) const { return master ? fp32(params) : 0; }
+  int64_t optimizer(int64_t params) const { return moments * fp32(params); }
+  int64_t total(int64_t params) const {
+    return weights(params) + master_copy(params) + fp32(params) + optimizer(params);
+  }
+};
+
 // One point of the search space before the layers are split into stages.
 struct Candidate {
   Schedule schedule = Schedule::two_bw;
@@ -88,7 +104,10 @@ class CostModel {
   const std::vector<double>& compute_prefix(int64_t bi) const { return compute_prefix_[bi]; }
   // Memory that does not depend on the schedule position (weights, master, grads, optimizer) of
   // layers [begin, end) for a schedule; a lower bound on any stage's memory holding those layers.
-  int64_t static_bytes(Schedule s, int64_t begin, int64_t end) const;
+  int64_t static_bytes(Schedule s, int64_t begin, int64_t end) const {
+    return static_factors(s).total(param_prefix_[static_cast<size_t>(end)] - param_prefix_[static_cast<size_t>(begin)]);
+  }
+  const StaticFactors& static_factors(Schedule s) const { return statics_[static_cast<size_t>(s)]; }
   // Prefix sums over layers [0, j) of forward time, stash bytes (at microbatch index bi) and
   // parameter bytes.
   const std::vector<double>& fwd_prefix(int64_t bi) const { return fwd_prefix_[bi]; }
@@ -140,6 +159,7 @@ class CostModel {
   Cluster cluster_;
   Constraints constraints_;
   std::vector<int64_t> level_span_;                 // devices per group at each level
+  std::array<StaticFactors, 3> statics_;             // per schedule
   std::vector<int64_t> param_prefix_;               // bytes
   std::vector<std::vector<double>> compute_prefix_;  // [microbatch index][layer + 1]
   std::vector<std::vector<double>> fwd_prefix_;
