@@ -44,8 +44,51 @@ struct QuickCost {
   int64_t stash_one = 0;    // one microbatch's stash of the whole stage
   int64_t comm_bytes = 0;   // send/receive buffers
 };
-QuickCost quick_price(const CostModel& model, const PreparedCandidate& pc, int64_t stage, int64_t begin,
-                      int64_t end);
+// Defined here, inline, because the partitioner calls it in its innermost loop and uses few fields.
+inline QuickCost quick_price(const CostModel& model, const PreparedCandidate& pc, int64_t stage, int64_t begin,
+                      int64_t end) {
+  const Candidate& c = pc.candidate;
+  const auto& st = pc.stages[static_cast<size_t>(stage)];
+  const auto b = static_cast<size_t>(begin), e = static_cast<size_t>(end);
+  QuickCost q;
+  q.in_bytes = pc.in_bytes[b];
+  q.out_bytes = pc.out_bytes[e - 1];
+  q.param_bytes = pc.params[e] - pc.params[b];
+  q.stash_one = pc.stash[e] - pc.stash[b];
+  double p2p = 0.0;
+  if (st.in_p2p) {
+    p2p += 2.0 * st.in_p2p[b];
+    q.comm_bytes += 2 * q.in_bytes;
+  }
+  if (st.out_p2p) {
+    p2p += 2.0 * st.out_p2p[e - 1];
+    q.comm_bytes += 2 * q.out_bytes;
+  }
+  const int64_t base = pc.statics.total(q.param_bytes) + q.comm_bytes + pc.reserve_bytes;
+  q.plain_bytes = base + st.in_flight * q.stash_one;
+  q.redo_bytes = base + st.in_flight * q.in_bytes + q.stash_one;
+  const int64_t limit = pc.limit_bytes;
+  switch (pc.policy) {
+    case RecomputePolicy::never: q.feasible = q.plain_bytes <= limit; break;
+    case RecomputePolicy::always:
+      q.recompute = true;
+      q.feasible = q.redo_bytes <= limit;
+      break;
+    case RecomputePolicy::auto_:
+      if (q.plain_bytes > limit) {
+        q.feasible = q.redo_bytes <= limit;
+        q.recompute = q.feasible || q.redo_bytes <= q.plain_bytes;
+      }
+      break;
+  }
+  q.p2p_ms = p2p;
+  q.compute_ms = pc.compute[e] - pc.compute[b];
+  if (q.recompute) q.compute_ms += pc.fwd[e] - pc.fwd[b];
+  const int64_t grad_bytes = pc.statics.fp32(q.param_bytes);
+  q.allreduce_ms = st.ar_level >= 0 ? model.allreduce_ms(grad_bytes, c.width, st.ar_level) : 0.0;
+  q.step_ms = static_cast<double>(pc.factor) * (q.compute_ms + q.p2p_ms) + q.allreduce_ms;
+  return q;
+}
 
 // The one pricing function behind CostModel::stage_cost and the partitioner.
 StageCost price_stage(const CostModel& model, const PreparedCandidate& pc, int64_t stage, int64_t begin,
