@@ -109,7 +109,7 @@ double StepLowerBound::capacity_bound(const Candidate& c) {
     for (int i = 0; i < 64 && capacity_sum(c, hi) < total; ++i) hi *= 2.0;
     if (capacity_sum(c, hi) < total) return kInfinity;  // memory caps the capacity below the model
   }
-  for (int it = 0; it < 40 && hi - lo > 1e-9 * hi; ++it) {
+  for (int it = 0; it < 30 && hi - lo > 1e-6 * hi; ++it) {
     const double mid = 0.5 * (lo + hi);
     (capacity_sum(c, mid) < total ? lo : hi) = mid;
   }
