@@ -216,7 +216,7 @@ double greedy_bound(const CostModel& model, const detail::PreparedCandidate& pc,
     for (int doublings = 0; greedy_split(model, pc, hi, static_cap).empty(); hi *= 2.0)
       if (++doublings > 40) return kInfinity;
   }
-  for (int it = 0; it < 16 && hi - lo > 1e-4 * hi; ++it) {
+  for (int it = 0; it < 10 && hi - lo > 1e-3 * hi; ++it) {
     const double mid = 0.5 * (lo + hi);
     (greedy_split(model, pc, mid, static_cap).empty() ? lo : hi) = mid;
   }
