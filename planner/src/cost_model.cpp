@@ -100,8 +100,15 @@ CostModel::CostModel(const Profile& profile, const Cluster& cluster, const Const
     layer_static_[0].push_back(static_bytes(Schedule::flush, j, j + 1));
     layer_static_[1].push_back(static_bytes(Schedule::two_bw, j, j + 1));
   }
+  // In-flight counts up to the deepest pipeline are tabulated; larger ones (GPipe's m) are computed on
+  // demand. The table is never written after construction, so concurrent searches may read it.
+  const int64_t deepest = std::min(num_layers(), cluster_.total_devices());
   for (size_t v = 0; v < 2; ++v)
-    for (size_t bi = 0; bi < nb; ++bi) capacity_front_[v].push_back(capacity_front(v, bi));
+    for (size_t bi = 0; bi < nb; ++bi) {
+      capacity_front_[v].push_back(capacity_front(v, bi));
+      auto& cache = capacity_cache_[v][bi];
+      for (int64_t f = 0; f <= deepest; ++f) cache.push_back(compute_plain_capacity(v, bi, f));
+    }
 }
 
 // plain_capacity_ms maximises (fwd + bwd) / (static + f * stash) over layers, i.e. minimises
@@ -132,22 +139,22 @@ std::vector<size_t> CostModel::capacity_front(size_t versions, size_t bi) const 
 }
 
 double CostModel::plain_capacity_ms(Schedule s, int64_t bi, int64_t f) const {
-  const bool two = s == Schedule::two_bw;
-  auto& cache = capacity_cache_[two ? 1 : 0][static_cast<size_t>(bi)];
-  if (cache.size() <= static_cast<size_t>(f)) cache.resize(static_cast<size_t>(f) + 1, -1.0);
-  double& v = cache[static_cast<size_t>(f)];
-  if (v >= 0.0) return v;
-  const auto& statics = layer_static_[two ? 1 : 0];
+  const auto& cache = capacity_cache_[s == Schedule::two_bw ? 1 : 0][static_cast<size_t>(bi)];
+  if (f >= 0 && static_cast<size_t>(f) < cache.size()) return cache[static_cast<size_t>(f)];
+  return compute_plain_capacity(s == Schedule::two_bw ? 1 : 0, static_cast<size_t>(bi), f);
+}
+
+double CostModel::compute_plain_capacity(size_t versions, size_t bi, int64_t f) const {
+  const auto& statics = layer_static_[versions];
   double ratio = 0.0;
-  for (const size_t j : capacity_front_[two ? 1 : 0][static_cast<size_t>(bi)]) {
-    const auto& t = profile_.layers[j].per_microbatch[static_cast<size_t>(bi)];
+  for (const size_t j : capacity_front_[versions][bi]) {
+    const auto& t = profile_.layers[j].per_microbatch[bi];
     const double bytes =
         static_cast<double>(statics[j]) + static_cast<double>(f) * static_cast<double>(t.stash_bytes);
     ratio = bytes > 0.0 ? std::max(ratio, (t.fwd_ms + t.bwd_ms) / bytes)
                         : std::numeric_limits<double>::infinity();
   }
-  v = ratio * static_cast<double>(memory_limit_bytes() - constraints_.reserve_bytes);
-  return v;
+  return ratio * static_cast<double>(memory_limit_bytes() - constraints_.reserve_bytes);
 }
 
 int64_t CostModel::memory_limit_bytes() const { return cluster_.device.memory_bytes; }

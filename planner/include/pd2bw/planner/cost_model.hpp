@@ -127,7 +127,7 @@ class CostModel {
   // Most compute (fwd + bwd, ms per microbatch at microbatch index bi) a stage that keeps f microbatches
   // in flight can hold without recomputing under schedule s: (memory - reserve) times the largest
   // (fwd + bwd) / (static + f * stash) of any layer; infinity when some layer needs no memory.
-  // Memoised (the search asks for the same few f many times).
+  // Tabulated for f up to min(layers, devices); safe to call from several threads.
   double plain_capacity_ms(Schedule s, int64_t bi, int64_t f) const;
   // Smallest fwd / (fwd + bwd) of any layer at microbatch index bi: a stage that recomputes spends at
   // least (1 + this) times its compute.
@@ -171,8 +171,9 @@ class CostModel {
   // The layers that can attain plain_capacity_ms's maximum, [1 or 2 versions][mb index].
   std::array<std::vector<std::vector<size_t>>, 2> capacity_front_;
   std::vector<size_t> capacity_front(size_t versions, size_t bi) const;
-  // plain_capacity_ms by [1 or 2 versions][mb index][f]; -1 = not computed yet.
-  mutable std::array<std::vector<std::vector<double>>, 2> capacity_cache_;
+  double compute_plain_capacity(size_t versions, size_t bi, int64_t f) const;
+  // plain_capacity_ms by [1 or 2 versions][mb index][f], f = 0 .. min(layers, devices).
+  std::array<std::vector<std::vector<double>>, 2> capacity_cache_;
 };
 
 }  // namespace pd2bw::planner
