@@ -4,6 +4,10 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <exception>
+#include <mutex>
+#include <thread>
 #include <numeric>
 #include <map>
 #include <utility>
@@ -107,6 +111,34 @@ void seed_with_greedy(const CostModel& model, const std::vector<Candidate>& cand
   }
 }
 
+// Calls visit(0), visit(1), ... up to n - 1, each index once, from `threads` threads (0: one per
+// hardware thread) that take the next index as they finish; visit returns false to stop them all. The
+// first exception thrown is rethrown here once every thread has stopped.
+template <class Visit>
+void for_each_in_parallel(size_t n, int64_t threads, Visit&& visit) {
+  std::atomic<size_t> next{0};
+  std::mutex failure_mutex;
+  std::exception_ptr failure;
+  auto work = [&] {
+    try {
+      for (size_t i = next++; i < n; i = next++)
+        if (!visit(i)) next = n;
+    } catch (...) {
+      const std::lock_guard<std::mutex> lock(failure_mutex);
+      if (!failure) failure = std::current_exception();
+      next = n;
+    }
+  };
+  const auto hardware = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+  const int64_t workers = std::clamp<int64_t>(threads > 0 ? threads : hardware, 1, 64);
+  {
+    std::vector<std::jthread> pool;
+    for (int64_t t = 1; t < workers; ++t) pool.emplace_back(work);
+    work();
+  }  // joins
+  if (failure) std::rethrow_exception(failure);
+}
+
 }  // namespace
 
 std::vector<Candidate> enumerate_candidates(const CostModel& model) {
@@ -168,16 +200,30 @@ SearchResult search(const CostModel& model, const SearchOptions& options) {
   const auto keep = static_cast<size_t>(std::max<int64_t>(options.top_k, 0) + 1);
   Leaderboard board(keep);
   seed_with_greedy(model, candidates, order, lb, board);
-  for (size_t idx : order) {
-    if (lb[idx] == kInfinity) break;
+
+  // Workers take candidates in bound order. The leaderboard's bounds only fall as entries arrive and
+  // every pruning decision is exact, so the kept set does not depend on timing or worker count.
+  std::mutex board_mutex;
+  std::atomic<int64_t> evaluated{0};
+  for_each_in_parallel(order.size(), options.threads, [&](size_t pos) {
+    const size_t idx = order[pos];
+    if (lb[idx] == kInfinity) return false;
     const auto& c = candidates[idx];
-    const double bound = board.bound(c.schedule);
-    if (lb[idx] > bound) continue;
-    ++result.evaluated;
+    double bound = 0.0;
+    {
+      const std::lock_guard<std::mutex> lock(board_mutex);
+      bound = board.bound(c.schedule);
+    }
+    if (lb[idx] > bound) return true;
+    ++evaluated;
     const Split split = best_split(model, c, bound);
-    if (!split.feasible()) continue;
-    board.add(evaluate_split(model, c, split), idx);
-  }
+    if (!split.feasible()) return true;
+    Evaluated e = evaluate_split(model, c, split);
+    const std::lock_guard<std::mutex> lock(board_mutex);
+    board.add(std::move(e), idx);
+    return true;
+  });
+  result.evaluated = evaluated;
   result.ranked = board.take();
   return result;
 }

@@ -20,8 +20,10 @@ struct Evaluated {
 };
 
 struct SearchOptions {
-  int64_t top_k = 5;  // alternatives to keep besides the winner (the best of each other schedule is
-                      // always kept as well)
+  int64_t top_k = 5;    // alternatives to keep besides the winner (the best of each other schedule is
+                        // always kept as well)
+  int64_t threads = 0;  // workers evaluating candidates; 0 = one per hardware thread. The result does
+                        // not depend on it (only the count of evaluated candidates may).
 };
 
 struct SearchResult {
