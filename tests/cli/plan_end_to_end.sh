@@ -20,6 +20,11 @@ done
 (cd "$TMP" && "$PD2BW" plan --cluster "$EX/cluster-8x8-h200.json" -q -o same.json && cp same.json first.json &&
   "$PD2BW" plan --cluster "$EX/cluster-8x8-h200.json" -q -o same.json && cmp -s same.json first.json) && ok || fail "byte-identical rerun"
 
+# The number of search threads does not change the plan.
+"$PD2BW" plan --cluster "$EX/cluster-8x8-h200.json" --threads 1 -q -o "$TMP/t1.json"
+"$PD2BW" plan --cluster "$EX/cluster-8x8-h200.json" --threads 4 -q -o "$TMP/t4.json"
+if diff <(grep -v command_line "$TMP/t1.json") <(grep -v command_line "$TMP/t4.json") >/dev/null; then ok; else fail "--threads changed the plan"; fi
+
 # -o - writes the plan to stdout and nothing else there.
 "$PD2BW" plan --cluster "$EX/cluster-8x8-h200.json" -o - -q >"$TMP/stdout.json" 2>/dev/null
 if "$PD2BW" validate "$TMP/stdout.json" >/dev/null 2>&1; then ok; else fail "-o - did not write a valid plan"; fi

@@ -57,6 +57,9 @@ void add_options(CLI::App* cmd, PlanOptions& o) {
       ->capture_default_str();
   cmd->add_option("--top", o.top, "Alternatives to list besides the best of each other schedule")
       ->check(CLI::Range(int64_t{0}, int64_t{100}))->capture_default_str();
+  cmd->add_option("--threads", o.threads,
+                  "Threads for the search (0 = one per hardware thread); the plan does not depend on it")
+      ->check(CLI::Range(int64_t{0}, int64_t{64}))->capture_default_str();
   cmd->add_option("-o,--output", o.output, "Where to write the plan ('-' for stdout)")
       ->capture_default_str();
   cmd->add_flag("-q,--quiet", o.quiet, "Print nothing but errors");
@@ -69,6 +72,7 @@ void run_plan(const PlanOptions& o) {
   if (!o.quiet) print_plan_header(in, model);
   planner::SearchOptions so;
   so.top_k = o.top;
+  so.threads = o.threads;
   const auto result = planner::search(model, so);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (result.candidates == 0) {

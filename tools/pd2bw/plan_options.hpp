@@ -21,6 +21,7 @@ struct PlanOptions {
   int64_t max_depth = 0;
   std::string reserve = "1GiB";
   int64_t top = 5;
+  int64_t threads = 0;
   std::string output = "plan.json";
   bool quiet = false;
 };
