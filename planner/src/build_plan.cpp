@@ -43,15 +43,15 @@ schemas::Predictions predictions(const CostModel& model, const Evaluated& e) {
   const double samples = static_cast<double>(model.constraints().global_batch);
   p.samples_per_s = samples / (e.step_ms / 1e3);
   p.tokens_per_s = p.samples_per_s * static_cast<double>(model.profile().model.seq_len);
-  for (size_t i = 0; i < e.stages.size(); ++i)
-    if (e.stages[i].step_ms == e.step_ms) {
+  for (size_t i = 1; i < e.stages.size(); ++i)
+    if (e.stages[i].step_ms > e.stages[static_cast<size_t>(p.bottleneck_stage)].step_ms)
       p.bottleneck_stage = static_cast<int64_t>(i);
-      break;
-    }
-  p.bubble_fraction = c.schedule == Schedule::two_bw
-                          ? 0.0
-                          : static_cast<double>(c.depth - 1) /
-                                static_cast<double>(c.microbatches + c.depth - 1);
+  if (e.simulated())
+    p.bubble_fraction = e.bubble_fraction;
+  else
+    p.bubble_fraction = c.schedule == Schedule::two_bw
+                            ? 0.0
+                            : static_cast<double>(c.depth - 1) / static_cast<double>(c.microbatches + c.depth - 1);
   double fullest = -1.0;
   for (const auto& s : e.stages) {
     const double f = static_cast<double>(s.memory.total_bytes) / static_cast<double>(s.memory.limit_bytes);

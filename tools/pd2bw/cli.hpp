@@ -19,5 +19,6 @@ std::string_view builtin_profile_json();
 using Runner = std::function<void()>;
 void add_plan_command(CLI::App& app, Runner& run);
 void add_validate_command(CLI::App& app, Runner& run);
+void add_simulate_command(CLI::App& app, Runner& run);
 
 }  // namespace pd2bw::cli

@@ -12,6 +12,7 @@
 #include "pd2bw/schemas/plan.hpp"
 #include "plan_options.hpp"
 #include "plan_report.hpp"
+#include "sim_report.hpp"
 
 namespace pd2bw::cli {
 
@@ -62,6 +63,9 @@ void add_options(CLI::App* cmd, PlanOptions& o) {
       ->check(CLI::Range(int64_t{0}, int64_t{64}))->capture_default_str();
   cmd->add_option("-o,--output", o.output, "Where to write the plan ('-' for stdout)")
       ->capture_default_str();
+  cmd->add_flag("--explain", o.explain,
+                "Also show where the time goes (compute, p2p, allreduce, bubble) and which memory term binds, "
+                "for the chosen plan and the best of each other schedule");
   cmd->add_flag("-q,--quiet", o.quiet, "Print nothing but errors");
 }
 
@@ -73,7 +77,7 @@ void run_plan(const PlanOptions& o) {
   planner::SearchOptions so;
   so.top_k = o.top;
   so.threads = o.threads;
-  const auto result = planner::search(model, so);
+  auto result = planner::search(model, so);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (result.candidates == 0) {
     throw UsageError(
@@ -83,6 +87,7 @@ void run_plan(const PlanOptions& o) {
         "m >= d; try another --global-batch");
   }
   if (!result.feasible()) throw_infeasible(model, planner::closest_infeasible(model));
+  planner::rank_by_simulation(model, result, o.threads);
   schemas::Provenance prov{"pd2bw", std::string(schemas::pd2bw_version()),
                            std::string(schemas::pd2bw_git_sha()), command_line(), ""};
   const auto plan = planner::build_plan(model, result, in.profile_sha256, prov);
@@ -91,6 +96,7 @@ void run_plan(const PlanOptions& o) {
   if (!o.quiet) {
     print_plan_table(plan, model);
     print_alternatives(plan);
+    if (o.explain) print_explain(model, result);
     fmt::print(stderr, "searched {} candidates, evaluated {} splits in {:.3f} s\n", result.candidates,
                result.evaluated, seconds);
     if (o.output != "-") fmt::print(stderr, "wrote {}\n", o.output);

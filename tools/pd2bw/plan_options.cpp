@@ -2,6 +2,8 @@
 // defaults taken from the profile's device and measured links) and the planner constraints.
 #include "plan_options.hpp"
 
+#include "inputs.hpp"
+
 #include <fmt/format.h>
 
 #include "cli.hpp"
@@ -108,20 +110,10 @@ planner::Constraints constraints_from(const PlanOptions& o) {
 
 PlanInputs resolve_plan_inputs(const PlanOptions& o) {
   PlanInputs in;
-  std::string text;
-  if (o.profile_path.empty()) {
-    text = std::string(builtin_profile_json());
-    in.profile_label = "built-in example gpt-3.8b (pass --profile FILE for your own model)";
-  } else {
-    text = schemas::read_text_file(o.profile_path);
-    in.profile_label = o.profile_path;
-  }
-  try {
-    in.profile = schemas::parse_profile(text);
-  } catch (const SchemaError& e) {
-    throw SchemaError(fmt::format("{}: {}", in.profile_label, e.what()), e.hint());
-  }
-  in.profile_sha256 = schemas::sha256_hex(text);
+  LoadedProfile loaded = load_profile(o.profile_path);
+  in.profile = std::move(loaded.profile);
+  in.profile_sha256 = loaded.sha256;
+  in.profile_label = loaded.label;
   if (!o.cluster_path.empty()) {
     try {
       in.cluster = schemas::parse_cluster(schemas::read_text_file(o.cluster_path));

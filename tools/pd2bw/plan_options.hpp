@@ -24,6 +24,7 @@ struct PlanOptions {
   int64_t threads = 0;
   std::string output = "plan.json";
   bool quiet = false;
+  bool explain = false;
 };
 
 struct PlanInputs {

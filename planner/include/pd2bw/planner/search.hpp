@@ -16,7 +16,10 @@ struct Evaluated {
   Candidate candidate;
   Split split;
   std::vector<StageCost> stages;
-  double step_ms = kInfinity;
+  double step_ms = kInfinity;           // the cost model's, or the simulator's after rank_by_simulation
+  double analytic_step_ms = kInfinity;  // the cost model's, kept by rank_by_simulation
+  double bubble_fraction = 0;           // simulated idle share (set by rank_by_simulation)
+  bool simulated() const { return analytic_step_ms < kInfinity; }
 };
 
 struct SearchOptions {
@@ -45,6 +48,13 @@ Evaluated evaluate_split(const CostModel& model, const Candidate& c, const Split
 // Exact search: the winner has the least step time over all candidates and splits (ties: fewer
 // devices, then enumeration order). Pruning by lower bounds never changes the result.
 SearchResult search(const CostModel& model, const SearchOptions& options = {});
+
+// Replays each ranked candidate in the simulator (default_sim_steps steps) and re-ranks them by the
+// simulated steady-state step time (stable: ties keep the search's order). The cost model is an upper
+// bound used to search; the simulator also counts the pipeline's fill overlapping across stages and each
+// replica's own links. `threads` replay finalists in parallel (0 = one per hardware thread); the result
+// does not depend on it.
+void rank_by_simulation(const CostModel& model, SearchResult& result, int64_t threads = 0);
 
 // When search() found nothing feasible: the candidate and split with the smallest largest per-stage
 // overage, for the error message.

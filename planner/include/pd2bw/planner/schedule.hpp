@@ -1,0 +1,57 @@
+// The schedule generator (DESIGN.md section 4): the ordered list of operations one pipeline stage
+// performs for a schedule kind, depth, microbatch count and number of steps. Pure function, no I/O. The
+// planner's costing, the simulator and the executor all read these lists, so they agree by construction.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "pd2bw/schemas/plan.hpp"
+
+namespace pd2bw::planner {
+
+using schemas::Schedule;
+
+enum class OpKind {
+  recv_activation,  // receive microbatch `microbatch`'s input activation from stage - 1
+  forward,          // forward of `microbatch` with weight version `version`
+  send_activation,  // send the forward's output to stage + 1
+  recv_gradient,    // receive the gradient of this stage's output from stage + 1
+  recompute,        // redo the forward of `microbatch` (same version) to rebuild its stash
+  backward,         // backward of `microbatch` with weight version `version`; accumulates gradients
+  send_gradient,    // send the gradient of this stage's input to stage - 1
+  allreduce,        // average the step's accumulated gradients over the stage's replicas
+  update,           // optimizer step: writes weight version `version` (the new one)
+};
+std::string_view to_string(OpKind k);  // "recv_activation", "forward", ...
+
+struct Op {
+  OpKind kind = OpKind::forward;
+  int64_t step = 0;         // optimizer step the op belongs to
+  int64_t microbatch = -1;  // index inside the step, 0 .. m - 1; -1 for allreduce and update
+  int64_t version = 0;      // weight version read (forward, recompute, backward) or written (update);
+                            // 0 for communication
+};
+
+struct ScheduleSpec {
+  Schedule kind = Schedule::two_bw;
+  int64_t depth = 1;         // d, stages
+  int64_t microbatches = 1;  // m, per step (2bw needs m >= d)
+  int64_t steps = 1;         // optimizer steps to lay out
+  int64_t width = 1;         // replicas per stage; an allreduce precedes each update when > 1
+};
+
+// The weight version step `step` reads: max(step - 1, 0) for 2bw (W(j+1) = W(j) - lr * g(W(j-1))),
+// `step` for flush and gpipe. Version v is the weights after v updates.
+int64_t version_for_step(Schedule kind, int64_t step);
+
+// The ops of stage `stage` (0-based) in execution order. 2bw and flush interleave one forward and one
+// backward (1F1B) after a warm-up of min(d - stage - 1, m) forwards; 2bw runs the microbatches of all
+// steps as one stream and updates after every m-th backward, flush drains and updates after each step;
+// gpipe runs all of a step's forwards, then all its backwards (same order). `recompute` inserts a
+// Recompute before each Backward. Throws UsageError for d < 1, m < 1, steps < 1, width < 1, stage out of
+// range, or 2bw with m < d.
+std::vector<Op> stage_ops(const ScheduleSpec& spec, int64_t stage, bool recompute);
+
+}  // namespace pd2bw::planner

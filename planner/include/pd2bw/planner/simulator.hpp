@@ -1,0 +1,101 @@
+// The event-driven pipeline simulator: replays every rank's op list from the schedule generator with
+// durations from the profile, honouring the dependencies between ranks (activations, gradients,
+// allreduce), and reports step times, busy and bubble fractions, memory over time and live weight
+// versions. Pure computation; the trace and picture writers turn a SimResult into text.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pd2bw/planner/cost_model.hpp"
+#include "pd2bw/planner/schedule.hpp"
+
+namespace pd2bw::planner {
+
+// One stage's durations (ms) and memory terms (bytes), identical on all its replicas.
+struct SimStage {
+  int64_t layer_begin = 0, layer_end = 0;
+  bool recompute = false;
+  double forward_ms = 0;    // per microbatch
+  double backward_ms = 0;   // per microbatch
+  double recompute_ms = 0;  // per microbatch (the forward again), used only when recompute
+  double allreduce_ms = 0;  // per step, 0 for one replica
+  double update_ms = 0;     // per step
+  int64_t weights_bytes = 0;        // one weight version
+  int64_t fixed_bytes = 0;          // master + grads + optimizer + comm buffers + reserve
+  int64_t stash_bytes = 0;          // kept per in-flight microbatch (its input when recomputing)
+  int64_t recompute_stash_bytes = 0;  // one microbatch's full stash, held from Recompute to Backward's end
+  int64_t limit_bytes = 0;          // device memory
+};
+
+struct SimInput {
+  ScheduleSpec spec;             // kind, d, m, steps, w
+  std::vector<SimStage> stages;  // d entries
+  // boundary_ms[r][i]: moving one activation (or its gradient) between stage i and i + 1 of replica r.
+  std::vector<std::vector<double>> boundary_ms;  // (w, d - 1)
+  std::vector<std::vector<int64_t>> ranks;       // (d, w): global rank of (stage, replica)
+};
+
+// Builds the simulator's input for `c` split at `bounds` (d + 1 entries) with recompute per stage, from
+// the same profile and cluster numbers the cost model uses; each replica's boundary crosses the level
+// between its own two ranks.
+SimInput make_sim_input(const CostModel& model, const Candidate& c, const std::vector<int64_t>& bounds,
+                        const std::vector<bool>& recompute, int64_t steps);
+
+struct SimEvent {
+  int64_t stage = 0, replica = 0;
+  OpKind kind = OpKind::forward;
+  int64_t step = 0, microbatch = -1, version = 0;
+  double start_ms = 0, end_ms = 0;
+};
+
+// Where one stage's time goes in the measured step window (ms), and its memory.
+struct SimStageResult {
+  double compute_ms = 0, p2p_ms = 0, allreduce_ms = 0, update_ms = 0, idle_ms = 0;
+  double busy_fraction = 0;   // (window - idle) / window, replica average
+  int64_t peak_bytes = 0;     // largest memory of any replica over the whole run
+  int64_t peak_in_flight = 0;  // most microbatches stashed at once
+  int64_t max_live_versions = 0;
+  // Memory of replica 0 over time: (time ms, bytes from then on), starting at 0 ms; only with keep_events.
+  std::vector<std::pair<double, int64_t>> memory_curve;
+};
+
+struct SimResult {
+  std::vector<double> step_end_ms;  // when the last rank finished each step's update
+  double first_step_ms = 0;         // step_end_ms[0]
+  double step_ms = 0;               // steady-state step: see simulate()
+  double window_begin_ms = 0, window_end_ms = 0;  // the step the breakdown below measures
+  double bubble_fraction = 0;       // idle share of all ranks' time in that window
+  double total_ms = 0;              // end of the last op
+  std::vector<SimStageResult> stages;
+  std::vector<SimEvent> events;     // every op of every rank (only with keep_events)
+  int64_t simulated_ranks = 0;      // lanes actually replayed (replicas with identical links share one)
+};
+
+// Replays the schedule. The steady-state step is the interval between the updates of the last two
+// steps for flush and gpipe, and for 2bw the interval before the last step (the last 2bw step also
+// drains the pipe), so 2bw needs steps >= 3 for a steady figure (with fewer, the last interval is used).
+// keep_events records every op of every rank; otherwise replicas whose links are identical are replayed
+// once. Communication holds both ends (no overlap with compute): a send occupies the sender for the
+// transfer time; a receive occupies the receiver for the same time from when the sender started (or
+// from when the receiver gets there, if later). Throws Error if the op lists deadlock.
+SimResult simulate(const SimInput& input, bool keep_events = false);
+
+// A plan resolved against its profile: a cost model with the plan's cluster, global batch, optimizer and
+// reserve, and the candidate, stage bounds (d + 1) and recompute flags (d) the plan describes.
+struct PlanModel {
+  CostModel model;
+  Candidate candidate;
+  std::vector<int64_t> bounds;
+  std::vector<bool> recompute;
+};
+// Throws UsageError when the plan was not made from this profile (model, layer count or microbatch size
+// differ). The plan itself must already be consistent (parse_plan checks that).
+PlanModel plan_model(const Profile& profile, const schemas::Plan& plan);
+
+// Steps the planner simulates, and `pd2bw simulate`'s default: 3 for 2bw (its steady step is the second;
+// the third drains the pipe), 2 otherwise (the second step starts from a drained pipe like all later ones).
+int64_t default_sim_steps(Schedule s);
+
+}  // namespace pd2bw::planner

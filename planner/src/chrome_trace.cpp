@@ -1,0 +1,81 @@
+// Chrome trace event format writer for simulated runs (JSON object with a "traceEvents" array).
+#include <fmt/format.h>
+
+#include <iterator>
+
+#include "pd2bw/error.hpp"
+#include "pd2bw/planner/timeline.hpp"
+
+namespace pd2bw::planner {
+
+namespace {
+
+bool on_comm_track(OpKind k) {
+  return k == OpKind::send_activation || k == OpKind::recv_activation || k == OpKind::send_gradient ||
+         k == OpKind::recv_gradient;
+}
+
+std::string event_name(const SimEvent& e) {
+  switch (e.kind) {
+    case OpKind::forward: return fmt::format("F{}", e.microbatch);
+    case OpKind::backward: return fmt::format("B{}", e.microbatch);
+    case OpKind::recompute: return fmt::format("R{}", e.microbatch);
+    case OpKind::send_activation: return fmt::format("send act {}", e.microbatch);
+    case OpKind::recv_activation: return fmt::format("recv act {}", e.microbatch);
+    case OpKind::send_gradient: return fmt::format("send grad {}", e.microbatch);
+    case OpKind::recv_gradient: return fmt::format("recv grad {}", e.microbatch);
+    case OpKind::allreduce: return fmt::format("allreduce step {}", e.step);
+    case OpKind::update: return fmt::format("update -> v{}", e.version);
+  }
+  return "?";
+}
+
+}  // namespace
+
+int64_t chrome_trace_op_events(const SimResult& result) { return static_cast<int64_t>(result.events.size()); }
+
+std::string chrome_trace(const SimInput& input, const SimResult& result) {
+  if (result.events.empty()) throw Error("chrome_trace: the simulation kept no events");
+  std::string out = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+  auto it = std::back_inserter(out);
+  bool first = true;
+  auto sep = [&] {
+    if (!first) out += ",\n";
+    first = false;
+  };
+  for (size_t i = 0; i < input.ranks.size(); ++i)
+    for (size_t r = 0; r < input.ranks[i].size(); ++r) {
+      const int64_t pid = input.ranks[i][r];
+      sep();
+      fmt::format_to(it, R"({{"ph":"M","name":"process_name","pid":{},"args":{{"name":"rank {}: stage {}, replica {}"}}}})",
+                     pid, pid, i, r);
+      sep();
+      fmt::format_to(it, R"({{"ph":"M","name":"process_sort_index","pid":{},"args":{{"sort_index":{}}}}})", pid,
+                     i * input.ranks[i].size() + r);
+      sep();
+      fmt::format_to(it, R"({{"ph":"M","name":"thread_name","pid":{},"tid":0,"args":{{"name":"compute"}}}})", pid);
+      sep();
+      fmt::format_to(it, R"({{"ph":"M","name":"thread_name","pid":{},"tid":1,"args":{{"name":"comm"}}}})", pid);
+    }
+  for (const auto& e : result.events) {
+    sep();
+    const int64_t pid = input.ranks[static_cast<size_t>(e.stage)][static_cast<size_t>(e.replica)];
+    fmt::format_to(it,
+                   R"({{"ph":"X","name":"{}","cat":"{}","pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f},)"
+                   R"("args":{{"step":{},"microbatch":{},"version":{}}}}})",
+                   event_name(e), to_string(e.kind), pid, on_comm_track(e.kind) ? 1 : 0, e.start_ms * 1e3,
+                   (e.end_ms - e.start_ms) * 1e3, e.step, e.microbatch, e.version);
+  }
+  for (size_t i = 0; i < result.stages.size(); ++i) {
+    const int64_t pid = input.ranks[i][0];
+    for (const auto& [t, bytes] : result.stages[i].memory_curve) {
+      sep();
+      fmt::format_to(it, R"({{"ph":"C","name":"memory GiB","pid":{},"ts":{:.3f},"args":{{"GiB":{:.4f}}}}})", pid,
+                     t * 1e3, static_cast<double>(bytes) / static_cast<double>(int64_t{1} << 30));
+    }
+  }
+  out += "\n]}\n";
+  return out;
+}
+
+}  // namespace pd2bw::planner

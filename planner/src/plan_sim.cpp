@@ -1,0 +1,99 @@
+// Simulating what the planner chose: from a Plan file (for `pd2bw simulate`) and for the search's
+// finalists, which are re-ranked by simulated step time.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "pd2bw/error.hpp"
+#include "pd2bw/planner/search.hpp"
+#include "pd2bw/planner/simulator.hpp"
+
+namespace pd2bw::planner {
+
+namespace {
+
+void check_plan_matches(const Profile& profile, const schemas::Plan& plan) {
+  const auto& a = profile.model;
+  const auto& b = plan.model;
+  if (a.kind != b.kind || a.name != b.name || a.blocks != b.blocks || a.d_model != b.d_model ||
+      a.heads != b.heads || a.seq_len != b.seq_len || a.vocab != b.vocab || a.dtype != b.dtype)
+    throw UsageError(fmt::format("the plan is for model '{}' but the profile describes '{}'", b.name, a.name),
+                     "simulate with the profile the plan was made from");
+  if (plan.num_layers != static_cast<int64_t>(profile.layers.size()))
+    throw UsageError(fmt::format("the plan has {} layers but the profile has {}", plan.num_layers,
+                                 profile.layers.size()),
+                     "simulate with the profile the plan was made from");
+}
+
+int64_t microbatch_index(const Profile& profile, int64_t b) {
+  const auto& sizes = profile.microbatch_sizes;
+  const auto it = std::find(sizes.begin(), sizes.end(), b);
+  if (it == sizes.end())
+    throw UsageError(fmt::format("the plan's microbatch size {} was not profiled", b),
+                     "simulate with the profile the plan was made from");
+  return static_cast<int64_t>(it - sizes.begin());
+}
+
+}  // namespace
+
+PlanModel plan_model(const Profile& profile, const schemas::Plan& plan) {
+  check_plan_matches(profile, plan);
+  Constraints k;
+  k.global_batch = plan.global_batch;
+  k.optimizer = plan.optimizer;
+  k.reserve_bytes = plan.reserve_bytes;
+  PlanModel pm{CostModel(profile, plan.cluster, k), {}, {}, {}};
+  pm.candidate = {plan.schedule, microbatch_index(profile, plan.microbatch_size), plan.microbatch_size,
+                  plan.width, plan.depth, plan.microbatches_per_step, plan.placement};
+  for (const auto& st : plan.stages) {
+    pm.bounds.push_back(st.layer_begin);
+    pm.recompute.push_back(st.recompute);
+  }
+  pm.bounds.push_back(plan.stages.back().layer_end);
+  return pm;
+}
+
+int64_t default_sim_steps(Schedule s) { return s == Schedule::two_bw ? 3 : 2; }
+
+void rank_by_simulation(const CostModel& model, SearchResult& result, int64_t threads) {
+  auto replay = [&](Evaluated& e) {
+    std::vector<bool> recompute;
+    for (const auto& st : e.stages) recompute.push_back(st.recompute);
+    const auto in = make_sim_input(model, e.candidate, e.split.bounds, recompute,
+                                   default_sim_steps(e.candidate.schedule));
+    const SimResult sim = simulate(in);
+    e.analytic_step_ms = e.split.step_ms;
+    e.step_ms = sim.step_ms;
+    e.bubble_fraction = sim.bubble_fraction;
+  };
+  // Each finalist is replayed on its own; workers take them in turn (results do not depend on the count).
+  const auto n = static_cast<int64_t>(result.ranked.size());
+  if (threads <= 0) threads = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  threads = std::min(threads, n);
+  std::atomic<int64_t> next{0};
+  std::exception_ptr failure;
+  std::mutex failure_mutex;
+  auto worker = [&] {
+    for (int64_t k = next++; k < n; k = next++) {
+      try {
+        replay(result.ranked[static_cast<size_t>(k)]);
+      } catch (...) {
+        const std::lock_guard<std::mutex> lock(failure_mutex);
+        if (!failure) failure = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  if (failure) std::rethrow_exception(failure);
+  std::stable_sort(result.ranked.begin(), result.ranked.end(),
+                   [](const Evaluated& a, const Evaluated& b) { return a.step_ms < b.step_ms; });
+}
+
+}  // namespace pd2bw::planner

@@ -1,0 +1,68 @@
+// Builds the simulator's per-stage durations and memory terms from the profile and cluster numbers.
+#include <fmt/format.h>
+
+#include "pd2bw/error.hpp"
+#include "pd2bw/planner/simulator.hpp"
+
+namespace pd2bw::planner {
+
+namespace {
+
+SimStage stage_input(const CostModel& model, const Candidate& c, int64_t i, int64_t begin, int64_t end,
+                     bool recompute) {
+  const auto b = static_cast<size_t>(begin), e = static_cast<size_t>(end);
+  const int64_t bi = c.microbatch_index;
+  const StaticFactors& f = model.static_factors(c.schedule);
+  SimStage st;
+  st.layer_begin = begin;
+  st.layer_end = end;
+  st.recompute = recompute;
+  const double fwd = model.fwd_prefix(bi)[e] - model.fwd_prefix(bi)[b];
+  st.forward_ms = fwd;
+  st.backward_ms = (model.compute_prefix(bi)[e] - model.compute_prefix(bi)[b]) - fwd;
+  st.recompute_ms = recompute ? fwd : 0.0;
+  const int64_t params = model.param_prefix()[e] - model.param_prefix()[b];
+  if (c.width > 1)
+    st.allreduce_ms = model.allreduce_ms(f.fp32(params), c.width, model.allreduce_level(c, i));
+  const int64_t in_bytes = model.input_bytes(bi)[b];
+  const int64_t out_bytes = model.output_bytes(bi)[e - 1];
+  int64_t comm = 0;
+  if (i > 0) comm += 2 * in_bytes;
+  if (i + 1 < c.depth) comm += 2 * out_bytes;
+  st.weights_bytes = params;
+  st.fixed_bytes = f.master_copy(params) + f.fp32(params) + f.optimizer(params) + comm +
+                   model.constraints().reserve_bytes;
+  const int64_t stash_one = model.stash_prefix(bi)[e] - model.stash_prefix(bi)[b];
+  st.stash_bytes = recompute ? in_bytes : stash_one;
+  st.recompute_stash_bytes = recompute ? stash_one : 0;
+  st.limit_bytes = model.memory_limit_bytes();
+  return st;
+}
+
+}  // namespace
+
+SimInput make_sim_input(const CostModel& model, const Candidate& c, const std::vector<int64_t>& bounds,
+                        const std::vector<bool>& recompute, int64_t steps) {
+  if (static_cast<int64_t>(bounds.size()) != c.depth + 1 || static_cast<int64_t>(recompute.size()) != c.depth)
+    throw Error(fmt::format("make_sim_input: {} bounds and {} recompute flags for {} stages", bounds.size(),
+                            recompute.size(), c.depth));
+  SimInput in;
+  in.spec = {c.schedule, c.depth, c.microbatches, steps, c.width};
+  for (int64_t i = 0; i < c.depth; ++i)
+    in.stages.push_back(stage_input(model, c, i, bounds[static_cast<size_t>(i)],
+                                    bounds[static_cast<size_t>(i + 1)], recompute[static_cast<size_t>(i)]));
+  const int64_t bi = c.microbatch_index;
+  in.boundary_ms.assign(static_cast<size_t>(c.width), {});
+  for (int64_t r = 0; r < c.width; ++r)
+    for (int64_t i = 0; i + 1 < c.depth; ++i) {
+      const int64_t level = model.level_between(CostModel::rank_of(c, i, r), CostModel::rank_of(c, i + 1, r));
+      const int64_t bytes = model.output_bytes(bi)[static_cast<size_t>(bounds[static_cast<size_t>(i + 1)] - 1)];
+      in.boundary_ms[static_cast<size_t>(r)].push_back(model.p2p_ms(bytes, level));
+    }
+  in.ranks.assign(static_cast<size_t>(c.depth), {});
+  for (int64_t i = 0; i < c.depth; ++i)
+    for (int64_t r = 0; r < c.width; ++r) in.ranks[static_cast<size_t>(i)].push_back(CostModel::rank_of(c, i, r));
+  return in;
+}
+
+}  // namespace pd2bw::planner

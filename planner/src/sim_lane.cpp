@@ -1,0 +1,145 @@
+// A simulated rank's bookkeeping, and the summary of a finished simulation.
+#include "sim_lane.hpp"
+
+#include <algorithm>
+#include <tuple>
+
+namespace pd2bw::planner {
+
+namespace {
+
+Busy category(OpKind k) {
+  switch (k) {
+    case OpKind::forward:
+    case OpKind::backward:
+    case OpKind::recompute: return Busy::compute;
+    case OpKind::allreduce: return Busy::allreduce;
+    case OpKind::update: return Busy::update;
+    default: return Busy::p2p;
+  }
+}
+
+bool reads_weights(OpKind k) {
+  return k == OpKind::forward || k == OpKind::backward || k == OpKind::recompute;
+}
+
+}  // namespace
+
+SimLane::SimLane(int64_t stage_, int64_t replica_, const std::vector<Op>& ops, const SimStage& st,
+                 LaneMeasure measure)
+    : stage(stage_), replica(replica_), ops_(&ops), st_(&st), measure_(measure) {
+  for (size_t i = 0; i < ops.size(); ++i)
+    if (reads_weights(ops[i].kind)) {
+      const auto v = static_cast<size_t>(ops[i].version);
+      if (last_reader_.size() <= v) last_reader_.resize(v + 1, -1);
+      last_reader_[v] = static_cast<int64_t>(i);
+    }
+  live_.push_back(0);
+  add_memory(0.0, st.fixed_bytes + st.weights_bytes);
+}
+
+void SimLane::add_memory(double at_ms, int64_t delta) {
+  bytes += delta;
+  peak_bytes = std::max(peak_bytes, bytes);
+  if (!measure_.curve) return;
+  if (!memory_curve.empty() && memory_curve.back().first == at_ms)
+    memory_curve.back().second = bytes;
+  else
+    memory_curve.push_back({at_ms, bytes});
+}
+
+void SimLane::free_dead_versions(double at_ms, int64_t newest) {
+  for (auto it = live_.begin(); it != live_.end();) {
+    const auto v = static_cast<size_t>(*it);
+    const int64_t last = v < last_reader_.size() ? last_reader_[v] : -1;
+    if (*it < newest && last < pc) {
+      add_memory(at_ms, -st_->weights_bytes);
+      it = live_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void SimLane::finish(double start_ms, double end_ms) {
+  const Op& o = op();
+  const double inside = std::min(end_ms, measure_.hi) - std::max(start_ms, measure_.lo);
+  if (inside > 0) busy_ms[static_cast<size_t>(category(o.kind))] += inside;
+  switch (o.kind) {
+    case OpKind::forward:
+      add_memory(start_ms, st_->stash_bytes);
+      peak_in_flight = std::max(peak_in_flight, ++in_flight);
+      break;
+    case OpKind::recompute: add_memory(start_ms, st_->recompute_stash_bytes); break;
+    case OpKind::backward:
+      add_memory(end_ms, -st_->stash_bytes - (st_->recompute ? st_->recompute_stash_bytes : 0));
+      --in_flight;
+      break;
+    case OpKind::update:
+      // The new version takes the buffer of a version nobody reads any more (freed first at the same
+      // instant), so 2BW holds two buffers and flush / gpipe update in place.
+      free_dead_versions(start_ms, o.version);
+      live_.push_back(o.version);
+      add_memory(start_ms, st_->weights_bytes);
+      max_live_versions = std::max<int64_t>(max_live_versions, static_cast<int64_t>(live_.size()));
+      if (update_end_ms.size() <= static_cast<size_t>(o.step)) update_end_ms.resize(static_cast<size_t>(o.step) + 1, 0.0);
+      update_end_ms[static_cast<size_t>(o.step)] = end_ms;
+      break;
+    default: break;
+  }
+  clock_ms = end_ms;
+  ++pc;
+  if (reads_weights(o.kind) && !live_.empty()) free_dead_versions(end_ms, live_.back());
+}
+
+std::pair<double, double> steady_window(const ScheduleSpec& spec, const std::vector<double>& ends) {
+  const auto s = static_cast<int64_t>(ends.size());
+  if (s == 1) return {0.0, ends[0]};
+  const int64_t last = (spec.kind == Schedule::two_bw && s >= 3) ? s - 2 : s - 1;
+  return {ends[static_cast<size_t>(last - 1)], ends[static_cast<size_t>(last)]};
+}
+
+std::vector<double> step_ends(const SimInput& input, const std::vector<SimLane>& lanes) {
+  std::vector<double> ends(static_cast<size_t>(input.spec.steps), 0.0);
+  for (const auto& lane : lanes)
+    for (size_t j = 0; j < lane.update_end_ms.size(); ++j) ends[j] = std::max(ends[j], lane.update_end_ms[j]);
+  return ends;
+}
+
+SimResult summarize(const SimInput& input, std::vector<SimLane>& lanes, const std::vector<int64_t>& weights,
+                    std::pair<double, double> window) {
+  SimResult r;
+  const size_t n = weights.size();
+  r.simulated_ranks = static_cast<int64_t>(lanes.size());
+  r.step_end_ms = step_ends(input, lanes);
+  for (const auto& lane : lanes) r.total_ms = std::max(r.total_ms, lane.clock_ms);
+  r.first_step_ms = r.step_end_ms[0];
+  std::tie(r.window_begin_ms, r.window_end_ms) = window;
+  const double length = r.window_end_ms - r.window_begin_ms;
+  r.step_ms = length;
+  r.stages.resize(input.stages.size());
+  for (size_t l = 0; l < lanes.size(); ++l) {
+    SimLane& lane = lanes[l];
+    auto& out = r.stages[static_cast<size_t>(lane.stage)];
+    const double w = static_cast<double>(weights[l % n]) / static_cast<double>(input.spec.width);
+    out.compute_ms += w * lane.busy_ms[static_cast<size_t>(Busy::compute)];
+    out.p2p_ms += w * lane.busy_ms[static_cast<size_t>(Busy::p2p)];
+    out.allreduce_ms += w * lane.busy_ms[static_cast<size_t>(Busy::allreduce)];
+    out.update_ms += w * lane.busy_ms[static_cast<size_t>(Busy::update)];
+    if (l % n == 0) out.memory_curve = std::move(lane.memory_curve);
+    out.peak_bytes = std::max(out.peak_bytes, lane.peak_bytes);
+    out.peak_in_flight = std::max(out.peak_in_flight, lane.peak_in_flight);
+    out.max_live_versions = std::max(out.max_live_versions, lane.max_live_versions);
+  }
+  double idle = 0.0, total = 0.0;
+  for (auto& out : r.stages) {
+    out.idle_ms = std::max(0.0, length - out.compute_ms - out.p2p_ms - out.allreduce_ms - out.update_ms);
+    out.busy_fraction = length > 0 ? (length - out.idle_ms) / length : 0.0;
+    idle += out.idle_ms;
+    total += length;
+  }
+  r.bubble_fraction = total > 0 ? idle / total : 0.0;
+  return r;
+}
+
+}  // namespace pd2bw::planner

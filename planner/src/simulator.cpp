@@ -1,0 +1,217 @@
+// The simulator's engine: lanes (one per simulated rank) run their op lists; a lane blocks on a receive
+// with nothing queued or on an allreduce its peers have not reached, and is woken when that changes.
+// Times follow from the dependencies alone, so the order lanes are visited in does not matter.
+#include "pd2bw/planner/simulator.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <tuple>
+
+#include "pd2bw/error.hpp"
+#include "sim_lane.hpp"
+
+namespace pd2bw::planner {
+
+namespace {
+
+struct Message {
+  double start_ms;
+  int64_t step, microbatch;
+};
+
+class Engine {
+ public:
+  // `ops[i]` is stage i's op list; it must outlive the engine.
+  Engine(const SimInput& in, const std::vector<std::vector<Op>>& ops, std::vector<int64_t> replicas, bool keep,
+         LaneMeasure measure)
+      : in_(in), replicas_(std::move(replicas)), keep_(keep), ops_(ops) {
+    const int64_t d = in.spec.depth, n = static_cast<int64_t>(replicas_.size());
+    for (int64_t i = 0; i < d; ++i)
+      for (int64_t r = 0; r < n; ++r)
+        lanes_.emplace_back(i, replicas_[static_cast<size_t>(r)], ops_[static_cast<size_t>(i)],
+                            in.stages[static_cast<size_t>(i)], measure);
+    channels_.resize(static_cast<size_t>(2 * d * n));
+    waiter_.assign(channels_.size(), -1);
+    ar_ready_.assign(static_cast<size_t>(d), {});
+  }
+
+  void run() {
+    std::vector<int64_t> work;
+    for (int64_t l = static_cast<int64_t>(lanes_.size()) - 1; l >= 0; --l) work.push_back(l);
+    while (!work.empty()) {
+      const int64_t l = work.back();
+      work.pop_back();
+      advance(l, work);
+    }
+    for (const auto& lane : lanes_)
+      if (!lane.done())
+        throw Error(fmt::format("simulation deadlocked: stage {} replica {} is stuck at op {} ({})",
+                                lane.stage, lane.replica, lane.pc, to_string(lane.op().kind)));
+  }
+
+  std::vector<SimLane>& lanes() { return lanes_; }
+  std::vector<SimEvent>& events() { return events_; }
+
+ private:
+  // Channel of activations (grad = false) or gradients crossing boundary `left` -> `left + 1`.
+  int64_t channel(int64_t left, int64_t slot, bool grad) const {
+    return (left * static_cast<int64_t>(replicas_.size()) + slot) * 2 + (grad ? 1 : 0);
+  }
+  double boundary(const SimLane& lane, int64_t left) const {
+    return in_.boundary_ms[static_cast<size_t>(lane.replica)][static_cast<size_t>(left)];
+  }
+
+  void record(SimLane& lane, double start, double end) {
+    const Op& op = lane.op();
+    lane.finish(start, end);
+    if (keep_) events_.push_back({lane.stage, lane.replica, op.kind, op.step, op.microbatch, op.version, start, end});
+  }
+
+  void send(int64_t ch, const SimLane& lane, std::vector<int64_t>& work) {
+    channels_[static_cast<size_t>(ch)].push_back({lane.clock_ms, lane.op().step, lane.op().microbatch});
+    int64_t& waiter = waiter_[static_cast<size_t>(ch)];
+    if (waiter >= 0) {
+      work.push_back(waiter);
+      waiter = -1;
+    }
+  }
+
+  // Returns false when the lane must wait.
+  bool receive(int64_t l, int64_t ch, double transfer_ms) {
+    auto& q = channels_[static_cast<size_t>(ch)];
+    SimLane& lane = lanes_[static_cast<size_t>(l)];
+    if (q.empty()) {
+      waiter_[static_cast<size_t>(ch)] = l;
+      return false;
+    }
+    const Message msg = q.front();
+    q.pop_front();
+    if (msg.step != lane.op().step || msg.microbatch != lane.op().microbatch)
+      throw Error(fmt::format("schedule mismatch: stage {} expected step {} microbatch {} but got step {} "
+                              "microbatch {}", lane.stage, lane.op().step, lane.op().microbatch, msg.step,
+                              msg.microbatch));
+    const double start = std::max(lane.clock_ms, msg.start_ms);
+    record(lane, start, start + transfer_ms);
+    return true;
+  }
+
+  bool allreduce(int64_t l, std::vector<int64_t>& work) {
+    SimLane& lane = lanes_[static_cast<size_t>(l)];
+    auto& group = ar_ready_[static_cast<size_t>(lane.stage)];
+    group.push_back(l);
+    if (group.size() < replicas_.size()) return false;
+    double start = 0;
+    for (int64_t g : group) start = std::max(start, lanes_[static_cast<size_t>(g)].clock_ms);
+    const double dur = in_.stages[static_cast<size_t>(lane.stage)].allreduce_ms;
+    for (int64_t g : group) {
+      record(lanes_[static_cast<size_t>(g)], start, start + dur);
+      if (g != l) work.push_back(g);
+    }
+    group.clear();
+    return true;
+  }
+
+  void advance(int64_t l, std::vector<int64_t>& work) {
+    SimLane& lane = lanes_[static_cast<size_t>(l)];
+    const int64_t slot = l % static_cast<int64_t>(replicas_.size());
+    const SimStage& st = in_.stages[static_cast<size_t>(lane.stage)];
+    while (!lane.done()) {
+      const Op& op = lane.op();
+      const double t = lane.clock_ms;
+      switch (op.kind) {
+        case OpKind::forward: record(lane, t, t + st.forward_ms); break;
+        case OpKind::backward: record(lane, t, t + st.backward_ms); break;
+        case OpKind::recompute: record(lane, t, t + st.recompute_ms); break;
+        case OpKind::update: record(lane, t, t + st.update_ms); break;
+        case OpKind::send_activation: {
+          send(channel(lane.stage, slot, false), lane, work);
+          record(lane, t, t + boundary(lane, lane.stage));
+          break;
+        }
+        case OpKind::send_gradient: {
+          send(channel(lane.stage - 1, slot, true), lane, work);
+          record(lane, t, t + boundary(lane, lane.stage - 1));
+          break;
+        }
+        case OpKind::recv_activation:
+          if (!receive(l, channel(lane.stage - 1, slot, false), boundary(lane, lane.stage - 1))) return;
+          break;
+        case OpKind::recv_gradient:
+          if (!receive(l, channel(lane.stage, slot, true), boundary(lane, lane.stage))) return;
+          break;
+        case OpKind::allreduce:
+          if (!allreduce(l, work)) return;
+          break;
+      }
+    }
+  }
+
+  const SimInput& in_;
+  std::vector<int64_t> replicas_;  // the replicas replayed, one lane per (stage, replica)
+  bool keep_;
+  const std::vector<std::vector<Op>>& ops_;
+  std::vector<SimLane> lanes_;
+  std::vector<std::deque<Message>> channels_;
+  std::vector<int64_t> waiter_;                 // per channel: the lane blocked receiving on it, or -1
+  std::vector<std::vector<int64_t>> ar_ready_;  // per stage: lanes waiting in the allreduce
+  std::vector<SimEvent> events_;
+};
+
+// Replicas whose chains of boundary times are identical run identical timelines; keep the first of each.
+// Returns the kept replicas and how many replicas each stands for.
+std::pair<std::vector<int64_t>, std::vector<int64_t>> distinct_replicas(const SimInput& in) {
+  std::map<std::vector<double>, size_t> seen;
+  std::vector<int64_t> keep, weight;
+  for (size_t r = 0; r < in.boundary_ms.size(); ++r) {
+    const auto [it, fresh] = seen.emplace(in.boundary_ms[r], keep.size());
+    if (fresh) {
+      keep.push_back(static_cast<int64_t>(r));
+      weight.push_back(0);
+    }
+    ++weight[it->second];
+  }
+  return {keep, weight};
+}
+
+void check_input(const SimInput& in) {
+  const auto d = static_cast<size_t>(in.spec.depth);
+  const auto w = static_cast<size_t>(in.spec.width);
+  if (in.stages.size() != d || in.boundary_ms.size() != w || in.ranks.size() != d)
+    throw Error(fmt::format("simulator input: expected {} stages and {} replicas", d, w));
+  for (const auto& row : in.boundary_ms)
+    if (row.size() + 1 != d) throw Error("simulator input: each replica needs d - 1 boundary times");
+}
+
+}  // namespace
+
+SimResult simulate(const SimInput& input, bool keep_events) {
+  check_input(input);
+  std::vector<int64_t> replicas, weights;
+  if (keep_events) {
+    for (int64_t r = 0; r < input.spec.width; ++r) replicas.push_back(r);
+    weights.assign(replicas.size(), 1);
+  } else {
+    std::tie(replicas, weights) = distinct_replicas(input);
+  }
+  // The measured window is known only once the step ends are: a first, lean replay finds them, and a
+  // second one measures (cheaper than keeping every interval of a long run).
+  std::vector<std::vector<Op>> ops;
+  for (int64_t i = 0; i < input.spec.depth; ++i)
+    ops.push_back(stage_ops(input.spec, i, input.stages[static_cast<size_t>(i)].recompute));
+  std::pair<double, double> window;
+  {
+    Engine probe(input, ops, replicas, false, {});
+    probe.run();
+    window = steady_window(input.spec, step_ends(input, probe.lanes()));
+  }
+  Engine engine(input, ops, replicas, keep_events, {window.first, window.second, keep_events});
+  engine.run();
+  SimResult result = summarize(input, engine.lanes(), weights, window);
+  result.events = std::move(engine.events());
+  return result;
+}
+
+}  // namespace pd2bw::planner

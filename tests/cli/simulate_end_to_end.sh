@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# `pd2bw plan --explain` and `pd2bw simulate` end to end for every schedule: the trace parses as JSON with
+# one event per op of every rank, the SVG renders to a non-empty PNG with a real renderer (rsvg-convert),
+# the simulated step and per-stage peak memory match the plan within 2%, and bad input exits 2.
+source "$(dirname "$0")/lib.bash"
+PY="${PD2BW_PYTHON:-/usr/bin/python3}"
+P="$SRC/schemas/examples/gpt-1.3b.profile.json"
+command -v rsvg-convert >/dev/null || { echo "rsvg-convert missing: run tools/setup" >&2; exit 1; }
+
+for s in 2bw flush gpipe; do
+  expect_exit 0 "where the time goes" -- "$PD2BW" plan --profile "$P" --nodes 1 --gpus-per-node 4 \
+    --device-memory 24GiB --global-batch 32 --schedule "$s" --explain -o "$TMP/$s.plan.json"
+  grep -qE "chosen +$s " "$TMP/err" || fail "--explain does not show the chosen $s plan"
+  expect_exit 0 "step time: steady" -- "$PD2BW" simulate --plan "$TMP/$s.plan.json" --profile "$P" \
+    --trace "$TMP/$s.trace.json" --svg "$TMP/$s.svg" --json "$TMP/$s.report.json"
+  if rsvg-convert "$TMP/$s.svg" -o "$TMP/$s.png" && [ -s "$TMP/$s.png" ]; then ok; else fail "$s: SVG does not render"; fi
+  if "$PY" - "$TMP/$s.plan.json" "$TMP/$s.trace.json" "$TMP/$s.report.json" "$TMP/$s.png" <<'PYEOF'
+import json, struct, sys
+plan, trace, report = (json.load(open(p)) for p in sys.argv[1:4])
+d, m, w = plan["depth"], plan["microbatches_per_step"], plan["width"]
+steps = report["steps"]
+# Ops per step of stage i: m forwards and backwards, a receive and a send per neighbour and microbatch,
+# m recomputes when the stage recomputes, an allreduce when replicated, and the update.
+ops = 0
+for i, st in enumerate(plan["stages"]):
+    per = 2 * m + (2 * m if i > 0 else 0) + (2 * m if i < d - 1 else 0)
+    per += m if st["recompute"] else 0
+    per += (1 if w > 1 else 0) + 1
+    ops += per * steps * w
+xs = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+assert len(xs) == ops, (len(xs), ops)
+assert {e["pid"] for e in xs} == set(range(d * w)), "one process per rank"
+assert all({"step", "microbatch", "version"} <= set(e["args"]) for e in xs)
+assert abs(report["step_ms"] / plan["predictions"]["step_ms"] - 1) <= 0.02, (report["step_ms"], plan["predictions"])
+for st, sim in zip(plan["stages"], report["stages"]):
+    assert abs(sim["peak_bytes"] / st["memory"]["total_bytes"] - 1) <= 0.02, (sim, st["memory"])
+    assert sim["max_live_versions"] <= (2 if plan["schedule"] == "2bw" else 1)
+png = open(sys.argv[4], "rb").read(24)
+assert png[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", png[16:24])[0] > 500
+PYEOF
+  then ok; else fail "$s: trace/report/picture check"; fi
+done
+
+# Bad input: a profile that is not the plan's, an inconsistent plan, impossible flags.
+expect_exit 2 "sha256" -- "$PD2BW" simulate --plan "$TMP/2bw.plan.json"
+expect_exit 2 "sha256" -- "$PD2BW" simulate --plan "$TMP/2bw.plan.json" --profile "$SRC/schemas/examples/gpt-2.2b.profile.json"
+"$PY" - "$TMP/2bw.plan.json" "$TMP/broken.plan.json" <<'PYEOF'
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["stages"][0]["layer_end"] += 1
+json.dump(p, open(sys.argv[2], "w"))
+PYEOF
+expect_exit 2 "error: .*stages" -- "$PD2BW" simulate --plan "$TMP/broken.plan.json" --profile "$P"
+expect_exit 2 "error:" -- "$PD2BW" simulate --plan "$TMP/2bw.plan.json" --profile "$P" --steps 0
+expect_exit 2 "error:" -- "$PD2BW" simulate --profile "$P"
+expect_exit 2 "error:" -- "$PD2BW" simulate --plan "$TMP/missing.json" --profile "$P"
+expect_exit 2 "error:" -- "$PD2BW" simulate --plan "$P" --profile "$P"
+finish

@@ -1,0 +1,27 @@
+// Reading the input files every subcommand shares: a profile (or the built-in example) and a plan,
+// with file names in the error messages.
+#pragma once
+
+#include <string>
+
+#include "pd2bw/schemas/plan.hpp"
+#include "pd2bw/schemas/profile.hpp"
+
+namespace pd2bw::cli {
+
+struct LoadedProfile {
+  schemas::Profile profile;
+  std::string sha256;  // of the file's bytes
+  std::string label;   // the path, or a description of the built-in example
+};
+
+// `path` empty: the built-in gpt-3.8b example. Throws UsageError (unreadable) or SchemaError.
+LoadedProfile load_profile(const std::string& path);
+
+// Reads and checks a plan file (including its internal consistency). Throws UsageError / SchemaError.
+schemas::Plan load_plan(const std::string& path);
+
+// Throws UsageError unless `plan` was made from `profile` (same sha256 of the profile file).
+void check_plan_profile(const schemas::Plan& plan, const std::string& plan_path, const LoadedProfile& profile);
+
+}  // namespace pd2bw::cli

@@ -1,0 +1,121 @@
+// Output of simulated runs.
+#include "sim_report.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+
+#include "pd2bw/schemas/common.hpp"
+
+namespace pd2bw::cli {
+
+namespace {
+
+double gib(int64_t bytes) { return static_cast<double>(bytes) / static_cast<double>(int64_t{1} << 30); }
+
+// Averages of a stage's window breakdown over all stages (ms per rank).
+planner::SimStageResult average(const planner::SimResult& sim) {
+  planner::SimStageResult a;
+  const double n = static_cast<double>(sim.stages.size());
+  for (const auto& s : sim.stages) {
+    a.compute_ms += s.compute_ms / n;
+    a.p2p_ms += s.p2p_ms / n;
+    a.allreduce_ms += s.allreduce_ms / n;
+    a.update_ms += s.update_ms / n;
+    a.idle_ms += s.idle_ms / n;
+  }
+  return a;
+}
+
+double fill(const schemas::MemoryBreakdown& m) {
+  return static_cast<double>(m.total_bytes) / static_cast<double>(m.limit_bytes);
+}
+
+}  // namespace
+
+void print_sim_table(const schemas::Plan& plan, const planner::SimInput& in, const planner::SimResult& sim) {
+  const auto& p = plan.predictions;
+  fmt::print(stderr, "step time: steady {:.3f} ms (plan predicts {:.3f} ms, {:+.2f}%), first step {:.3f} ms\n",
+             sim.step_ms, p.step_ms, 100.0 * (sim.step_ms / p.step_ms - 1.0), sim.first_step_ms);
+  fmt::print(stderr, "throughput: {:.1f} samples/s, {:.0f} tokens/s; bubble {:.1f}% of rank time in the "
+                     "steady step ({:.3f}-{:.3f} ms)\n",
+             static_cast<double>(plan.global_batch) / (sim.step_ms / 1e3),
+             static_cast<double>(plan.global_batch * plan.model.seq_len) / (sim.step_ms / 1e3),
+             100.0 * sim.bubble_fraction, sim.window_begin_ms, sim.window_end_ms);
+  fmt::print(stderr, "{:>5} {:>8} {:>6} {:>6} {:>10} {:>9} {:>10} {:>9}  {:>19} {:>9} {:>8}\n", "stage", "layers",
+             "recmp", "busy", "compute", "p2p", "allreduce", "idle", "peak GiB (plan)", "versions",
+             "inflight");
+  for (size_t i = 0; i < sim.stages.size(); ++i) {
+    const auto& s = sim.stages[i];
+    const auto& st = in.stages[i];
+    fmt::print(stderr, "{:>5} {:>8} {:>6} {:>5.1f}% {:>7.2f} ms {:>6.2f} ms {:>7.2f} ms {:>6.2f} ms  {:>9.3f} ({:>7.3f}) {:>9} {:>8}\n",
+               i, fmt::format("{}-{}", st.layer_begin, st.layer_end - 1), st.recompute ? "yes" : "no",
+               100.0 * s.busy_fraction, s.compute_ms, s.p2p_ms, s.allreduce_ms, s.idle_ms, gib(s.peak_bytes),
+               gib(plan.stages[i].memory.total_bytes), s.max_live_versions, s.peak_in_flight);
+  }
+}
+
+std::string sim_report_json(const schemas::Plan& plan, const planner::SimInput& in, const planner::SimResult& sim) {
+  nlohmann::ordered_json j;
+  j["schedule"] = std::string(schemas::to_string(plan.schedule));
+  j["steps"] = in.spec.steps;
+  j["ranks"] = plan.width * plan.depth;
+  j["step_ms"] = sim.step_ms;
+  j["first_step_ms"] = sim.first_step_ms;
+  j["planned_step_ms"] = plan.predictions.step_ms;
+  j["bubble_fraction"] = sim.bubble_fraction;
+  j["step_end_ms"] = sim.step_end_ms;
+  j["trace_op_events"] = sim.events.size();
+  auto& stages = j["stages"] = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < sim.stages.size(); ++i) {
+    const auto& s = sim.stages[i];
+    stages.push_back({{"busy_fraction", s.busy_fraction},
+                      {"compute_ms", s.compute_ms},
+                      {"p2p_ms", s.p2p_ms},
+                      {"allreduce_ms", s.allreduce_ms},
+                      {"update_ms", s.update_ms},
+                      {"idle_ms", s.idle_ms},
+                      {"peak_bytes", s.peak_bytes},
+                      {"planned_peak_bytes", plan.stages[i].memory.total_bytes},
+                      {"peak_in_flight", s.peak_in_flight},
+                      {"max_live_versions", s.max_live_versions}});
+  }
+  return j.dump(2) + "\n";
+}
+
+void print_explain(const planner::CostModel& model, const planner::SearchResult& result) {
+  fmt::print(stderr, "\nwhere the time goes (simulated steady step, ms per rank averaged over stages) and what "
+                     "binds memory:\n");
+  std::set<schemas::Schedule> shown;
+  for (size_t k = 0; k < result.ranked.size(); ++k) {
+    const auto& e = result.ranked[k];
+    const auto& c = e.candidate;
+    if (!shown.insert(c.schedule).second) continue;
+    std::vector<bool> recompute;
+    for (const auto& st : e.stages) recompute.push_back(st.recompute);
+    const auto sim = planner::simulate(planner::make_sim_input(model, c, e.split.bounds, recompute,
+                                                               planner::default_sim_steps(c.schedule)));
+    const auto a = average(sim);
+    size_t full = 0;
+    for (size_t i = 0; i < e.stages.size(); ++i)
+      if (fill(e.stages[i].memory) > fill(e.stages[full].memory)) full = i;
+    const auto& mem = e.stages[full].memory;
+    fmt::print(stderr, "  {:<6} {:<5} b={} m={} d={} w={}: {:.2f} ms = compute {:.2f} + p2p {:.2f} + allreduce "
+                       "{:.2f} + update {:.2f} + bubble {:.2f} ({:.1f}%)\n",
+               k == 0 ? "chosen" : "best", schemas::to_string(c.schedule), c.microbatch, c.microbatches, c.depth,
+               c.width, sim.step_ms, a.compute_ms, a.p2p_ms, a.allreduce_ms, a.update_ms, a.idle_ms,
+               100.0 * sim.bubble_fraction);
+    fmt::print(stderr, "         memory: stage {} is fullest at {:.2f} of {:.2f} GiB ({:.0f}%); largest term '{}' "
+                       "({:.2f} GiB){}\n",
+               full, gib(mem.total_bytes), gib(mem.limit_bytes),
+               100.0 * static_cast<double>(mem.total_bytes) / static_cast<double>(mem.limit_bytes), mem.dominant,
+               gib(std::max({mem.weights_bytes, mem.master_bytes, mem.grads_bytes, mem.optimizer_bytes,
+                             mem.stash_bytes, mem.comm_bytes, mem.reserve_bytes})),
+               e.stages[full].recompute ? ", recomputes to fit" : "");
+  }
+}
+
+}  // namespace pd2bw::cli

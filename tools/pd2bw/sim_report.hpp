@@ -1,0 +1,23 @@
+// Human-readable and JSON output of simulated runs: `pd2bw simulate`'s table and `pd2bw plan --explain`.
+#pragma once
+
+#include <string>
+
+#include "pd2bw/planner/search.hpp"
+#include "pd2bw/planner/simulator.hpp"
+#include "pd2bw/schemas/plan.hpp"
+
+namespace pd2bw::cli {
+
+// The per-stage table of a simulated plan next to the plan's own numbers (stderr).
+void print_sim_table(const schemas::Plan& plan, const planner::SimInput& in, const planner::SimResult& sim);
+
+// Machine-readable report of the same numbers (deterministic JSON text).
+std::string sim_report_json(const schemas::Plan& plan, const planner::SimInput& in, const planner::SimResult& sim);
+
+// For the chosen candidate and the best of each other schedule in `result` (after rank_by_simulation):
+// where a rank's steady step goes (compute, p2p, allreduce, bubble; averaged over ranks) and which memory
+// term binds (stderr).
+void print_explain(const planner::CostModel& model, const planner::SearchResult& result);
+
+}  // namespace pd2bw::cli
