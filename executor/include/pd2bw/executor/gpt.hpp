@@ -1,0 +1,188 @@
+// GPT layers as the profile and the plan see them: layer 0 "embedding", layers 1..blocks "block.i"
+// (i = 0..blocks-1), and the last layer "head" (final layer norm + LM head + loss).
+//
+// Each layer class owns one flat parameter buffer and one flat gradient buffer described by its
+// layout(), but forward/backward take the parameters (and the gradient buffer) as explicit pointers,
+// so the runtime can run a microbatch against either of the two weight versions 2BW keeps, held in
+// buffers of its own with the same layout. Input gradients are overwritten; parameter gradients
+// accumulate (+=) over the microbatches of a step. All tensors are contiguous and row-major.
+//
+// Linear weights are stored (Out, In), i.e. y = x W^T. HF GPT-2 checkpoints store c_attn, c_proj and
+// c_fc as Conv1D weights of shape (In, Out); a checkpoint converter must transpose those.
+//
+// Tied embeddings (config.tie_embeddings): the head has no lm_head.weight; its forward and backward
+// take `wte` (V, C), the embedding's token table of the same weight version, and its backward
+// accumulates the LM-head gradient into a separate `dwte` (V, C) buffer. The runtime adds dwte into the
+// embedding's gradient at offset GptEmbedding::kWteOffset (over the network when the two layers sit on
+// different stages) before the update, so both copies of wte receive the same summed update.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "pd2bw/executor/layout.hpp"
+
+namespace pd2bw::executor {
+
+struct GptConfig {
+  int64_t vocab = 0;    // V
+  int64_t seq_len = 0;  // Tmax: the position table's length; a microbatch may use seq <= seq_len
+  int64_t d_model = 0;  // C
+  int64_t heads = 0;    // H; C must be divisible by H
+  int64_t blocks = 0;   // transformer blocks; the model has blocks + 2 layers
+  bool tie_embeddings = false;
+
+  // Throws pd2bw::UsageError naming the first bad field (a dim <= 0, C % H != 0, blocks < 0).
+  void validate() const;
+  int64_t layer_count() const { return blocks + 2; }
+};
+
+enum class GptLayerKind { embedding, block, head };
+
+// Kind and profile name ("embedding", "block.{i}", "head") of a model layer index in
+// [0, layer_count()). Both throw pd2bw::UsageError for an index out of range.
+GptLayerKind gpt_layer_kind(const GptConfig& config, int64_t layer);
+std::string gpt_layer_name(const GptConfig& config, int64_t layer);
+
+// The parameter layout of a model layer (HF GPT-2 names; block i's tensors are "h.{i}.*").
+// Throws pd2bw::UsageError for an invalid config or an index out of range.
+ParamLayout gpt_layer_layout(const GptConfig& config, int64_t layer);
+
+// Writes the GPT-2 initialisation of a model layer into params (length layout_numel of that layer):
+// weights ~ N(0, 0.02^2), residual projections (attn.c_proj, mlp.c_proj weights) ~ N(0, (0.02 /
+// sqrt(2 blocks))^2), layer-norm gamma 1 and beta 0, biases 0. Each tensor draws from its own stream
+// seeded by (seed, layer, name), computed in double and rounded to T, so a float model starts at the
+// float rounding of the double model, identically on every platform and for every stage split.
+// Throws pd2bw::UsageError when params has the wrong length.
+template <typename T>
+void init_gpt_layer(const GptConfig& config, int64_t layer, uint64_t seed, std::span<T> params);
+
+// The flat parameter and gradient buffers a layer owns (gradients start at zero).
+template <typename T>
+class LayerBuffers {
+ public:
+  const GptConfig& config() const { return config_; }
+  const ParamLayout& layout() const { return layout_; }
+  int64_t size() const { return static_cast<int64_t>(params_.size()); }
+  std::span<T> params() { return params_; }
+  std::span<const T> params() const { return params_; }
+  std::span<T> grads() { return grads_; }
+  std::span<const T> grads() const { return grads_; }
+  void zero_grads();
+
+ protected:
+  LayerBuffers(const GptConfig& config, int64_t layer, uint64_t seed);
+  GptConfig config_;
+  ParamLayout layout_;
+  std::vector<T> params_;
+  std::vector<T> grads_;
+};
+
+// Layer 0: token + position embedding. Parameters: wte.weight (V, C), wpe.weight (Tmax, C).
+template <typename T>
+class GptEmbedding : public LayerBuffers<T> {
+ public:
+  static constexpr int64_t kWteOffset = 0;  // wte.weight starts the buffer (tied heads add into it)
+
+  struct Stash {
+    int64_t batch = 0;
+    int64_t seq = 0;
+    std::vector<int32_t> tokens;  // (B, S)
+    int64_t bytes() const;
+  };
+
+  // Throws pd2bw::UsageError for an invalid config.
+  GptEmbedding(const GptConfig& config, uint64_t seed);
+
+  // params: this layer's layout; tokens: (B, S) ids in [0, V), 0 < S <= seq_len; out: (B, S, C).
+  // Throws pd2bw::UsageError for a bad batch/seq, pd2bw::Error for a token out of range.
+  void forward(const T* params, const int32_t* tokens, int64_t batch, int64_t seq, Stash& stash,
+               T* out) const;
+  // grad_out: (B, S, C); grads: this layer's layout, accumulated.
+  void backward(const Stash& stash, const T* grad_out, T* grads) const;
+};
+
+// Layers 1..blocks: pre-LN transformer block
+//   x1 = x + c_proj(attn(c_attn(ln_1(x))));  y = x1 + mlp.c_proj(gelu(mlp.c_fc(ln_2(x1)))),
+// MLP hidden width 4C. Parameters (h.{i}.*): ln_1 (C)x2, attn.c_attn (3C, C)+(3C), attn.c_proj
+// (C, C)+(C), ln_2 (C)x2, mlp.c_fc (4C, C)+(4C), mlp.c_proj (C, 4C)+(C).
+template <typename T>
+class GptBlock : public LayerBuffers<T> {
+ public:
+  // Everything backward reads; N = B*S rows. bytes() is what one stashed microbatch costs.
+  struct Stash {
+    int64_t batch = 0;
+    int64_t seq = 0;
+    std::vector<T> x;                        // (N, C) block input
+    std::vector<T> ln1, ln1_mean, ln1_rstd;  // (N, C), (N), (N)
+    std::vector<T> qkv;                      // (N, 3C)
+    std::vector<T> probs;                    // (B, H, S, S)
+    std::vector<T> attn;                     // (N, C) attention output before c_proj
+    std::vector<T> x1;                       // (N, C) residual stream after attention
+    std::vector<T> ln2, ln2_mean, ln2_rstd;  // (N, C), (N), (N)
+    std::vector<T> fc, fc_act;               // (N, 4C) before and after GELU
+    int64_t bytes() const;
+  };
+
+  // block in [0, blocks): the model layer index is block + 1. Throws pd2bw::UsageError.
+  GptBlock(const GptConfig& config, int64_t block, uint64_t seed);
+
+  // params: this layer's layout; input, output: (B, S, C), distinct buffers. Throws UsageError for
+  // a bad batch/seq.
+  void forward(const T* params, const T* input, int64_t batch, int64_t seq, Stash& stash, T* output) const;
+  // Rebuilds the stash from the block input alone (forward again, output discarded); bit-identical
+  // to the stash forward() wrote for the same params and input.
+  void recompute(const T* params, const T* input, int64_t batch, int64_t seq, Stash& stash) const;
+  // grad_output, grad_input: (B, S, C), distinct; grads: this layer's layout, accumulated.
+  void backward(const T* params, const Stash& stash, const T* grad_output, T* grad_input, T* grads) const;
+};
+
+// The last layer: ln_f, LM head (no bias) and mean softmax cross-entropy over the B*S positions.
+// Parameters: ln_f.weight (C), ln_f.bias (C), and lm_head.weight (V, C) unless tied.
+template <typename T>
+class GptHead : public LayerBuffers<T> {
+ public:
+  struct Stash {
+    int64_t batch = 0;
+    int64_t seq = 0;
+    std::vector<int32_t> targets;         // (N)
+    std::vector<T> x;                     // (N, C) head input
+    std::vector<T> ln, ln_mean, ln_rstd;  // (N, C), (N), (N)
+    std::vector<T> logits;                // (N, V)
+    std::vector<T> lse;                   // (N) log-sum-exp per row
+    int64_t bytes() const;
+  };
+
+  // Throws pd2bw::UsageError for an invalid config.
+  GptHead(const GptConfig& config, uint64_t seed);
+
+  // params: this layer's layout; wte: (V, C) when tied (the embedding's table of the same weight
+  // version), ignored otherwise; input: (B, S, C); targets: (B, S) in [0, V).
+  // Returns the mean loss over B*S positions. Throws pd2bw::UsageError (tied and wte null, bad
+  // batch/seq) or pd2bw::Error (target out of range).
+  double forward(const T* params, const T* wte, const T* input, const int32_t* targets, int64_t batch,
+                 int64_t seq, Stash& stash) const;
+  // Same as forward (the head keeps nothing but what forward computes); returns the loss.
+  double recompute(const T* params, const T* wte, const T* input, const int32_t* targets, int64_t batch,
+                   int64_t seq, Stash& stash) const;
+  // Starts from d(loss_scale * loss); grad_input: (B, S, C) overwritten; grads: this layer's layout,
+  // accumulated; dwte: (V, C) accumulated LM-head gradient when tied (required then), else ignored.
+  void backward(const T* params, const T* wte, const Stash& stash, double loss_scale, T* grad_input, T* grads,
+                T* dwte) const;
+
+ private:
+  const T* lm_head(const T* params, const T* wte) const;
+};
+
+extern template class LayerBuffers<float>;
+extern template class LayerBuffers<double>;
+extern template class GptEmbedding<float>;
+extern template class GptEmbedding<double>;
+extern template class GptBlock<float>;
+extern template class GptBlock<double>;
+extern template class GptHead<float>;
+extern template class GptHead<double>;
+
+}  // namespace pd2bw::executor

@@ -1,0 +1,43 @@
+// CPU GELU with the tanh approximation used by GPT-2, and its derivative.
+#include <cmath>
+
+#include "pd2bw/executor/ops.hpp"
+
+namespace pd2bw::executor::cpu {
+namespace {
+constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2 / pi)
+constexpr double kCubic = 0.044715;
+}  // namespace
+
+template <typename T>
+void gelu_forward(const T* x, T* y, int64_t n) {
+  const T s = static_cast<T>(kSqrt2OverPi);
+  const T a = static_cast<T>(kCubic);
+  for (int64_t i = 0; i < n; ++i) {
+    const T xi = x[i];
+    const T u = s * (xi + a * xi * xi * xi);
+    y[i] = T(0.5) * xi * (T(1) + std::tanh(u));
+  }
+}
+
+template <typename T>
+void gelu_backward(const T* dy, const T* x, T* dx, int64_t n) {
+  const T s = static_cast<T>(kSqrt2OverPi);
+  const T a = static_cast<T>(kCubic);
+  for (int64_t i = 0; i < n; ++i) {
+    const T xi = x[i];
+    const T th = std::tanh(s * (xi + a * xi * xi * xi));
+    const T du = s * (T(1) + T(3) * a * xi * xi);
+    const T grad = T(0.5) * (T(1) + th) + T(0.5) * xi * (T(1) - th * th) * du;
+    dx[i] = grad * dy[i];
+  }
+}
+
+#define PD2BW_INSTANTIATE(T)                            \
+  template void gelu_forward<T>(const T*, T*, int64_t); \
+  template void gelu_backward<T>(const T*, const T*, T*, int64_t);
+PD2BW_INSTANTIATE(float)
+PD2BW_INSTANTIATE(double)
+#undef PD2BW_INSTANTIATE
+
+}  // namespace pd2bw::executor::cpu
