@@ -44,8 +44,8 @@ int64_t GptBlock<T>::Stash::bytes() const {
 }
 
 template <typename T>
-GptBlock<T>::GptBlock(const GptConfig& config, int64_t block, uint64_t seed)
-    : LayerBuffers<T>(config, block_layer(config, block), seed) {}
+GptBlock<T>::GptBlock(const GptConfig& config, int64_t block, uint64_t seed, Buffers buffers)
+    : LayerBuffers<T>(config, block_layer(config, block), seed, buffers) {}
 
 template <typename T>
 void GptBlock<T>::forward(const T* params, const T* input, int64_t batch, int64_t seq, Stash& s,

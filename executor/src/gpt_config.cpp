@@ -120,8 +120,9 @@ void init_gpt_layer(const GptConfig& config, int64_t layer, uint64_t seed, std::
 }
 
 template <typename T>
-LayerBuffers<T>::LayerBuffers(const GptConfig& config, int64_t layer, uint64_t seed)
+LayerBuffers<T>::LayerBuffers(const GptConfig& config, int64_t layer, uint64_t seed, Buffers buffers)
     : config_(config), layout_(gpt_layer_layout(config, layer)) {
+  if (buffers == Buffers::none) return;
   params_.resize(static_cast<size_t>(layout_numel(layout_)));
   grads_.assign(params_.size(), T(0));
   init_gpt_layer<T>(config_, layer, seed, params_);

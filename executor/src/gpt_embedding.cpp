@@ -10,7 +10,8 @@ int64_t GptEmbedding<T>::Stash::bytes() const {
 }
 
 template <typename T>
-GptEmbedding<T>::GptEmbedding(const GptConfig& config, uint64_t seed) : LayerBuffers<T>(config, 0, seed) {}
+GptEmbedding<T>::GptEmbedding(const GptConfig& config, uint64_t seed, Buffers buffers)
+    : LayerBuffers<T>(config, 0, seed, buffers) {}
 
 template <typename T>
 void GptEmbedding<T>::forward(const T* params, const int32_t* tokens, int64_t batch, int64_t seq,

@@ -16,8 +16,8 @@ int64_t GptHead<T>::Stash::bytes() const {
 }
 
 template <typename T>
-GptHead<T>::GptHead(const GptConfig& config, uint64_t seed)
-    : LayerBuffers<T>(config, config.blocks + 1, seed) {}
+GptHead<T>::GptHead(const GptConfig& config, uint64_t seed, Buffers buffers)
+    : LayerBuffers<T>(config, config.blocks + 1, seed, buffers) {}
 
 template <typename T>
 const T* GptHead<T>::lm_head(const T* params, const T* wte) const {

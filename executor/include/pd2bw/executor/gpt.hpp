@@ -59,7 +59,10 @@ ParamLayout gpt_layer_layout(const GptConfig& config, int64_t layer);
 template <typename T>
 void init_gpt_layer(const GptConfig& config, int64_t layer, uint64_t seed, std::span<T> params);
 
-// The flat parameter and gradient buffers a layer owns (gradients start at zero).
+// The flat parameter and gradient buffers a layer owns (gradients start at zero). A layer built with
+// Buffers::none owns none (params() and grads() are empty): the caller keeps the weights elsewhere, as
+// the pipeline runtime does with its weight versions, and passes them to forward / backward.
+enum class Buffers { owned, none };
 template <typename T>
 class LayerBuffers {
  public:
@@ -73,7 +76,7 @@ class LayerBuffers {
   void zero_grads();
 
  protected:
-  LayerBuffers(const GptConfig& config, int64_t layer, uint64_t seed);
+  LayerBuffers(const GptConfig& config, int64_t layer, uint64_t seed, Buffers buffers);
   GptConfig config_;
   ParamLayout layout_;
   std::vector<T> params_;
@@ -94,7 +97,7 @@ class GptEmbedding : public LayerBuffers<T> {
   };
 
   // Throws pd2bw::UsageError for an invalid config.
-  GptEmbedding(const GptConfig& config, uint64_t seed);
+  GptEmbedding(const GptConfig& config, uint64_t seed, Buffers buffers = Buffers::owned);
 
   // params: this layer's layout; tokens: (B, S) ids in [0, V), 0 < S <= seq_len; out: (B, S, C).
   // Throws pd2bw::UsageError for a bad batch/seq, pd2bw::Error for a token out of range.
@@ -127,7 +130,7 @@ class GptBlock : public LayerBuffers<T> {
   };
 
   // block in [0, blocks): the model layer index is block + 1. Throws pd2bw::UsageError.
-  GptBlock(const GptConfig& config, int64_t block, uint64_t seed);
+  GptBlock(const GptConfig& config, int64_t block, uint64_t seed, Buffers buffers = Buffers::owned);
 
   // params: this layer's layout; input, output: (B, S, C), distinct buffers. Throws UsageError for
   // a bad batch/seq.
@@ -156,7 +159,7 @@ class GptHead : public LayerBuffers<T> {
   };
 
   // Throws pd2bw::UsageError for an invalid config.
-  GptHead(const GptConfig& config, uint64_t seed);
+  GptHead(const GptConfig& config, uint64_t seed, Buffers buffers = Buffers::owned);
 
   // params: this layer's layout; wte: (V, C) when tied (the embedding's table of the same weight
   // version), ignored otherwise; input: (B, S, C); targets: (B, S) in [0, V).

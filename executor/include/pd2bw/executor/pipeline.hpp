@@ -1,0 +1,123 @@
+// The pipeline runtime (DESIGN.md sections 3 and 7): each rank builds its stage of the GPT and interprets
+// the op list the planner's schedule generator gives it: stash per in-flight microbatch, weight versions
+// (two reused buffers for 2BW, never a third; one updated in place for Flush and GPipe), recompute where
+// the plan says, gradient accumulation over the m microbatches of a step, the replicas' allreduce and
+// the optimizer update. The math is exactly a sequential run of W(j+1) = W(j) - update(g(W(j-1))) (2BW)
+// or W(j+1) = W(j) - update(g(W(j))) (Flush, GPipe).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "pd2bw/executor/comm.hpp"
+#include "pd2bw/executor/gpt.hpp"
+#include "pd2bw/executor/optimizer.hpp"
+#include "pd2bw/schemas/plan.hpp"
+
+namespace pd2bw::executor {
+
+struct OptimizerOptions {
+  schemas::Optimizer kind = schemas::Optimizer::adamw;
+  AdamWConfig adamw;
+  SgdConfig sgd;
+  LrSchedule lr;
+  double clip_norm = 0;  // global gradient-norm clipping over all stages; <= 0 turns it off
+};
+
+struct PipelineConfig {
+  GptConfig model;
+  schemas::Schedule schedule = schemas::Schedule::two_bw;
+  int64_t depth = 1, width = 1;
+  int64_t microbatches = 1;    // m, per replica per step
+  int64_t microbatch_size = 1;  // b, sequences
+  int64_t seq = 1;             // tokens per sequence (<= model.seq_len)
+  std::vector<int64_t> bounds;               // d + 1 layer bounds: stage i holds [bounds[i], bounds[i+1])
+  std::vector<bool> recompute;               // per stage
+  std::vector<std::vector<int64_t>> ranks;   // (d, w): rank of (stage, replica)
+  uint64_t seed = 1234;        // weight initialisation
+  OptimizerOptions optimizer;
+  int64_t ranks_total() const { return depth * width; }
+  // Throws UsageError naming the first inconsistency (bounds, ranks, m < d for 2bw, seq, model).
+  void validate() const;
+};
+
+// The plan's schedule, shape, stages and rank table for `model` (whose layer count must equal the
+// plan's). Throws UsageError when they do not match.
+PipelineConfig pipeline_from_plan(const schemas::Plan& plan, const GptConfig& model);
+
+// Where microbatch `microbatch` of step `step` on replica `replica` comes from: tokens and targets,
+// both (b, seq). Must be a pure function of its arguments (the first and the last stage both call it).
+class MicrobatchSource {
+ public:
+  virtual ~MicrobatchSource() = default;
+  virtual void fill(int64_t step, int64_t microbatch, int64_t replica, int32_t* tokens, int32_t* targets) const = 0;
+};
+
+// Receives each microbatch's loss from the last stage (called from the ranks' threads; must be
+// thread-safe).
+class LossSink {
+ public:
+  virtual ~LossSink() = default;
+  virtual void on_loss(int64_t step, int64_t replica, int64_t microbatch, double loss) = 0;
+};
+
+// One rank's stage: its weights, optimizer state and the interpreter of its op list.
+template <typename T>
+class StageWorker {
+ public:
+  // Builds and initialises the stage of `rank` (same initial weights as the whole model, whatever the
+  // split). Throws UsageError for an invalid config or rank.
+  StageWorker(const PipelineConfig& config, int64_t rank);
+  ~StageWorker();
+  StageWorker(StageWorker&&) noexcept;
+
+  // Runs steps [first_step, first_step + steps) of the schedule, exchanging with the other ranks
+  // through `comm`; the pipeline fills at the start and drains at the end (a run of k steps then one of
+  // the rest computes exactly what one run of all of them does).
+  void run(Comm& comm, const MicrobatchSource& data, int64_t first_step, int64_t steps, LossSink* sink);
+
+  int64_t stage() const;
+  int64_t replica() const;
+  int64_t steps_done() const;               // optimizer updates applied so far
+  const ParamLayout& layout() const;        // the stage's parameters (its layers' layouts, in order)
+  // The weights of `version` (which must be held: the newest, or the one before it for 2BW).
+  std::span<T> weights(int64_t version);
+  std::span<T> moment1();                   // AdamW m, or SGD momentum
+  std::span<T> moment2();                   // AdamW v (empty for SGD)
+  // Restores the state after `steps` updates: for 2BW the weights of versions steps - 1 and steps (the
+  // first must be empty when steps == 0), else of version steps.
+  void restore(int64_t steps, std::span<const T> previous, std::span<const T> current,
+               std::span<const T> m1, std::span<const T> m2);
+  int64_t versions_allocated() const;       // weight buffers ever allocated (2 for 2BW at most)
+  int64_t peak_bytes() const;               // largest total of the buffers this worker held at once
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Runs every rank of `config` as a thread of this process with the `threads` transport. Workers persist
+// across run() calls (for checkpoints between segments of steps).
+template <typename T>
+class ThreadsJob {
+ public:
+  explicit ThreadsJob(const PipelineConfig& config);
+  // Runs steps [first_step, first_step + steps) on all ranks. When a rank throws, the others are
+  // aborted and the first failure is rethrown.
+  void run(const MicrobatchSource& data, int64_t first_step, int64_t steps, LossSink* sink);
+  StageWorker<T>& worker(int64_t rank) { return workers_.at(static_cast<size_t>(rank)); }
+  int64_t ranks() const { return static_cast<int64_t>(workers_.size()); }
+
+ private:
+  PipelineConfig config_;
+  std::vector<StageWorker<T>> workers_;
+};
+
+extern template class StageWorker<float>;
+extern template class StageWorker<double>;
+extern template class ThreadsJob<float>;
+extern template class ThreadsJob<double>;
+
+}  // namespace pd2bw::executor

@@ -1,0 +1,142 @@
+// The sequential reference for the pipeline runtime: the same math on one rank, no pipeline. Each step
+// computes every replica's gradient over its m microbatches in order (loss scale 1/m), sums the replicas
+// in order, and updates W(j+1) = W(j) - update(g(W(v))) with v = max(j - 1, 0) for 2BW and v = j
+// otherwise. Clipping sums the squares per stage, then over stages in order, as the pipeline does.
+#pragma once
+
+#include <algorithm>
+#include <vector>
+
+#include "pd2bw/executor/gpt.hpp"
+#include "pd2bw/executor/optimizer.hpp"
+#include "pd2bw/executor/pipeline.hpp"
+
+namespace pd2bw::testing {
+
+using executor::PipelineConfig;
+
+// Pseudo-random tokens that depend only on (step, microbatch, replica).
+class HashSource final : public executor::MicrobatchSource {
+ public:
+  HashSource(int64_t vocab, int64_t b, int64_t seq) : vocab_(vocab), b_(b), seq_(seq) {}
+  void fill(int64_t step, int64_t microbatch, int64_t replica, int32_t* tokens, int32_t* targets) const override {
+    uint64_t x = static_cast<uint64_t>(step * 1000003 + microbatch * 7919 + replica * 104729 + 17);
+    for (int64_t i = 0; i < b_ * (seq_ + 1); ++i) {
+      x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+      const auto t = static_cast<int32_t>((x >> 33) % static_cast<uint64_t>(vocab_));
+      const int64_t row = i / (seq_ + 1), col = i % (seq_ + 1);
+      if (col < seq_) tokens[row * seq_ + col] = t;
+      if (col > 0) targets[row * seq_ + col - 1] = t;
+    }
+  }
+
+ private:
+  int64_t vocab_, b_, seq_;
+};
+
+template <typename T>
+class Reference {
+ public:
+  explicit Reference(const PipelineConfig& c) : c_(c) {
+    for (int64_t l = 0; l < c.model.layer_count(); ++l) {
+      offsets_.push_back(executor::append_layout(layout_, executor::gpt_layer_layout(c.model, l)));
+      if (l == 0) emb_.emplace_back(c.model, c.seed, executor::Buffers::none);
+      else if (l == c.model.layer_count() - 1) head_.emplace_back(c.model, c.seed, executor::Buffers::none);
+      else blocks_.emplace_back(c.model, l - 1, c.seed, executor::Buffers::none);
+    }
+    offsets_.push_back(executor::layout_numel(layout_));
+    cur_.assign(static_cast<size_t>(offsets_.back()), T(0));
+    for (int64_t l = 0; l < c.model.layer_count(); ++l)
+      executor::init_gpt_layer<T>(c.model, l, c.seed, slice(cur_, l, l + 1));
+    prev_ = cur_;
+    m1_.assign(cur_.size(), T(0));
+    m2_.assign(c.optimizer.kind == schemas::Optimizer::adamw ? cur_.size() : 0, T(0));
+  }
+
+  // One optimizer step; returns the losses in (replica, microbatch) order.
+  std::vector<double> step(const executor::MicrobatchSource& data) {
+    const bool two_bw = c_.schedule == schemas::Schedule::two_bw;
+    const std::vector<T>& w = (two_bw && step_ > 0) ? prev_ : cur_;
+    std::vector<double> losses;
+    std::vector<T> total;
+    for (int64_t r = 0; r < c_.width; ++r) {
+      std::vector<T> g(cur_.size(), T(0));
+      for (int64_t k = 0; k < c_.microbatches; ++k) losses.push_back(microbatch(data, w, g, r, k));
+      if (r == 0) total = std::move(g);
+      else for (size_t i = 0; i < total.size(); ++i) total[i] += g[i];
+    }
+    update(total);
+    return losses;
+  }
+
+  // Weights of version steps_done (current) and steps_done - 1 (previous), for layers [a, b).
+  std::vector<T> current(int64_t a, int64_t b) { auto s = slice(cur_, a, b); return {s.begin(), s.end()}; }
+  std::vector<T> previous(int64_t a, int64_t b) { auto s = slice(prev_, a, b); return {s.begin(), s.end()}; }
+
+ private:
+  std::span<T> slice(std::vector<T>& v, int64_t a, int64_t b) {
+    return std::span<T>(v).subspan(static_cast<size_t>(offsets_[static_cast<size_t>(a)]),
+                                   static_cast<size_t>(offsets_[static_cast<size_t>(b)] - offsets_[static_cast<size_t>(a)]));
+  }
+  const T* at(const std::vector<T>& v, size_t layer) const { return v.data() + offsets_[layer]; }
+
+  double microbatch(const executor::MicrobatchSource& data, const std::vector<T>& w, std::vector<T>& g, int64_t r,
+                    int64_t k) {
+    const int64_t B = c_.microbatch_size, S = c_.seq, C = c_.model.d_model;
+    std::vector<int32_t> tokens(static_cast<size_t>(B * S)), targets(tokens.size());
+    data.fill(step_, k, r, tokens.data(), targets.data());
+    const auto n = static_cast<size_t>(B * S * C);
+    std::vector<std::vector<T>> x(blocks_.size() + 1, std::vector<T>(n));
+    typename executor::GptEmbedding<T>::Stash es;
+    std::vector<typename executor::GptBlock<T>::Stash> bs(blocks_.size());
+    typename executor::GptHead<T>::Stash hs;
+    emb_[0].forward(at(w, 0), tokens.data(), B, S, es, x[0].data());
+    for (size_t j = 0; j < blocks_.size(); ++j) blocks_[j].forward(at(w, j + 1), x[j].data(), B, S, bs[j], x[j + 1].data());
+    const size_t h = blocks_.size() + 1;
+    const T* wte = c_.model.tie_embeddings ? at(w, 0) : nullptr;
+    T* dwte = c_.model.tie_embeddings ? g.data() + offsets_[0] : nullptr;
+    const double loss = head_[0].forward(at(w, h), wte, x.back().data(), targets.data(), B, S, hs);
+    std::vector<T> ga(n), gb(n);
+    head_[0].backward(at(w, h), wte, hs, 1.0 / static_cast<double>(c_.microbatches), ga.data(), g.data() + offsets_[h], dwte);
+    for (size_t j = blocks_.size(); j-- > 0;) {
+      blocks_[j].backward(at(w, j + 1), bs[j], ga.data(), gb.data(), g.data() + offsets_[j + 1]);
+      std::swap(ga, gb);
+    }
+    emb_[0].backward(es, ga.data(), g.data() + offsets_[0]);
+    return loss;
+  }
+
+  void update(std::vector<T>& g) {
+    const auto& opt = c_.optimizer;
+    double scale = 1.0 / static_cast<double>(c_.width);
+    if (opt.clip_norm > 0) {
+      double ss = 0;
+      for (int64_t i = 0; i < c_.depth; ++i) {
+        auto s = slice(g, c_.bounds[static_cast<size_t>(i)], c_.bounds[static_cast<size_t>(i + 1)]);
+        const double part = executor::sum_of_squares<T>(s) * scale * scale;
+        ss = i == 0 ? part : ss + part;
+      }
+      scale *= executor::clip_factor(ss, opt.clip_norm);
+    }
+    std::vector<T> next(cur_.size());
+    const double lr = opt.lr.at(step_);
+    if (opt.kind == schemas::Optimizer::adamw)
+      executor::adamw_step<T>(opt.adamw, layout_, lr, step_ + 1, scale, cur_, g, m1_, m2_, next);
+    else
+      executor::sgd_step<T>(opt.sgd, layout_, lr, scale, cur_, g, m1_, next);
+    prev_ = std::move(cur_);
+    cur_ = std::move(next);
+    ++step_;
+  }
+
+  PipelineConfig c_;
+  executor::ParamLayout layout_;
+  std::vector<int64_t> offsets_;  // per layer, plus the total
+  std::vector<executor::GptEmbedding<T>> emb_;
+  std::vector<executor::GptBlock<T>> blocks_;
+  std::vector<executor::GptHead<T>> head_;
+  std::vector<T> cur_, prev_, m1_, m2_;
+  int64_t step_ = 0;
+};
+
+}  // namespace pd2bw::testing
