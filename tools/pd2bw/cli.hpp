@@ -20,5 +20,6 @@ using Runner = std::function<void()>;
 void add_plan_command(CLI::App& app, Runner& run);
 void add_validate_command(CLI::App& app, Runner& run);
 void add_simulate_command(CLI::App& app, Runner& run);
+void add_train_command(CLI::App& app, Runner& run);
 
 }  // namespace pd2bw::cli

@@ -1,0 +1,51 @@
+// `pd2bw train`'s engine: runs a plan's ranks as threads of this process on the CPU backend, feeds them
+// the data, reports progress and metrics per step, and writes and resumes checkpoints.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "pd2bw/schemas/plan.hpp"
+
+namespace pd2bw::executor {
+
+struct TrainOptions {
+  std::string data_path;       // empty: the built-in corpus; else an llm.c token file or any text file
+  int64_t steps = 60;          // optimizer steps in all (a resumed run continues up to this count)
+  double lr = 3e-3;            // peak learning rate
+  double min_lr = 3e-4;        // cosine decay floor
+  int64_t warmup_steps = 5;
+  double weight_decay = 0.0;   // AdamW decoupled / SGD L2, on weight matrices only
+  double clip_norm = 1.0;      // global gradient-norm clipping (<= 0: off)
+  uint64_t seed = 1234;        // weight initialisation and data order
+  std::string dtype = "float";  // "float" or "double"
+  std::string log_path;        // JSONL metrics, one record per step ("" = none)
+  std::string checkpoint_dir;  // where checkpoints go ("" = none)
+  int64_t checkpoint_every = 0;  // steps between checkpoints (0: only at the end when a dir is given)
+  bool resume = false;         // continue from checkpoint_dir
+  int64_t stop_after = 0;      // run at most this many steps now, then stop (0: run to `steps`); the
+                               // learning-rate schedule still spans `steps`, so a later --resume continues
+                               // exactly as one uninterrupted run
+  bool quiet = false;          // no progress lines
+};
+
+struct TrainResult {
+  std::vector<double> losses;         // mean loss of each step run now (from the first step run)
+  int64_t first_step = 0;             // steps already done before this run (resume)
+  double seconds = 0;                 // wall time of the steps run
+  double tokens_per_s = 0;
+  std::vector<int64_t> peak_bytes;    // per stage: largest memory the runtime held (replica 0)
+  std::vector<int64_t> versions;      // per stage: weight buffers ever allocated (replica 0)
+};
+
+// Trains the model the plan describes (plan.model; layers = blocks + 2) with the plan's schedule, split,
+// recompute flags, microbatches and rank table. `plan_sha256` identifies the plan in checkpoints.
+// Progress lines go to `progress` (unless quiet). Throws UsageError / SchemaError for bad options, data
+// that does not fit the model, or a checkpoint that does not belong to this plan (all checked before
+// the first step; nothing is overwritten then); Error when training fails (e.g. the loss diverges).
+TrainResult train(const schemas::Plan& plan, const std::string& plan_sha256, const TrainOptions& options,
+                  std::FILE* progress);
+
+}  // namespace pd2bw::executor

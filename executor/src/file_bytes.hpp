@@ -1,0 +1,23 @@
+// Private helpers of pd2bw_executor: binary-safe whole-file reading and crash-safe whole-file writing,
+// shared by the training-data loader, the safetensors reader/writer and the checkpoint manifest.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace pd2bw::executor::detail {
+
+// All bytes of the file at `path` (may be empty). `what` says what the file is for ("training data",
+// "checkpoint") in messages. Throws UsageError naming the path when it is missing, a directory or
+// unreadable.
+std::string read_file_bytes(const std::string& path, std::string_view what);
+
+// Writes `bytes` to `path` + ".tmp", flushes it, then renames it onto `path`, so a crash or a full disk
+// never leaves a half-written file under the final name. Throws Error naming the path on any failure
+// (the temporary is removed).
+void write_file_replacing(const std::string& path, std::string_view bytes);
+// The same for a file made of several pieces written back to back (no concatenated copy is made).
+void write_file_replacing(const std::string& path, const std::vector<std::string_view>& pieces);
+
+}  // namespace pd2bw::executor::detail

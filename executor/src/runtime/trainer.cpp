@@ -1,0 +1,130 @@
+// The training loop behind `pd2bw train`: checks everything first, then runs the plan's ranks as threads
+// in segments of steps, with a checkpoint after each segment.
+#include "pd2bw/executor/trainer.hpp"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <memory>
+
+#include "pd2bw/error.hpp"
+#include "pd2bw/executor/data.hpp"
+#include "train_checkpoint.hpp"
+#include "train_progress.hpp"
+
+namespace pd2bw::executor {
+
+namespace {
+
+class DataSource final : public MicrobatchSource {
+ public:
+  DataSource(const TokenData& data, uint64_t seed, int64_t b, int64_t seq) : data_(data), seed_(seed), b_(b), seq_(seq) {}
+  void fill(int64_t step, int64_t microbatch, int64_t replica, int32_t* tokens, int32_t* targets) const override {
+    data_.sample(seed_, step, microbatch, replica, b_, seq_, tokens, targets);
+  }
+
+ private:
+  const TokenData& data_;
+  uint64_t seed_;
+  int64_t b_, seq_;
+};
+
+GptConfig model_of(const schemas::Plan& plan) {
+  const auto& m = plan.model;
+  if (m.kind != "gpt")
+    throw UsageError(fmt::format("the plan's model is of kind '{}'; pd2bw train runs kind 'gpt'", m.kind));
+  GptConfig c{m.vocab, m.seq_len, m.d_model, m.heads, m.blocks, false};
+  c.validate();
+  return c;
+}
+
+void check_options(const TrainOptions& o) {
+  if (o.steps < 1) throw UsageError(fmt::format("--steps must be >= 1, got {}", o.steps));
+  if (!(o.lr > 0)) throw UsageError("--lr must be > 0");
+  if (o.min_lr < 0 || o.min_lr > o.lr) throw UsageError("--min-lr must be in [0, --lr]");
+  if (o.warmup_steps < 0) throw UsageError("--warmup must be >= 0 steps");
+  if (o.dtype != "float" && o.dtype != "double")
+    throw UsageError(fmt::format("--dtype must be float or double, got '{}'", o.dtype));
+  if (o.checkpoint_every < 0) throw UsageError("--checkpoint-every must be >= 0 steps");
+  if (o.stop_after < 0) throw UsageError("--stop-after must be >= 0 steps");
+  if ((o.resume || o.checkpoint_every > 0) && o.checkpoint_dir.empty())
+    throw UsageError("--resume and --checkpoint-every need --checkpoint-dir");
+  if (!o.resume && !o.checkpoint_dir.empty() &&
+      std::filesystem::exists(std::filesystem::path(o.checkpoint_dir) / std::string(kManifestFileName)))
+    throw UsageError(fmt::format("{} already holds a checkpoint", o.checkpoint_dir),
+                     "pass --resume to continue it, or choose another --checkpoint-dir");
+}
+
+TokenData load_data(const TrainOptions& o, const GptConfig& model) {
+  TokenData data = o.data_path.empty() ? TokenData::builtin() : TokenData::open(o.data_path);
+  if (data.max_token() >= model.vocab)
+    throw UsageError(fmt::format("{} has token ids up to {}, but the model's vocabulary is {}", data.label(),
+                                 data.max_token(), model.vocab),
+                     "plan with a profile whose vocab covers the data (byte-level text needs 256)");
+  if (data.size() < model.seq_len + 2)
+    throw UsageError(fmt::format("{} has {} tokens; a sequence needs {}", data.label(), data.size(), model.seq_len + 2));
+  return data;
+}
+
+template <typename T>
+TrainResult run(const schemas::Plan& plan, const std::string& sha, const TrainOptions& o, std::FILE* out) {
+  check_options(o);
+  const GptConfig model = model_of(plan);
+  PipelineConfig config = pipeline_from_plan(plan, model);
+  config.seed = o.seed;
+  config.optimizer.kind = plan.optimizer;
+  config.optimizer.lr = {o.lr, o.min_lr, std::min(o.warmup_steps, o.steps), o.steps};
+  config.optimizer.lr.validate();
+  config.optimizer.adamw.weight_decay = o.weight_decay;
+  config.optimizer.sgd.weight_decay = o.weight_decay;
+  config.optimizer.clip_norm = o.clip_norm;
+  const TokenData data = load_data(o, model);
+  const CheckpointIdentity id{sha, plan.profile_sha256, std::string(schemas::to_string(plan.schedule)), o.dtype,
+                              data.label(), plan.depth, plan.width, o.seed};
+  ThreadsJob<T> job(config);
+  int64_t done = o.resume ? load_checkpoint(job, config, id, o.checkpoint_dir) : 0;
+  if (done >= o.steps)
+    throw UsageError(fmt::format("the checkpoint is at step {}, not before --steps {}", done, o.steps),
+                     "raise --steps to train further");
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> log(nullptr, &std::fclose);
+  if (!o.log_path.empty()) {
+    log.reset(std::fopen(o.log_path.c_str(), o.resume ? "a" : "w"));
+    if (!log) throw UsageError(fmt::format("cannot write the metrics log {}", o.log_path));
+  }
+  const DataSource source(data, o.seed, config.microbatch_size, config.seq);
+  TrainProgress progress(config.microbatches * config.width, plan.global_batch * config.seq, done, o.steps,
+                         config.optimizer.lr, o.quiet ? nullptr : out, log.get());
+  TrainResult result;
+  result.first_step = done;
+  const int64_t stop = o.stop_after > 0 ? std::min(o.steps, done + o.stop_after) : o.steps;
+  while (done < stop) {
+    const int64_t n = o.checkpoint_every > 0 ? std::min(o.checkpoint_every, stop - done) : stop - done;
+    job.run(source, done, n, &progress);
+    done += n;
+    if (progress.diverged()) throw Error(fmt::format("the loss is not finite at step {}", done), "lower --lr");
+    if (!o.checkpoint_dir.empty()) {
+      save_checkpoint(job, config, id, o.checkpoint_dir, done);
+      if (out && !o.quiet) fmt::print(out, "checkpoint: step {} written to {}\n", done, o.checkpoint_dir);
+    }
+  }
+  result.losses = progress.losses();
+  result.seconds = progress.seconds();
+  result.tokens_per_s = static_cast<double>(plan.global_batch * config.seq) *
+                        static_cast<double>(result.losses.size()) / result.seconds;
+  for (int64_t i = 0; i < config.depth; ++i) {
+    auto& w = job.worker(config.ranks[static_cast<size_t>(i)][0]);
+    result.peak_bytes.push_back(w.peak_bytes());
+    result.versions.push_back(w.versions_allocated());
+  }
+  return result;
+}
+
+}  // namespace
+
+TrainResult train(const schemas::Plan& plan, const std::string& plan_sha256, const TrainOptions& options,
+                  std::FILE* progress) {
+  if (options.dtype == "double") return run<double>(plan, plan_sha256, options, progress);
+  return run<float>(plan, plan_sha256, options, progress);
+}
+
+}  // namespace pd2bw::executor

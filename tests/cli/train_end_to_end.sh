@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# `pd2bw plan` -> `pd2bw train` end to end on the small CPU model: metrics JSONL, checkpoints, a resume that
+# continues bit-identically (same losses as an uninterrupted run), and bad input that stops before the
+# first step without overwriting anything.
+source "$(dirname "$0")/lib.bash"
+PY="${PD2BW_PYTHON:-/usr/bin/python3}"
+P="$SRC/schemas/examples/gpt-tiny.profile.json"
+PLAN="$TMP/plan.json"
+# 4 MiB per rank forces a pipeline: 2 stages x 2 replicas.
+expect_exit 0 "chosen: 2bw" -- "$PD2BW" plan --profile "$P" --nodes 1 --gpus-per-node 4 --device-memory 4MiB \
+  --reserve 0 --global-batch 16 -o "$PLAN"
+grep -q '"depth": 2' "$PLAN" && ok || fail "the tiny plan is not a 2-stage pipeline"
+
+expect_exit 0 "done: steps 1-6" -- "$PD2BW" train --plan "$PLAN" --steps 6 --log "$TMP/whole.jsonl"
+expect_exit 0 "checkpoint: step 3" -- "$PD2BW" train --plan "$PLAN" --steps 6 --stop-after 3 \
+  --log "$TMP/parts.jsonl" --checkpoint-dir "$TMP/ck" --checkpoint-every 2
+[ -s "$TMP/ck/manifest.json" ] && [ -s "$TMP/ck/stage-000.safetensors" ] && ok || fail "checkpoint files missing"
+expect_exit 0 "done: steps 4-6" -- "$PD2BW" train --plan "$PLAN" --steps 6 --log "$TMP/parts.jsonl" \
+  --checkpoint-dir "$TMP/ck" --resume
+if "$PY" - "$TMP/whole.jsonl" "$TMP/parts.jsonl" <<'PYEOF'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+assert [r["step"] for r in a] == list(range(1, 7)) and [r["step"] for r in b] == list(range(1, 7)), (a, b)
+assert [r["loss"] for r in a] == [r["loss"] for r in b], "resumed losses differ"
+assert a[-1]["loss"] < a[0]["loss"], "the loss did not fall"
+PYEOF
+then ok; else fail "resume is not bit-identical"; fi
+
+# Bad input: errors before the first step, exit 2, nothing overwritten.
+cp "$TMP/ck/manifest.json" "$TMP/manifest.before"
+expect_exit 2 "already holds a checkpoint" -- "$PD2BW" train --plan "$PLAN" --steps 9 --checkpoint-dir "$TMP/ck"
+expect_exit 2 "not before --steps" -- "$PD2BW" train --plan "$PLAN" --steps 6 --checkpoint-dir "$TMP/ck" --resume
+expect_exit 2 "dtype" -- "$PD2BW" train --plan "$PLAN" --steps 9 --checkpoint-dir "$TMP/ck" --resume --dtype double
+expect_exit 2 "seed" -- "$PD2BW" train --plan "$PLAN" --steps 9 --checkpoint-dir "$TMP/ck" --resume --seed 7
+"$PD2BW" plan --profile "$P" --nodes 1 --gpus-per-node 2 --device-memory 4MiB --reserve 0 --global-batch 16 \
+  -o "$TMP/other.json" -q
+expect_exit 2 "plan sha256" -- "$PD2BW" train --plan "$TMP/other.json" --steps 9 --checkpoint-dir "$TMP/ck" --resume
+printf 'garbage' | dd of="$TMP/ck/stage-001.safetensors" bs=1 seek=100 conv=notrunc 2>/dev/null
+expect_exit 2 "corrupt checkpoint" -- "$PD2BW" train --plan "$PLAN" --steps 9 --checkpoint-dir "$TMP/ck" --resume
+cmp -s "$TMP/ck/manifest.json" "$TMP/manifest.before" && ok || fail "a failed run changed the checkpoint"
+expect_exit 2 "vocabulary" -- "$PD2BW" train --plan "$SRC/schemas/examples/../../tests/schema/fixtures/writer.plan.json" --steps 1
+printf 'short' >"$TMP/short.txt"
+expect_exit 2 "tokens" -- "$PD2BW" train --plan "$PLAN" --data "$TMP/short.txt" --steps 1
+expect_exit 2 "error:" -- "$PD2BW" train --plan "$PLAN" --steps 0
+expect_exit 2 "error:" -- "$PD2BW" train --plan "$PLAN" --dtype half
+expect_exit 2 "error:" -- "$PD2BW" train --plan "$TMP/missing.json"
+expect_exit 2 "error:" -- "$PD2BW" train --plan "$P"
+finish

@@ -1,0 +1,92 @@
+// `pd2bw train`: runs 2BW (or Flush / GPipe) training from a plan on the CPU backend, every rank a thread
+// of this process, with a progress line per step, JSONL metrics and checkpoints.
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "cli.hpp"
+#include "inputs.hpp"
+#include "pd2bw/executor/trainer.hpp"
+#include "pd2bw/schemas/common.hpp"
+
+namespace pd2bw::cli {
+
+namespace {
+
+struct TrainFlags {
+  std::string plan_path;
+  executor::TrainOptions o;
+};
+
+void print_header(const schemas::Plan& plan, const TrainFlags& f) {
+  const auto& m = plan.model;
+  const auto& o = f.o;
+  fmt::print(stderr, "model: {} ({} blocks, d_model {}, {} heads, vocab {}, seq {}), {} on the CPU\n", m.name, m.blocks,
+             m.d_model, m.heads, m.vocab, m.seq_len, o.dtype);
+  fmt::print(stderr, "plan: {} | {} b={} m={} d={} w={} | {} ranks as threads | global batch {} sequences\n",
+             f.plan_path, schemas::to_string(plan.schedule), plan.microbatch_size, plan.microbatches_per_step,
+             plan.depth, plan.width, plan.depth * plan.width, plan.global_batch);
+  fmt::print(stderr, "optimizer: {} lr {:g} -> {:g} (warm-up {} steps, cosine), clip {:g}, seed {}; data: {}\n",
+             schemas::to_string(plan.optimizer), o.lr, o.min_lr, o.warmup_steps, o.clip_norm, o.seed,
+             o.data_path.empty() ? "built-in corpus" : o.data_path);
+}
+
+void print_summary(const schemas::Plan& plan, const executor::TrainResult& r) {
+  if (r.losses.empty()) return;
+  fmt::print(stderr, "done: steps {}-{} in {:.1f} s, {:.0f} tokens/s; loss {:.4f} -> {:.4f}\n", r.first_step + 1,
+             r.first_step + static_cast<int64_t>(r.losses.size()), r.seconds, r.tokens_per_s, r.losses.front(),
+             r.losses.back());
+  for (size_t i = 0; i < r.peak_bytes.size(); ++i)
+    fmt::print(stderr, "  stage {}: runtime peak {} (weights, grads, optimizer, stashes) vs planned {} without "
+                       "buffers and reserve; {} weight version buffer(s)\n",
+               i, schemas::format_bytes(r.peak_bytes[i]),
+               schemas::format_bytes(plan.stages[i].memory.total_bytes - plan.stages[i].memory.comm_bytes -
+                                     plan.stages[i].memory.reserve_bytes),
+               r.versions[i]);
+}
+
+void run_train(const TrainFlags& f) {
+  const std::string text = schemas::read_text_file(f.plan_path);
+  const schemas::Plan plan = load_plan(f.plan_path);
+  if (!f.o.quiet) print_header(plan, f);
+  const auto result = executor::train(plan, schemas::sha256_hex(text), f.o, stderr);
+  if (!f.o.quiet) print_summary(plan, result);
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app, Runner& run) {
+  auto* cmd = app.add_subcommand("train", "Train the plan's model with its schedule (CPU backend, ranks as threads)");
+  auto f = std::make_shared<TrainFlags>();
+  auto& o = f->o;
+  cmd->add_option("--plan", f->plan_path, "Plan JSON from 'pd2bw plan' (its model, stages, schedule and ranks)")
+      ->required();
+  cmd->add_option("--data", o.data_path,
+                  "Training tokens: an llm.c .bin token file (GPT-2 ids) or any text file (bytes, vocab 256); "
+                  "default: the built-in corpus");
+  cmd->add_option("--steps", o.steps, "Optimizer steps in all (one step = the plan's global batch)")
+      ->capture_default_str();
+  cmd->add_option("--lr", o.lr, "Peak learning rate")->capture_default_str();
+  cmd->add_option("--min-lr", o.min_lr, "Learning rate at the end of the cosine decay")->capture_default_str();
+  cmd->add_option("--warmup", o.warmup_steps, "Linear warm-up, in steps")->capture_default_str();
+  cmd->add_option("--weight-decay", o.weight_decay, "Weight decay on weight matrices")->capture_default_str();
+  cmd->add_option("--clip", o.clip_norm, "Clip the global gradient norm to this (0 = off)")->capture_default_str();
+  cmd->add_option("--seed", o.seed, "Seed of the initial weights and of the data order")->capture_default_str();
+  cmd->add_option("--dtype", o.dtype, "float | double (the CPU backend computes in this type)")->capture_default_str();
+  cmd->add_option("--log", o.log_path, "Write one JSON record per step (step, loss, lr, tokens, tokens_per_s, "
+                                      "elapsed_s) to this file");
+  cmd->add_option("--checkpoint-dir", o.checkpoint_dir,
+                  "Directory for checkpoints: one safetensors file per stage and manifest.json");
+  cmd->add_option("--checkpoint-every", o.checkpoint_every,
+                  "Steps between checkpoints (0: one at the end when --checkpoint-dir is given)")
+      ->capture_default_str();
+  cmd->add_option("--stop-after", o.stop_after,
+                  "Run at most this many steps now, then stop (for time-limited jobs; --resume continues, the "
+                  "schedule still spans --steps)")
+      ->capture_default_str();
+  cmd->add_flag("--resume", o.resume, "Continue bit-identically from the checkpoint in --checkpoint-dir");
+  cmd->add_flag("-q,--quiet", o.quiet, "Print nothing but errors");
+  cmd->callback([f, &run] { run = [f] { run_train(*f); }; });
+}
+
+}  // namespace pd2bw::cli
