@@ -17,6 +17,7 @@ namespace {
 void check_constraints(const Profile& profile, const Cluster& cluster, const Constraints& k) {
   if (k.global_batch <= 0)
     throw UsageError(fmt::format("--global-batch must be > 0 samples, got {}", k.global_batch));
+  if (k.depth < 0 || k.width < 0) throw UsageError("--depth and --width must be >= 0 (0 = search)");
   if (k.max_depth < 0)
     throw UsageError(fmt::format("--max-depth must be >= 0 (0 = no limit), got {}", k.max_depth));
   if (k.reserve_bytes < 0)

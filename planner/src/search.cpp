@@ -154,7 +154,9 @@ std::vector<Candidate> enumerate_candidates(const CostModel& model) {
       if (k.microbatch && *k.microbatch != b) continue;
       if (k.global_batch % b != 0) continue;
       for (int64_t d = 1; d <= max_d; ++d) {
+        if (k.depth > 0 && d != k.depth) continue;
         for (int64_t w = 1; w * d <= devices; ++w) {
+          if (k.width > 0 && w != k.width) continue;
           if (k.global_batch % (b * w) != 0) continue;
           const int64_t m = k.global_batch / (b * w);
           if (s == Schedule::two_bw && m < d) continue;

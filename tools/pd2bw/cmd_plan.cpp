@@ -50,6 +50,10 @@ void add_options(CLI::App* cmd, PlanOptions& o) {
       ->capture_default_str();
   cmd->add_option("--recompute", o.recompute,
                   "auto (only stages that do not fit otherwise) | never | always")->capture_default_str();
+  cmd->add_option("--depth", o.depth, "Pin the number of pipeline stages d (0 = search)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--width", o.width, "Pin the replicas per stage w (0 = search)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
   cmd->add_option("--max-depth", o.max_depth, "Largest number of pipeline stages (0 = no limit)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   cmd->add_option("--optimizer", o.optimizer, "adamw (2 fp32 moments) | sgd (1 fp32 momentum)")

@@ -1,6 +1,7 @@
 // `pd2bw train`: runs 2BW (or Flush / GPipe) training from a plan on the CPU backend, every rank a thread
 // of this process, with a progress line per step, JSONL metrics and checkpoints.
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <memory>
 
@@ -14,9 +15,33 @@ namespace pd2bw::cli {
 namespace {
 
 struct TrainFlags {
-  std::string plan_path;
+  std::string plan_path, report_path;
   executor::TrainOptions o;
 };
+
+// Machine-readable summary of the run next to the plan's predictions (for benchmarks and scripts).
+std::string report_json(const schemas::Plan& plan, const executor::TrainResult& r) {
+  nlohmann::ordered_json j;
+  j["schedule"] = std::string(schemas::to_string(plan.schedule));
+  j["depth"] = plan.depth;
+  j["width"] = plan.width;
+  j["microbatch_size"] = plan.microbatch_size;
+  j["microbatches_per_step"] = plan.microbatches_per_step;
+  j["first_step"] = r.first_step;
+  j["steps_run"] = r.losses.size();
+  j["seconds"] = r.seconds;
+  j["tokens_per_s"] = r.tokens_per_s;
+  j["losses"] = r.losses;
+  auto& stages = j["stages"] = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < r.peak_bytes.size(); ++i) {
+    const auto& mem = plan.stages[i].memory;
+    stages.push_back({{"peak_bytes", r.peak_bytes[i]},
+                      {"planned_bytes_without_buffers_and_reserve", mem.total_bytes - mem.comm_bytes - mem.reserve_bytes},
+                      {"planned_total_bytes", mem.total_bytes},
+                      {"weight_versions_allocated", r.versions[i]}});
+  }
+  return j.dump(2) + "\n";
+}
 
 void print_header(const schemas::Plan& plan, const TrainFlags& f) {
   const auto& m = plan.model;
@@ -51,6 +76,7 @@ void run_train(const TrainFlags& f) {
   if (!f.o.quiet) print_header(plan, f);
   const auto result = executor::train(plan, schemas::sha256_hex(text), f.o, stderr);
   if (!f.o.quiet) print_summary(plan, result);
+  if (!f.report_path.empty()) schemas::write_text_file(f.report_path, report_json(plan, result));
 }
 
 }  // namespace
@@ -85,6 +111,8 @@ void add_train_command(CLI::App& app, Runner& run) {
                   "schedule still spans --steps)")
       ->capture_default_str();
   cmd->add_flag("--resume", o.resume, "Continue bit-identically from the checkpoint in --checkpoint-dir");
+  cmd->add_option("--report", f->report_path,
+                  "Write a JSON summary: tokens/s, losses, per-stage peak memory next to the plan's prediction");
   cmd->add_flag("-q,--quiet", o.quiet, "Print nothing but errors");
   cmd->callback([f, &run] { run = [f] { run_train(*f); }; });
 }

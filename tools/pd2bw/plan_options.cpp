@@ -102,6 +102,8 @@ planner::Constraints constraints_from(const PlanOptions& o) {
                                          {{"adamw", schemas::Optimizer::adamw},
                                           {"sgd", schemas::Optimizer::sgd}});
   k.max_depth = o.max_depth;
+  k.depth = o.depth;
+  k.width = o.width;
   k.reserve_bytes = schemas::parse_bytes(o.reserve, "--reserve");
   return k;
 }

@@ -31,6 +31,8 @@ struct Constraints {
   std::optional<int64_t> microbatch;    // pin b (must be one of the profiled sizes)
   RecomputePolicy recompute = RecomputePolicy::auto_;
   int64_t max_depth = 0;                // largest d to consider; 0 = no limit
+  int64_t depth = 0;                    // pin d; 0 = search
+  int64_t width = 0;                    // pin w; 0 = search
   Optimizer optimizer = Optimizer::adamw;
   int64_t reserve_bytes = int64_t{1} << 30;  // subtracted from each device's memory
 };
