@@ -2,7 +2,6 @@
 #include "sim_lane.hpp"
 
 #include <algorithm>
-#include <tuple>
 
 namespace pd2bw::planner {
 
@@ -63,8 +62,7 @@ void SimLane::free_dead_versions(double at_ms, int64_t newest) {
 
 void SimLane::finish(double start_ms, double end_ms) {
   const Op& o = op();
-  const double inside = std::min(end_ms, measure_.hi) - std::max(start_ms, measure_.lo);
-  if (inside > 0) busy_ms[static_cast<size_t>(category(o.kind))] += inside;
+  if (o.step == measure_.step) busy_ms[static_cast<size_t>(category(o.kind))] += end_ms - start_ms;
   switch (o.kind) {
     case OpKind::forward:
       add_memory(start_ms, st_->stash_bytes);
@@ -92,29 +90,25 @@ void SimLane::finish(double start_ms, double end_ms) {
   if (reads_weights(o.kind) && !live_.empty()) free_dead_versions(end_ms, live_.back());
 }
 
-std::pair<double, double> steady_window(const ScheduleSpec& spec, const std::vector<double>& ends) {
-  const auto s = static_cast<int64_t>(ends.size());
-  if (s == 1) return {0.0, ends[0]};
-  const int64_t last = (spec.kind == Schedule::two_bw && s >= 3) ? s - 2 : s - 1;
-  return {ends[static_cast<size_t>(last - 1)], ends[static_cast<size_t>(last)]};
+int64_t steady_step(const ScheduleSpec& spec) {
+  if (spec.steps == 1) return 0;
+  return (spec.kind == Schedule::two_bw && spec.steps >= 3) ? spec.steps - 2 : spec.steps - 1;
 }
 
-std::vector<double> step_ends(const SimInput& input, const std::vector<SimLane>& lanes) {
-  std::vector<double> ends(static_cast<size_t>(input.spec.steps), 0.0);
-  for (const auto& lane : lanes)
-    for (size_t j = 0; j < lane.update_end_ms.size(); ++j) ends[j] = std::max(ends[j], lane.update_end_ms[j]);
-  return ends;
-}
-
-SimResult summarize(const SimInput& input, std::vector<SimLane>& lanes, const std::vector<int64_t>& weights,
-                    std::pair<double, double> window) {
+SimResult summarize(const SimInput& input, std::vector<SimLane>& lanes, const std::vector<int64_t>& weights) {
   SimResult r;
   const size_t n = weights.size();
   r.simulated_ranks = static_cast<int64_t>(lanes.size());
-  r.step_end_ms = step_ends(input, lanes);
-  for (const auto& lane : lanes) r.total_ms = std::max(r.total_ms, lane.clock_ms);
+  r.step_end_ms.assign(static_cast<size_t>(input.spec.steps), 0.0);
+  for (const auto& lane : lanes) {
+    for (size_t j = 0; j < lane.update_end_ms.size(); ++j)
+      r.step_end_ms[j] = std::max(r.step_end_ms[j], lane.update_end_ms[j]);
+    r.total_ms = std::max(r.total_ms, lane.clock_ms);
+  }
   r.first_step_ms = r.step_end_ms[0];
-  std::tie(r.window_begin_ms, r.window_end_ms) = window;
+  const auto s = static_cast<size_t>(steady_step(input.spec));
+  r.window_begin_ms = s == 0 ? 0.0 : r.step_end_ms[s - 1];
+  r.window_end_ms = r.step_end_ms[s];
   const double length = r.window_end_ms - r.window_begin_ms;
   r.step_ms = length;
   r.stages.resize(input.stages.size());

@@ -13,9 +13,11 @@ namespace pd2bw::planner {
 
 enum class Busy { compute, p2p, allreduce, update };
 
-// What a lane measures: busy time inside [lo, hi) (nothing when hi < lo), and the memory curve if asked.
+// What a lane measures: the busy time of the ops of step `step` (the steady step; -1: none), and the
+// memory curve if asked. In steady state every step's ops take the same time on a lane, so this is the
+// lane's busy time in the steady step's window.
 struct LaneMeasure {
-  double lo = 0, hi = -1;
+  int64_t step = -1;
   bool curve = false;
 };
 
@@ -31,7 +33,7 @@ class SimLane {
   int64_t stage, replica;
   int64_t pc = 0;
   double clock_ms = 0;
-  std::array<double, 4> busy_ms{};  // by Busy, inside the measured window
+  std::array<double, 4> busy_ms{};  // by Busy, of the measured step's ops
   int64_t bytes = 0, peak_bytes = 0;
   std::vector<std::pair<double, int64_t>> memory_curve;  // (time, bytes from then on) when measured
   std::vector<double> update_end_ms;                     // per step
@@ -50,14 +52,12 @@ class SimLane {
   std::vector<int64_t> live_;         // versions held
 };
 
-// When the last lane finished each step's update.
-std::vector<double> step_ends(const SimInput& input, const std::vector<SimLane>& lanes);
-// The measured window: see simulate()'s contract.
-std::pair<double, double> steady_window(const ScheduleSpec& spec, const std::vector<double>& ends);
+// The steady step simulate() measures: the last for flush and gpipe, the one before it for 2bw (the
+// last drains the pipe), 0 for a single step.
+int64_t steady_step(const ScheduleSpec& spec);
 
-// Step times, the breakdown of the measured window and memory peaks, from lanes that measured `window`.
+// Step times, the breakdown of the steady step and memory peaks, from lanes that measured it.
 // `weights[s]` is how many replicas the lane slot s stands for.
-SimResult summarize(const SimInput& input, std::vector<SimLane>& lanes, const std::vector<int64_t>& weights,
-                    std::pair<double, double> window);
+SimResult summarize(const SimInput& input, std::vector<SimLane>& lanes, const std::vector<int64_t>& weights);
 
 }  // namespace pd2bw::planner

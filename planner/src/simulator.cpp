@@ -196,20 +196,12 @@ SimResult simulate(const SimInput& input, bool keep_events) {
   } else {
     std::tie(replicas, weights) = distinct_replicas(input);
   }
-  // The measured window is known only once the step ends are: a first, lean replay finds them, and a
-  // second one measures (cheaper than keeping every interval of a long run).
   std::vector<std::vector<Op>> ops;
   for (int64_t i = 0; i < input.spec.depth; ++i)
     ops.push_back(stage_ops(input.spec, i, input.stages[static_cast<size_t>(i)].recompute));
-  std::pair<double, double> window;
-  {
-    Engine probe(input, ops, replicas, false, {});
-    probe.run();
-    window = steady_window(input.spec, step_ends(input, probe.lanes()));
-  }
-  Engine engine(input, ops, replicas, keep_events, {window.first, window.second, keep_events});
+  Engine engine(input, ops, replicas, keep_events, {steady_step(input.spec), keep_events});
   engine.run();
-  SimResult result = summarize(input, engine.lanes(), weights, window);
+  SimResult result = summarize(input, engine.lanes(), weights);
   result.events = std::move(engine.events());
   return result;
 }

@@ -65,7 +65,9 @@ struct SimResult {
   std::vector<double> step_end_ms;  // when the last rank finished each step's update
   double first_step_ms = 0;         // step_end_ms[0]
   double step_ms = 0;               // steady-state step: see simulate()
-  double window_begin_ms = 0, window_end_ms = 0;  // the step the breakdown below measures
+  double window_begin_ms = 0, window_end_ms = 0;  // the steady step: between its update and the one before
+  // Per stage, the breakdown below is the time of the steady step's own ops (in steady state each step's
+  // ops take the same time on a rank); the rest of the step time is idle.
   double bubble_fraction = 0;       // idle share of all ranks' time in that window
   double total_ms = 0;              // end of the last op
   std::vector<SimStageResult> stages;
