@@ -84,7 +84,7 @@ OrderedJson provenance_json(const Provenance& p) {
 
 ModelDesc read_model(const ObjectReader& parent, std::string_view key) {
   const ObjectReader r =
-      parent.object(key, {"kind", "name", "blocks", "d_model", "heads", "seq_len", "vocab", "dtype"});
+      parent.object(key, {"kind", "name", "blocks", "d_model", "heads", "seq_len", "vocab", "dtype", "tie_embeddings"});
   ModelDesc m;
   m.kind = r.string("kind");
   m.name = r.string("name");
@@ -94,6 +94,7 @@ ModelDesc read_model(const ObjectReader& parent, std::string_view key) {
   m.seq_len = r.integer("seq_len", Min::positive);
   m.vocab = r.integer("vocab", Min::positive);
   m.dtype = parse_dtype(r.string("dtype"), r.at("dtype"));
+  m.tie_embeddings = r.has("tie_embeddings") && r.boolean("tie_embeddings");
   return m;
 }
 
@@ -107,6 +108,7 @@ OrderedJson model_json(const ModelDesc& m) {
   out["seq_len"] = m.seq_len;
   out["vocab"] = m.vocab;
   out["dtype"] = to_string(m.dtype);
+  if (m.tie_embeddings) out["tie_embeddings"] = true;
   return out;
 }
 

@@ -27,6 +27,18 @@ assert a[-1]["loss"] < a[0]["loss"], "the loss did not fall"
 PYEOF
 then ok; else fail "resume is not bit-identical"; fi
 
+# Tied embeddings from the profile, with the embedding and the head on different stages.
+"$PY" - "$P" "$TMP/tied.profile.json" <<'PYEOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["model"]["tie_embeddings"] = True
+json.dump(d, open(sys.argv[2], "w"))
+PYEOF
+expect_exit 0 "" -- "$PD2BW" plan --profile "$TMP/tied.profile.json" --nodes 1 --gpus-per-node 2 --depth 2 \
+  --global-batch 8 -o "$TMP/tied.plan.json"
+grep -q '"tie_embeddings": true' "$TMP/tied.plan.json" && ok || fail "the plan lost tie_embeddings"
+expect_exit 0 "done: steps 1-3" -- "$PD2BW" train --plan "$TMP/tied.plan.json" --steps 3
+
 # Bad input: errors before the first step, exit 2, nothing overwritten.
 cp "$TMP/ck/manifest.json" "$TMP/manifest.before"
 expect_exit 2 "already holds a checkpoint" -- "$PD2BW" train --plan "$PLAN" --steps 9 --checkpoint-dir "$TMP/ck"
@@ -46,4 +58,6 @@ expect_exit 2 "error:" -- "$PD2BW" train --plan "$PLAN" --steps 0
 expect_exit 2 "error:" -- "$PD2BW" train --plan "$PLAN" --dtype half
 expect_exit 2 "error:" -- "$PD2BW" train --plan "$TMP/missing.json"
 expect_exit 2 "error:" -- "$PD2BW" train --plan "$P"
+"$PD2BW" plan --nodes 8 --gpus-per-node 8 --device-memory 16GiB -o "$TMP/big.json" -q
+expect_exit 2 "host memory" -- "$PD2BW" train --plan "$TMP/big.json" --steps 1
 finish

@@ -1,7 +1,9 @@
 // The sequential reference for the pipeline runtime: the same math on one rank, no pipeline. Each step
 // computes every replica's gradient over its m microbatches in order (loss scale 1/m), sums the replicas
 // in order, and updates W(j+1) = W(j) - update(g(W(v))) with v = max(j - 1, 0) for 2BW and v = j
-// otherwise. Clipping sums the squares per stage, then over stages in order, as the pipeline does.
+// otherwise. Clipping sums the squares per stage, then over stages in order, as the pipeline does. With
+// tied embeddings split over stages, the head's part of the table's gradient is kept apart and added to
+// the embedding's part after the replicas are summed, as the two stages do.
 #pragma once
 
 #include <algorithm>
@@ -58,13 +60,22 @@ class Reference {
     const bool two_bw = c_.schedule == schemas::Schedule::two_bw;
     const std::vector<T>& w = (two_bw && step_ > 0) ? prev_ : cur_;
     std::vector<double> losses;
-    std::vector<T> total;
+    std::vector<T> total, head_total;
+    const bool apart = c_.model.tie_embeddings && c_.depth > 1;
+    const auto table = static_cast<size_t>(c_.model.vocab * c_.model.d_model);
     for (int64_t r = 0; r < c_.width; ++r) {
-      std::vector<T> g(cur_.size(), T(0));
-      for (int64_t k = 0; k < c_.microbatches; ++k) losses.push_back(microbatch(data, w, g, r, k));
-      if (r == 0) total = std::move(g);
-      else for (size_t i = 0; i < total.size(); ++i) total[i] += g[i];
+      std::vector<T> g(cur_.size(), T(0)), head(apart ? table : 0, T(0));
+      for (int64_t k = 0; k < c_.microbatches; ++k)
+        losses.push_back(microbatch(data, w, g, apart ? head.data() : g.data() + offsets_[0], r, k));
+      if (r == 0) {
+        total = std::move(g);
+        head_total = std::move(head);
+      } else {
+        for (size_t i = 0; i < total.size(); ++i) total[i] += g[i];
+        for (size_t i = 0; i < head_total.size(); ++i) head_total[i] += head[i];
+      }
     }
+    for (size_t i = 0; i < head_total.size(); ++i) total[static_cast<size_t>(offsets_[0]) + i] += head_total[i];
     update(total);
     return losses;
   }
@@ -80,8 +91,9 @@ class Reference {
   }
   const T* at(const std::vector<T>& v, size_t layer) const { return v.data() + offsets_[layer]; }
 
-  double microbatch(const executor::MicrobatchSource& data, const std::vector<T>& w, std::vector<T>& g, int64_t r,
-                    int64_t k) {
+  // dwte: where the head's gradient of a tied table goes (ignored when untied).
+  double microbatch(const executor::MicrobatchSource& data, const std::vector<T>& w, std::vector<T>& g, T* dwte_at,
+                    int64_t r, int64_t k) {
     const int64_t B = c_.microbatch_size, S = c_.seq, C = c_.model.d_model;
     std::vector<int32_t> tokens(static_cast<size_t>(B * S)), targets(tokens.size());
     data.fill(step_, k, r, tokens.data(), targets.data());
@@ -94,7 +106,7 @@ class Reference {
     for (size_t j = 0; j < blocks_.size(); ++j) blocks_[j].forward(at(w, j + 1), x[j].data(), B, S, bs[j], x[j + 1].data());
     const size_t h = blocks_.size() + 1;
     const T* wte = c_.model.tie_embeddings ? at(w, 0) : nullptr;
-    T* dwte = c_.model.tie_embeddings ? g.data() + offsets_[0] : nullptr;
+    T* dwte = c_.model.tie_embeddings ? dwte_at : nullptr;
     const double loss = head_[0].forward(at(w, h), wte, x.back().data(), targets.data(), B, S, hs);
     std::vector<T> ga(n), gb(n);
     head_[0].backward(at(w, h), wte, hs, 1.0 / static_cast<double>(c_.microbatches), ga.data(), g.data() + offsets_[h], dwte);

@@ -12,7 +12,7 @@ namespace pd2bw::cli {
 
 namespace {
 
-std::string gib(int64_t bytes) { return fmt::format("{:.2f}", static_cast<double>(bytes) / (1 << 30)); }
+std::string gib(int64_t bytes) { return schemas::format_bytes(bytes); }
 
 std::string layer_range(const schemas::StagePlan& s) {
   return fmt::format("{}-{} ({})", s.layer_begin, s.layer_end - 1, s.layer_end - s.layer_begin);
@@ -41,14 +41,14 @@ void print_plan_table(const schemas::Plan& plan, const planner::CostModel& model
                      "| {} ranks, {}\n",
              schemas::to_string(plan.schedule), plan.microbatch_size, plan.microbatches_per_step,
              plan.depth, plan.width, plan.width * plan.depth, schemas::to_string(plan.placement));
-  fmt::print(stderr, "{:>5}  {:<16} {:>5} {:>8} {:>12} {:>10} {:>12} {:>11}  {:>17}  {}\n", "stage",
+  fmt::print(stderr, "{:>5}  {:<16} {:>5} {:>8} {:>12} {:>10} {:>12} {:>11}  {:>26}  {}\n", "stage",
              "layers", "recmp", "inflight", "compute/mb", "p2p/mb", "allreduce", "step share",
-             "memory GiB (peak/limit)", "dominant");
+             "memory (peak/limit)", "dominant");
   for (const auto& s : plan.stages) {
     const double pct = 100.0 * static_cast<double>(s.memory.total_bytes) /
                        static_cast<double>(s.memory.limit_bytes);
     fmt::print(stderr, "{:>5}  {:<16} {:>5} {:>8} {:>9.3f} ms {:>7.3f} ms {:>9.2f} ms {:>8.1f} ms  "
-                       "{:>7}/{:<7} {:>5.1f}%  {}{}\n",
+                       "{:>9}/{:<9} {:>5.1f}%  {}{}\n",
                s.index, layer_range(s), s.recompute ? "yes" : "no", s.in_flight, s.compute_ms, s.p2p_ms,
                s.allreduce_ms, s.step_ms, gib(s.memory.total_bytes), gib(s.memory.limit_bytes), pct,
                s.memory.dominant, s.index == plan.predictions.bottleneck_stage ? "  <- bottleneck" : "");

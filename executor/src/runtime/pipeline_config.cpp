@@ -25,9 +25,6 @@ void PipelineConfig::validate() const {
     if (bounds[static_cast<size_t>(i)] >= bounds[static_cast<size_t>(i + 1)])
       throw UsageError(fmt::format("stage {} holds no layers", i));
   if (static_cast<int64_t>(recompute.size()) != depth) throw UsageError("one recompute flag per stage is needed");
-  if (model.tie_embeddings && depth > 1)
-    throw UsageError("tied embeddings need the embedding and the head on one stage (depth 1)",
-                     "untie them, or plan with a single stage");
   std::set<int64_t> seen;
   if (static_cast<int64_t>(ranks.size()) != depth) throw UsageError("the rank table needs one row per stage");
   for (const auto& row : ranks) {

@@ -55,6 +55,9 @@ StageWorker<T>::Impl::Impl(const PipelineConfig& config, int64_t rank_) : cfg(co
     else
       blocks.emplace_back(cfg.model, l - 1, cfg.seed, Buffers::none);
   }
+  const int64_t table = cfg.model.vocab * cfg.model.d_model;
+  if (cfg.model.tie_embeddings && last && !first)
+    tied_copy = push_tensor(layout, "lm_head.weight", {cfg.model.vocab, cfg.model.d_model});
   numel = layout_numel(layout);
   weights[0].assign(static_cast<size_t>(numel), T(0));
   allocated = 1;
@@ -62,6 +65,11 @@ StageWorker<T>::Impl::Impl(const PipelineConfig& config, int64_t rank_) : cfg(co
     const auto at = static_cast<size_t>(offsets[static_cast<size_t>(l - begin)]);
     const auto n = static_cast<size_t>(layout_numel(gpt_layer_layout(cfg.model, l)));
     init_gpt_layer<T>(cfg.model, l, cfg.seed, std::span<T>(weights[0]).subspan(at, n));
+  }
+  if (tied_copy >= 0) {  // the copy starts as the embedding's token table (wte leads layer 0's buffer)
+    std::vector<T> embedding_init(static_cast<size_t>(layout_numel(gpt_layer_layout(cfg.model, 0))));
+    init_gpt_layer<T>(cfg.model, 0, cfg.seed, std::span<T>(embedding_init));
+    std::copy_n(embedding_init.begin() + GptEmbedding<T>::kWteOffset, table, weights[0].begin() + tied_copy);
   }
   grads.assign(static_cast<size_t>(numel), T(0));
   m1.assign(static_cast<size_t>(numel), T(0));
@@ -91,8 +99,34 @@ void StageWorker<T>::Impl::account() {
   peak = std::max(peak, bytes);
 }
 
-// Position of model layer `l` among the stage's layers is l - begin; the head reads the token table
-// of the same weight version when the embeddings are tied (validate() keeps both on one stage then).
+template <typename T>
+const T* StageWorker<T>::Impl::head_wte(const T* p) const {
+  if (!cfg.model.tie_embeddings) return nullptr;
+  return tied_copy >= 0 ? p + tied_copy : p + offsets[0] + GptEmbedding<T>::kWteOffset;
+}
+
+template <typename T>
+T* StageWorker<T>::Impl::head_dwte() {
+  if (!cfg.model.tie_embeddings) return nullptr;
+  return grads.data() + (tied_copy >= 0 ? tied_copy : offsets[0] + GptEmbedding<T>::kWteOffset);
+}
+
+// Both sides compute (embedding's part) + (head's part) in that order, so both copies get the same
+// gradient bits and therefore stay equal through every update.
+template <typename T>
+void StageWorker<T>::Impl::exchange_tied_grad(Comm& comm, int64_t step) {
+  const auto n = static_cast<size_t>(cfg.model.vocab * cfg.model.d_model);
+  const int64_t at = first ? offsets[0] + GptEmbedding<T>::kWteOffset : tied_copy;
+  const std::span<T> mine = std::span<T>(grads).subspan(static_cast<size_t>(at), n);
+  std::vector<T> theirs(n);
+  const int64_t peer = rank_of(first ? cfg.depth - 1 : 0, replica);
+  const uint64_t tag = make_tag(TagKind::tied, step, 0);
+  comm.send(peer, tag, std::as_bytes(std::span<const T>(mine)));
+  comm.recv(peer, tag, std::as_writable_bytes(std::span<T>(theirs)));
+  for (size_t i = 0; i < n; ++i) mine[i] = first ? mine[i] + theirs[i] : theirs[i] + mine[i];
+}
+
+// Position of model layer `l` among the stage's layers is l - begin.
 template <typename T>
 void StageWorker<T>::Impl::forward(Microbatch<T>& mb, int64_t step, const T* p, LossSink* sink, int64_t k) {
   const int64_t B = cfg.microbatch_size, S = cfg.seq;
@@ -112,7 +146,7 @@ void StageWorker<T>::Impl::forward(Microbatch<T>& mb, int64_t step, const T* p, 
     in = out;
   }
   if (last) {
-    const T* wte = cfg.model.tie_embeddings ? p + offsets[0] + GptEmbedding<T>::kWteOffset : nullptr;
+    const T* wte = head_wte(p);
     mb.head.emplace();
     const double loss = head->forward(p + offsets[pos], wte, in, mb.targets.data(), B, S, *mb.head);
     if (sink) sink->on_loss(step, replica, k, loss);
@@ -130,8 +164,8 @@ void StageWorker<T>::Impl::backward(Microbatch<T>& mb, const T* p) {
   const T* g = mb.grad_out.data();
   if (last) {
     --pos;
-    const T* wte = cfg.model.tie_embeddings ? p + offsets[0] + GptEmbedding<T>::kWteOffset : nullptr;
-    T* dwte = cfg.model.tie_embeddings ? gr + offsets[0] + GptEmbedding<T>::kWteOffset : nullptr;
+    const T* wte = head_wte(p);
+    T* dwte = head_dwte();
     head->backward(p + offsets[pos], wte, *mb.head, 1.0 / static_cast<double>(cfg.microbatches), a.data(),
                    gr + offsets[pos], dwte);
     g = a.data();
@@ -155,8 +189,11 @@ template <typename T>
 void StageWorker<T>::Impl::update(Comm& comm, int64_t step) {
   const auto& opt = cfg.optimizer;
   double scale = 1.0 / static_cast<double>(cfg.width);
+  if (cfg.model.tie_embeddings && cfg.depth > 1 && (first || last)) exchange_tied_grad(comm, step);
   if (opt.clip_norm > 0) {
-    std::vector<double> ss{sum_of_squares<T>(grads) * scale * scale};
+    // The head's copy of a tied table is counted once, on the embedding's stage (the copy is last).
+    const size_t counted = tied_copy >= 0 ? static_cast<size_t>(tied_copy) : grads.size();
+    std::vector<double> ss{sum_of_squares<T>(std::span<const T>(grads).first(counted)) * scale * scale};
     const auto group = replica_group();
     group_sum<double>(comm, group, make_tag(TagKind::clip, step, 0), ss);
     scale *= clip_factor(ss[0], opt.clip_norm);

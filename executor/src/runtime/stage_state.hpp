@@ -41,6 +41,9 @@ struct StageWorker<T>::Impl {
   ParamLayout layout;
   std::vector<int64_t> offsets;  // per layer of the stage: where its parameters start
   int64_t numel = 0;
+  // Tied embeddings with the head away from the embedding: the head's stage keeps a copy of the token
+  // table at this offset (its last tensor, "lm_head.weight"); -1 otherwise.
+  int64_t tied_copy = -1;
   std::array<std::vector<T>, 2> weights;  // 2BW: version v lives in weights[v % 2]; else weights[0]
   int64_t allocated = 0;
   std::vector<T> grads, m1, m2;
@@ -59,6 +62,11 @@ struct StageWorker<T>::Impl {
     return cfg.ranks[static_cast<size_t>(at_stage)][static_cast<size_t>(of_replica)];
   }
   void account();  // recomputes the bytes held and the peak
+  // The token table the head reads (of weights p) and where its gradient goes; null when not tied.
+  const T* head_wte(const T* p) const;
+  T* head_dwte();
+  // Sums the tied table's gradient of the embedding's and the head's stage (same replica) on both.
+  void exchange_tied_grad(Comm& comm, int64_t step);
 
   // The math of one op (stage_math.cpp).
   void forward(Microbatch<T>& mb, int64_t step, const T* params, LossSink* sink, int64_t k);
@@ -67,7 +75,7 @@ struct StageWorker<T>::Impl {
 };
 
 // Message tags: kind in the top byte, the step and the microbatch below.
-enum class TagKind : uint64_t { activation = 1, gradient = 2, allreduce = 3, clip = 4 };
+enum class TagKind : uint64_t { activation = 1, gradient = 2, allreduce = 3, clip = 4, tied = 5 };
 inline uint64_t make_tag(TagKind kind, int64_t step, int64_t microbatch) {
   return (static_cast<uint64_t>(kind) << 56) | (static_cast<uint64_t>(step) << 24) |
          static_cast<uint64_t>(microbatch < 0 ? 0 : microbatch);

@@ -4,11 +4,14 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <memory>
 
 #include "pd2bw/error.hpp"
 #include "pd2bw/executor/data.hpp"
+#include "pd2bw/schemas/common.hpp"
 #include "train_checkpoint.hpp"
 #include "train_progress.hpp"
 
@@ -33,7 +36,7 @@ GptConfig model_of(const schemas::Plan& plan) {
   const auto& m = plan.model;
   if (m.kind != "gpt")
     throw UsageError(fmt::format("the plan's model is of kind '{}'; pd2bw train runs kind 'gpt'", m.kind));
-  GptConfig c{m.vocab, m.seq_len, m.d_model, m.heads, m.blocks, false};
+  GptConfig c{m.vocab, m.seq_len, m.d_model, m.heads, m.blocks, m.tie_embeddings};
   c.validate();
   return c;
 }
@@ -53,6 +56,30 @@ void check_options(const TrainOptions& o) {
       std::filesystem::exists(std::filesystem::path(o.checkpoint_dir) / std::string(kManifestFileName)))
     throw UsageError(fmt::format("{} already holds a checkpoint", o.checkpoint_dir),
                      "pass --resume to continue it, or choose another --checkpoint-dir");
+}
+
+// The CPU backend runs every rank in this process: refuse plans that cannot fit (threads, host memory)
+// before allocating anything. Counts weights (1 or 2 versions), gradients and optimizer moments.
+void check_host_fits(const PipelineConfig& c, size_t scalar_bytes) {
+  constexpr int64_t kMaxThreads = 256;
+  if (c.ranks_total() > kMaxThreads)
+    throw UsageError(fmt::format("the plan has {} ranks; the CPU backend runs at most {} as threads of one process",
+                                 c.ranks_total(), kMaxThreads),
+                     "plan for fewer devices to train on the CPU");
+  int64_t numel = 0;
+  for (int64_t l = 0; l < c.model.layer_count(); ++l) numel += layout_numel(gpt_layer_layout(c.model, l));
+  const int64_t per_copy = numel * static_cast<int64_t>(scalar_bytes) * c.width;
+  const int64_t copies = (c.schedule == schemas::Schedule::two_bw ? 2 : 1) + 1 +
+                         (c.optimizer.kind == schemas::Optimizer::adamw ? 2 : 1);
+  const int64_t need = per_copy * copies;
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  const int64_t have = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
+  if (have > 0 && need > have)
+    throw UsageError(fmt::format("training a {}-block GPT on the CPU needs at least {} of host memory for weights, gradients "
+                                 "and optimizer state; this machine has {}",
+                                 c.model.blocks, schemas::format_bytes(need), schemas::format_bytes(have)),
+                     "the CPU backend is for small models; plan a smaller model (e.g. "
+                     "schemas/examples/gpt-tiny.profile.json)");
 }
 
 TokenData load_data(const TrainOptions& o, const GptConfig& model) {
@@ -78,6 +105,7 @@ TrainResult run(const schemas::Plan& plan, const std::string& sha, const TrainOp
   config.optimizer.adamw.weight_decay = o.weight_decay;
   config.optimizer.sgd.weight_decay = o.weight_decay;
   config.optimizer.clip_norm = o.clip_norm;
+  check_host_fits(config, sizeof(T));
   const TokenData data = load_data(o, model);
   const CheckpointIdentity id{sha, plan.profile_sha256, std::string(schemas::to_string(plan.schedule)), o.dtype,
                               data.label(), plan.depth, plan.width, o.seed};

@@ -22,6 +22,10 @@ struct ModelDesc {
   int64_t seq_len = 0;
   int64_t vocab = 0;
   DType dtype = DType::bf16;  // compute dtype
+  // The LM head reuses the token-embedding matrix. Optional in files (default false; written only when
+  // true). When the head and the embedding sit on different stages, the head's stage keeps a copy whose
+  // gradient is summed with the embedding's before each update; the head's param_bytes should count it.
+  bool tie_embeddings = false;
 };
 
 struct DeviceDesc {
