@@ -1,14 +1,14 @@
-// Strict JSON reading for executor-owned files: duplicate-key detection during the parse, typed getters
-// and unknown-key rejection, with messages that carry the file label and the JSON pointer.
+// Strict JSON reading for executor-owned files: the schemas library's strict parse, typed getters and
+// unknown-key rejection, with messages that carry the file label and the JSON pointer.
 #include "json_strict.hpp"
 
 #include <limits>
-#include <set>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "pd2bw/error.hpp"
+#include "pd2bw/schemas/json_text.hpp"
 
 namespace pd2bw::executor::detail {
 namespace {
@@ -17,95 +17,21 @@ std::string describe(const Json& v) {
   return v.is_number() ? "number " + v.dump() : std::string(v.type_name());
 }
 
-// nlohmann's messages start with "[json.exception.parse_error.101] "; users do not need the tag.
-std::string strip_tag(const std::string& what) {
-  const auto close = what.find("] ");
-  return (!what.empty() && what.front() == '[' && close != std::string::npos) ? what.substr(close + 2) : what;
-}
-
-// Remembers, per open container, the keys seen so far and where we are, to name a duplicate key.
-struct DuplicateFinder {
-  struct Frame {
-    bool is_object;
-    std::set<std::string> keys;
-    std::string key;
-    std::size_t index = 0;
-    bool started = false;
-  };
-  std::vector<Frame> frames;
-  std::string duplicate;  // pointer of the first duplicate, empty if none
-
-  void begin_element() {
-    if (frames.empty() || frames.back().is_object) return;
-    Frame& f = frames.back();
-    f.index = f.started ? f.index + 1 : 0;
-    f.started = true;
-  }
-  std::string parent_pointer() const {
-    std::string p;
-    for (std::size_t i = 0; i + 1 < frames.size(); ++i) {
-      p = frames[i].is_object ? json_child(p, frames[i].key) : json_child(p, frames[i].index);
-    }
-    return p;
-  }
-  bool on_event(Json::parse_event_t event, const Json& parsed) {
-    using E = Json::parse_event_t;
-    if (event == E::object_start || event == E::array_start) {
-      begin_element();
-      frames.push_back(Frame{event == E::object_start, {}, {}, 0, false});
-    } else if (event == E::object_end || event == E::array_end) {
-      frames.pop_back();
-    } else if (event == E::key) {
-      const auto key = parsed.get<std::string>();
-      if (!frames.back().keys.insert(key).second && duplicate.empty()) {
-        duplicate = json_child(parent_pointer(), key);
-      }
-      frames.back().key = key;
-    } else {
-      begin_element();
-    }
-    return true;
-  }
-};
-
 }  // namespace
 
+// The syntax and duplicate-key checks are the schemas library's; this adds the file's label.
 Json parse_json_strict(std::string_view text, const std::string& label) {
-  DuplicateFinder finder;
-  Json::parser_callback_t cb = [&finder](int, Json::parse_event_t event, Json& parsed) {
-    return finder.on_event(event, parsed);
-  };
-  Json out;
   try {
-    out = Json::parse(text.begin(), text.end(), cb);
-  } catch (const Json::exception& e) {
-    json_fail(label, "", "not valid JSON: " + strip_tag(e.what()),
-              "the file is truncated or corrupt; restore it or regenerate it");
+    return schemas::parse_json_text(text);
+  } catch (const SchemaError& e) {
+    throw SchemaError(fmt::format("{}: {}", label, e.what()),
+                      e.hint().empty() ? "the file is truncated or corrupt; restore it or regenerate it" : e.hint());
   }
-  if (!finder.duplicate.empty()) {
-    json_fail(label, finder.duplicate, "duplicate key", "each key may appear once per object");
-  }
-  return out;
 }
 
-std::string json_child(std::string_view parent, std::string_view key) {
-  std::string out(parent);
-  out.push_back('/');
-  for (char c : key) {
-    if (c == '~') {
-      out += "~0";
-    } else if (c == '/') {
-      out += "~1";
-    } else {
-      out.push_back(c);
-    }
-  }
-  return out;
-}
+std::string json_child(std::string_view parent, std::string_view key) { return schemas::child_pointer(parent, key); }
 
-std::string json_child(std::string_view parent, std::size_t index) {
-  return fmt::format("{}/{}", parent, index);
-}
+std::string json_child(std::string_view parent, std::size_t index) { return schemas::child_pointer(parent, index); }
 
 void json_fail(const std::string& label, std::string_view pointer, std::string_view what, std::string hint) {
   throw SchemaError(fmt::format("{}: {}: {}", label, pointer.empty() ? "(root)" : pointer, what),

@@ -84,19 +84,23 @@ std::string describe(const Json& value) {
 
 }  // namespace
 
-Json parse_json_text(std::string_view text) {
-  PathTracker tracker;
-  Json::parser_callback_t cb = [&tracker](int /*depth*/, Json::parse_event_t event, Json& parsed) {
+}  // namespace pd2bw::schemas::detail
+
+namespace pd2bw::schemas {
+
+nlohmann::json parse_json_text(std::string_view text) {
+  detail::PathTracker tracker;
+  detail::Json::parser_callback_t cb = [&tracker](int /*depth*/, detail::Json::parse_event_t event, detail::Json& parsed) {
     return tracker.on_event(event, parsed);
   };
   const char* const hint = "fix the JSON syntax near the reported position (a truncated file, a trailing "
                            "comma or an unquoted key are common causes)";
   try {
-    return Json::parse(text.data(), text.data() + text.size(), cb);
-  } catch (const Json::parse_error& e) {
-    fail("", fmt::format("not valid JSON: {} (byte {})", strip_exception_tag(e.what()), e.byte), hint);
-  } catch (const Json::exception& e) {
-    fail("", fmt::format("not valid JSON: {}", strip_exception_tag(e.what())), hint);
+    return detail::Json::parse(text.data(), text.data() + text.size(), cb);
+  } catch (const detail::Json::parse_error& e) {
+    detail::fail("", fmt::format("not valid JSON: {} (byte {})", detail::strip_exception_tag(e.what()), e.byte), hint);
+  } catch (const detail::Json::exception& e) {
+    detail::fail("", fmt::format("not valid JSON: {}", detail::strip_exception_tag(e.what())), hint);
   }
 }
 
@@ -118,6 +122,10 @@ std::string child_pointer(std::string_view parent, std::string_view key) {
 std::string child_pointer(std::string_view parent, std::size_t index) {
   return fmt::format("{}/{}", parent, index);
 }
+
+}  // namespace pd2bw::schemas
+
+namespace pd2bw::schemas::detail {
 
 std::string show_pointer(std::string_view pointer) {
   return pointer.empty() ? std::string("(root)") : std::string(pointer);

@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "pd2bw/schemas/json_text.hpp"
+
 namespace pd2bw::schemas::detail {
 
 using Json = nlohmann::json;           // what readers walk (keys sorted; order is irrelevant on read)
@@ -20,13 +22,8 @@ using OrderedJson = nlohmann::ordered_json;  // what writers build (keys in stru
 // Lower bound a numeric field must respect.
 enum class Min { any, non_negative, positive };
 
-// Parses `text` as JSON. Throws SchemaError "(root): not valid JSON: ..." on a syntax error and
-// "<pointer>: duplicate key" when an object repeats a key (nlohmann would silently keep the last one).
-Json parse_json_text(std::string_view text);
-
-// "<parent>/<escaped key>" per RFC 6901 ("~" -> "~0", "/" -> "~1").
-std::string child_pointer(std::string_view parent, std::string_view key);
-std::string child_pointer(std::string_view parent, std::size_t index);
+using schemas::child_pointer;
+using schemas::parse_json_text;
 
 // How a pointer is shown in messages: the root ("") reads "(root)".
 std::string show_pointer(std::string_view pointer);
