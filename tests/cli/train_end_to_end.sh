@@ -52,6 +52,13 @@ printf 'garbage' | dd of="$TMP/ck/stage-001.safetensors" bs=1 seek=100 conv=notr
 expect_exit 2 "corrupt checkpoint" -- "$PD2BW" train --plan "$PLAN" --steps 9 --checkpoint-dir "$TMP/ck" --resume
 cmp -s "$TMP/ck/manifest.json" "$TMP/manifest.before" && ok || fail "a failed run changed the checkpoint"
 expect_exit 2 "vocabulary" -- "$PD2BW" train --plan "$SRC/schemas/examples/../../tests/schema/fixtures/writer.plan.json" --steps 1
+"$PY" - "$PLAN" "$TMP/blocks.plan.json" <<'PYEOF'
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["model"]["blocks"] = 5
+json.dump(p, open(sys.argv[2], "w"))
+PYEOF
+expect_exit 2 "splits 6 layers but the model has 7" -- "$PD2BW" train --plan "$TMP/blocks.plan.json" --steps 1
 printf 'short' >"$TMP/short.txt"
 expect_exit 2 "tokens" -- "$PD2BW" train --plan "$PLAN" --data "$TMP/short.txt" --steps 1
 expect_exit 2 "error:" -- "$PD2BW" train --plan "$PLAN" --steps 0
