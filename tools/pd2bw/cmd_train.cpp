@@ -32,12 +32,17 @@ std::string report_json(const schemas::Plan& plan, const executor::TrainResult& 
   j["seconds"] = r.seconds;
   j["tokens_per_s"] = r.tokens_per_s;
   j["losses"] = r.losses;
+  j["step_ms_planned"] = plan.predictions.step_ms;
+  j["step_ms_measured"] = r.step_ms_median;
+  j["step_ms"] = r.step_ms;
   auto& stages = j["stages"] = nlohmann::ordered_json::array();
   for (size_t i = 0; i < r.peak_bytes.size(); ++i) {
     const auto& mem = plan.stages[i].memory;
     stages.push_back({{"peak_bytes", r.peak_bytes[i]},
                       {"planned_bytes_without_buffers_and_reserve", mem.total_bytes - mem.comm_bytes - mem.reserve_bytes},
                       {"planned_total_bytes", mem.total_bytes},
+                      {"compute_ms_planned", plan.stages[i].compute_ms},
+                      {"compute_ms_measured", r.compute_ms[i]},
                       {"weight_versions_allocated", r.versions[i]}});
   }
   return j.dump(2) + "\n";
@@ -61,13 +66,23 @@ void print_summary(const schemas::Plan& plan, const executor::TrainResult& r) {
   fmt::print(stderr, "done: steps {}-{} in {:.1f} s, {:.0f} tokens/s; loss {:.4f} -> {:.4f}\n", r.first_step + 1,
              r.first_step + static_cast<int64_t>(r.losses.size()), r.seconds, r.tokens_per_s, r.losses.front(),
              r.losses.back());
-  for (size_t i = 0; i < r.peak_bytes.size(); ++i)
-    fmt::print(stderr, "  stage {}: runtime peak {} (weights, grads, optimizer, stashes) vs planned {} without "
-                       "buffers and reserve; {} weight version buffer(s)\n",
-               i, schemas::format_bytes(r.peak_bytes[i]),
-               schemas::format_bytes(plan.stages[i].memory.total_bytes - plan.stages[i].memory.comm_bytes -
-                                     plan.stages[i].memory.reserve_bytes),
-               r.versions[i]);
+  auto err = [](double measured, double planned) {
+    return planned > 0 && measured > 0 ? fmt::format("{:+.1f}%", 100.0 * (measured / planned - 1.0)) : std::string("-");
+  };
+  fmt::print(stderr, "prediction check (plan vs this run):\n");
+  fmt::print(stderr, "  step time: planned {:.2f} ms, measured {:.2f} ms (median of {} steps after the first), {}\n",
+             plan.predictions.step_ms, r.step_ms_median, r.step_ms.size(), err(r.step_ms_median, plan.predictions.step_ms));
+  fmt::print(stderr, "  {:>5} {:>13} {:>13} {:>7}  {:>11} {:>11} {:>7}  {}\n", "stage", "compute/mb", "measured",
+             "error", "memory", "measured", "error", "weight buffers");
+  for (size_t i = 0; i < r.peak_bytes.size(); ++i) {
+    const auto& s = plan.stages[i];
+    const int64_t planned = s.memory.total_bytes - s.memory.comm_bytes - s.memory.reserve_bytes;
+    fmt::print(stderr, "  {:>5} {:>10.3f} ms {:>10.3f} ms {:>7}  {:>11} {:>11} {:>7}  {}\n", i, s.compute_ms, r.compute_ms[i],
+               err(r.compute_ms[i], s.compute_ms), schemas::format_bytes(planned), schemas::format_bytes(r.peak_bytes[i]),
+               err(static_cast<double>(r.peak_bytes[i]), static_cast<double>(planned)), r.versions[i]);
+  }
+  fmt::print(stderr, "  (compute: thread CPU time per microbatch; memory: weights, gradients, optimizer state and "
+                     "stashes, without the plan's comm buffers and reserve)\n");
 }
 
 void run_train(const TrainFlags& f) {

@@ -50,6 +50,9 @@ struct StageWorker<T>::Impl {
   int64_t steps_done = 0;
   std::map<std::pair<int64_t, int64_t>, Microbatch<T>> live;  // (step, microbatch) -> state
   int64_t bytes = 0, peak = 0;
+  double compute_cpu_ms = 0;       // thread CPU time in forward, recompute, backward
+  int64_t computed_microbatches = 0;
+  std::vector<double> update_end;  // steady-clock ms of each update's end, by step
 
   Impl(const PipelineConfig& config, int64_t rank);
   bool two_bw() const { return cfg.schedule == schemas::Schedule::two_bw; }

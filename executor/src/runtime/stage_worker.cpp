@@ -2,6 +2,9 @@
 // activations and gradients with its neighbours, and the in-process job that runs every rank as a thread.
 #include <fmt/format.h>
 
+#include <time.h>
+
+#include <chrono>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -12,6 +15,16 @@
 namespace pd2bw::executor {
 
 namespace {
+
+double thread_cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
+}
+
+double steady_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 template <typename T>
 std::span<const std::byte> as_bytes_of(const std::vector<T>& v) {
@@ -60,7 +73,9 @@ void StageWorker<T>::run(Comm& comm, const MicrobatchSource& data, int64_t first
           data.fill(step, k, s.replica, mb.tokens.data(), mb.targets.data());
           if (!s.last) mb.targets = {};
         }
+        const double t0 = thread_cpu_ms();
         s.forward(mb, step, params, sink, k);
+        s.compute_cpu_ms += thread_cpu_ms() - t0;
         if (s.recompute) mb.drop_stash();  // keep only the stage input
         break;
       }
@@ -78,13 +93,18 @@ void StageWorker<T>::run(Comm& comm, const MicrobatchSource& data, int64_t first
       }
       case planner::OpKind::recompute: {
         auto& mb = s.live.at(key);
+        const double t0 = thread_cpu_ms();
         s.forward(mb, step, params, nullptr, k);
+        s.compute_cpu_ms += thread_cpu_ms() - t0;
         mb.output = {};
         break;
       }
       case planner::OpKind::backward: {
         auto& mb = s.live.at(key);
+        const double t0 = thread_cpu_ms();
         s.backward(mb, params);
+        s.compute_cpu_ms += thread_cpu_ms() - t0;
+        ++s.computed_microbatches;
         s.account();  // the peak includes the stash freed just now
         if (s.first) s.live.erase(key);
         break;
@@ -100,7 +120,11 @@ void StageWorker<T>::run(Comm& comm, const MicrobatchSource& data, int64_t first
         group_sum<T>(comm, group, make_tag(TagKind::allreduce, step, 0), s.grads);
         break;
       }
-      case planner::OpKind::update: s.update(comm, step); break;
+      case planner::OpKind::update:
+        s.update(comm, step);
+        if (s.update_end.size() <= static_cast<size_t>(step)) s.update_end.resize(static_cast<size_t>(step) + 1, 0.0);
+        s.update_end[static_cast<size_t>(step)] = steady_ms();
+        break;
     }
     s.account();
   }
@@ -123,6 +147,12 @@ template <typename T>
 int64_t StageWorker<T>::versions_allocated() const { return impl_->allocated; }
 template <typename T>
 int64_t StageWorker<T>::peak_bytes() const { return impl_->peak; }
+template <typename T>
+double StageWorker<T>::compute_ms_per_microbatch() const {
+  return impl_->computed_microbatches > 0 ? impl_->compute_cpu_ms / static_cast<double>(impl_->computed_microbatches) : 0.0;
+}
+template <typename T>
+const std::vector<double>& StageWorker<T>::update_end_ms() const { return impl_->update_end; }
 
 template <typename T>
 std::span<T> StageWorker<T>::weights(int64_t version) {

@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 
@@ -93,6 +94,45 @@ TokenData load_data(const TrainOptions& o, const GptConfig& model) {
   return data;
 }
 
+// Per stage (replica 0) memory, versions and compute per microbatch; step times from the last update of
+// each step over all ranks.
+template <typename T>
+void measure_steps(ThreadsJob<T>& job, const PipelineConfig& config, TrainResult& result) {
+  for (int64_t i = 0; i < config.depth; ++i) {
+    auto& w = job.worker(config.ranks[static_cast<size_t>(i)][0]);
+    result.peak_bytes.push_back(w.peak_bytes());
+    result.versions.push_back(w.versions_allocated());
+    result.compute_ms.push_back(w.compute_ms_per_microbatch());
+  }
+  std::vector<double> ends;
+  for (int64_t r = 0; r < job.ranks(); ++r) {
+    const auto& e = job.worker(r).update_end_ms();
+    if (ends.size() < e.size()) ends.resize(e.size(), 0.0);
+    for (size_t j = 0; j < e.size(); ++j) ends[j] = std::max(ends[j], e[j]);
+  }
+  for (auto j = static_cast<size_t>(result.first_step) + 1; j < ends.size(); ++j) result.step_ms.push_back(ends[j] - ends[j - 1]);
+  if (result.step_ms.empty()) return;
+  std::vector<double> sorted = result.step_ms;
+  std::sort(sorted.begin(), sorted.end());
+  const size_t n = sorted.size();
+  result.step_ms_median = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+}
+
+// One JSONL record after the per-step ones: the plan's predictions next to what this run measured.
+void log_prediction_check(std::FILE* log, const schemas::Plan& plan, const TrainResult& r) {
+  fmt::print(log, "{{\"event\": \"prediction_check\", \"step_ms_planned\": {:.6g}, \"step_ms_measured\": {:.6g}, "
+                  "\"stages\": [",
+             plan.predictions.step_ms, r.step_ms_median);
+  for (size_t i = 0; i < r.compute_ms.size(); ++i) {
+    const auto& s = plan.stages[i];
+    fmt::print(log, "{}{{\"compute_ms_planned\": {:.6g}, \"compute_ms_measured\": {:.6g}, \"peak_bytes_planned\": {}, "
+                    "\"peak_bytes_measured\": {}}}",
+               i ? ", " : "", s.compute_ms, r.compute_ms[i], s.memory.total_bytes - s.memory.comm_bytes - s.memory.reserve_bytes,
+               r.peak_bytes[i]);
+  }
+  fmt::print(log, "]}}\n");
+}
+
 template <typename T>
 TrainResult run(const schemas::Plan& plan, const std::string& sha, const TrainOptions& o, std::FILE* out) {
   check_options(o);
@@ -136,14 +176,11 @@ TrainResult run(const schemas::Plan& plan, const std::string& sha, const TrainOp
     }
   }
   result.losses = progress.losses();
+  measure_steps(job, config, result);
+  if (log) log_prediction_check(log.get(), plan, result);
   result.seconds = progress.seconds();
   result.tokens_per_s = static_cast<double>(plan.global_batch * config.seq) *
                         static_cast<double>(result.losses.size()) / result.seconds;
-  for (int64_t i = 0; i < config.depth; ++i) {
-    auto& w = job.worker(config.ranks[static_cast<size_t>(i)][0]);
-    result.peak_bytes.push_back(w.peak_bytes());
-    result.versions.push_back(w.versions_allocated());
-  }
   return result;
 }
 

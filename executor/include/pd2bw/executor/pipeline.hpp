@@ -92,6 +92,11 @@ class StageWorker {
                std::span<const T> m1, std::span<const T> m2);
   int64_t versions_allocated() const;       // weight buffers ever allocated (2 for 2BW at most)
   int64_t peak_bytes() const;               // largest total of the buffers this worker held at once
+  // Measured while running: CPU time of this rank's thread in forward, recompute and backward, per
+  // microbatch (what a dedicated device would spend; wall time would include other ranks' threads
+  // sharing the cores), and when each update finished (steady clock, ms since its epoch), by step.
+  double compute_ms_per_microbatch() const;
+  const std::vector<double>& update_end_ms() const;
 
  private:
   struct Impl;

@@ -38,6 +38,10 @@ struct TrainResult {
   double tokens_per_s = 0;
   std::vector<int64_t> peak_bytes;    // per stage: largest memory the runtime held (replica 0)
   std::vector<int64_t> versions;      // per stage: weight buffers ever allocated (replica 0)
+  std::vector<double> compute_ms;     // per stage: thread CPU ms of forward (+ recompute) + backward per
+                                      // microbatch (replica 0)
+  std::vector<double> step_ms;        // wall time of each step after the first of this run (update to update)
+  double step_ms_median = 0;          // median of step_ms (0 when fewer than two steps ran)
 };
 
 // Trains the model the plan describes (plan.model; layers = blocks + 2) with the plan's schedule, split,
