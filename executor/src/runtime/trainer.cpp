@@ -118,21 +118,6 @@ void measure_steps(ThreadsJob<T>& job, const PipelineConfig& config, TrainResult
   result.step_ms_median = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
 }
 
-// One JSONL record after the per-step ones: the plan's predictions next to what this run measured.
-void log_prediction_check(std::FILE* log, const schemas::Plan& plan, const TrainResult& r) {
-  fmt::print(log, "{{\"event\": \"prediction_check\", \"step_ms_planned\": {:.6g}, \"step_ms_measured\": {:.6g}, "
-                  "\"stages\": [",
-             plan.predictions.step_ms, r.step_ms_median);
-  for (size_t i = 0; i < r.compute_ms.size(); ++i) {
-    const auto& s = plan.stages[i];
-    fmt::print(log, "{}{{\"compute_ms_planned\": {:.6g}, \"compute_ms_measured\": {:.6g}, \"peak_bytes_planned\": {}, "
-                    "\"peak_bytes_measured\": {}}}",
-               i ? ", " : "", s.compute_ms, r.compute_ms[i], s.memory.total_bytes - s.memory.comm_bytes - s.memory.reserve_bytes,
-               r.peak_bytes[i]);
-  }
-  fmt::print(log, "]}}\n");
-}
-
 template <typename T>
 TrainResult run(const schemas::Plan& plan, const std::string& sha, const TrainOptions& o, std::FILE* out) {
   check_options(o);
@@ -177,7 +162,6 @@ TrainResult run(const schemas::Plan& plan, const std::string& sha, const TrainOp
   }
   result.losses = progress.losses();
   measure_steps(job, config, result);
-  if (log) log_prediction_check(log.get(), plan, result);
   result.seconds = progress.seconds();
   result.tokens_per_s = static_cast<double>(plan.global_batch * config.seq) *
                         static_cast<double>(result.losses.size()) / result.seconds;
