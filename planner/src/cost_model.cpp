@@ -60,6 +60,7 @@ CostModel::CostModel(const Profile& profile, const Cluster& cluster, const Const
     span *= level.size;
     level_span_.push_back(span);
   }
+  prepare_curves();
   const size_t n = profile_.layers.size();
   const size_t nb = profile_.microbatch_sizes.size();
   param_prefix_.assign(n + 1, 0);
@@ -110,6 +111,26 @@ CostModel::CostModel(const Profile& profile, const Cluster& cluster, const Const
       auto& cache = capacity_cache_[v][bi];
       for (int64_t f = 0; f <= deepest; ++f) cache.push_back(compute_plain_capacity(v, bi, f));
     }
+}
+
+void CostModel::prepare_curves() {
+  for (const auto& level : cluster_.levels) {
+    const std::string what = fmt::format("cluster level \"{}\"", level.name);
+    p2p_curves_.emplace_back(level.p2p_curve, what + " p2p_curve");
+    allreduce_curves_.emplace_back(level.allreduce_curve, what + " allreduce_curve");
+    if (!level.allreduce_curve.empty() && level.allreduce_ranks < 2)
+      throw UsageError(fmt::format("{}: allreduce_ranks must be >= 2 with an allreduce_curve, got {}", what,
+                                   level.allreduce_ranks),
+                       "give the number of ranks the allreduce curve was measured over");
+  }
+}
+
+double CostModel::allreduce_sum_floor(int64_t bytes, int64_t parts, int64_t width, int64_t level) const {
+  const double d = static_cast<double>(parts);
+  const double latency = allreduce_ms(0, width, level);
+  if (allreduce_curves_[static_cast<size_t>(level)].empty())
+    return d * latency + (allreduce_ms(bytes, width, level) - latency);
+  return (d - 1.0) * latency + allreduce_ms(bytes / std::max<int64_t>(parts, 1), width, level);
 }
 
 // plain_capacity_ms maximises (fwd + bwd) / (static + f * stash) over layers, i.e. minimises

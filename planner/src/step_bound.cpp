@@ -130,10 +130,7 @@ double StepLowerBound::average_bound(const Candidate& c) const {
     p2p = (d - 1.0) * 2.0 *
           (model_.p2p_ms(min_out_[bi], lvl.boundary) + model_.p2p_ms(min_in_[bi], lvl.boundary));
   double sum = k * (model_.compute_prefix(c.microbatch_index).back() + p2p);
-  if (c.width > 1) {
-    const double latency = model_.allreduce_ms(0, c.width, lvl.replicas);
-    sum += d * latency + (model_.allreduce_ms(total_grad_bytes_, c.width, lvl.replicas) - latency);
-  }
+  if (c.width > 1) sum += model_.allreduce_sum_floor(total_grad_bytes_, c.depth, c.width, lvl.replicas);
   return std::max(sum / d, k * max_layer_ms_[bi]);
 }
 

@@ -24,13 +24,16 @@ namespace detail {
 namespace {
 
 ClusterLevel read_level(const Json& value, const std::string& pointer) {
-  const ObjectReader r(value, pointer, {"name", "size", "p2p_gbps", "p2p_latency_ms", "allreduce_busbw_gbps"});
+  const ObjectReader r(value, pointer,
+                       {"name", "size", "p2p_gbps", "p2p_latency_ms", "allreduce_busbw_gbps", "p2p_curve",
+                        "allreduce_curve", "allreduce_ranks"});
   ClusterLevel l;
   l.name = r.string("name");
   l.size = r.integer("size", Min::positive);
   l.p2p_gbps = r.number("p2p_gbps", Min::positive);
   l.p2p_latency_ms = r.number("p2p_latency_ms", Min::non_negative);
   l.allreduce_busbw_gbps = r.number("allreduce_busbw_gbps", Min::positive);
+  read_link_curves(r, l.p2p_curve, l.allreduce_curve, l.allreduce_ranks);
   return l;
 }
 
@@ -65,6 +68,7 @@ void append_cluster_body(OrderedJson& out, const Cluster& c) {
     e["p2p_gbps"] = l.p2p_gbps;
     e["p2p_latency_ms"] = l.p2p_latency_ms;
     e["allreduce_busbw_gbps"] = l.allreduce_busbw_gbps;
+    append_link_curves(e, l.p2p_curve, l.allreduce_curve, l.allreduce_ranks);
     levels.push_back(std::move(e));
   }
   out["levels"] = std::move(levels);

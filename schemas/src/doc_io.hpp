@@ -1,5 +1,5 @@
 // Private helper of pd2bw_schemas: reading and writing the pieces the three formats share (the
-// schema header, provenance, model, device, cluster levels) and the per-format entry points that work
+// schema header, provenance, model, device, cluster levels, link curves) and the per-format entry points that work
 // on already-parsed JSON (so validate_document parses a text only once).
 #pragma once
 
@@ -38,6 +38,15 @@ OrderedJson device_json(const DeviceDesc& d);
 Cluster read_cluster_body(const ObjectReader& r);
 // Appends "device" and "levels" to `out`.
 void append_cluster_body(OrderedJson& out, const Cluster& c);
+
+// The optional curve keys of a profile link or a cluster level (link_io.cpp). Reading: each curve, when
+// present, has >= 1 point, bytes > 0 strictly ascending, ms > 0; allreduce_ranks (>= 2) is present
+// exactly when allreduce_curve is. Absent keys read as empty / 0. Writing: only non-empty / non-zero keys,
+// so files without curves stay byte-identical.
+void read_link_curves(const ObjectReader& r, std::vector<LinkPoint>& p2p, std::vector<LinkPoint>& allreduce,
+                      int64_t& allreduce_ranks);
+void append_link_curves(OrderedJson& out, const std::vector<LinkPoint>& p2p, const std::vector<LinkPoint>& allreduce,
+                        int64_t allreduce_ranks);
 
 Profile profile_from_json(const Json& root);
 Cluster cluster_from_json(const Json& root);

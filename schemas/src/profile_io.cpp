@@ -11,9 +11,28 @@ namespace pd2bw::schemas {
 namespace detail {
 namespace {
 
+// An optional key: 0 when absent, else > 0.
+double optional_ms(const ObjectReader& r, std::string_view key) {
+  return r.has(key) ? r.number(key, Min::positive) : 0.0;
+}
+
+// A measured spread must bracket its median: min <= median <= p90 (each only when present).
+void check_spread(const ObjectReader& r, std::string_view median_key, double median, double min, double p90) {
+  const std::string name(median_key);
+  if (min != 0 && min > median) {
+    fail(r.at(name + "_min"), fmt::format("must be <= {} ({}), got {}", name, median, min),
+         "the fastest run cannot be slower than the median");
+  }
+  if (p90 != 0 && p90 < median) {
+    fail(r.at(name + "_p90"), fmt::format("must be >= {} ({}), got {}", name, median, p90),
+         "the 90th percentile cannot be faster than the median");
+  }
+}
+
 LayerTiming read_timing(const Json& value, const std::string& pointer) {
   const ObjectReader r(value, pointer,
-                       {"microbatch", "fwd_ms", "bwd_ms", "input_bytes", "output_bytes", "stash_bytes"});
+                       {"microbatch", "fwd_ms", "bwd_ms", "input_bytes", "output_bytes", "stash_bytes", "fwd_ms_min",
+                        "fwd_ms_p90", "bwd_ms_min", "bwd_ms_p90", "recompute_ms", "stash_bytes_computed"});
   LayerTiming t;
   t.microbatch = r.integer("microbatch", Min::positive);
   t.fwd_ms = r.number("fwd_ms", Min::positive);
@@ -21,6 +40,14 @@ LayerTiming read_timing(const Json& value, const std::string& pointer) {
   t.input_bytes = r.integer("input_bytes", Min::non_negative);
   t.output_bytes = r.integer("output_bytes", Min::non_negative);
   t.stash_bytes = r.integer("stash_bytes", Min::non_negative);
+  t.fwd_ms_min = optional_ms(r, "fwd_ms_min");
+  t.fwd_ms_p90 = optional_ms(r, "fwd_ms_p90");
+  t.bwd_ms_min = optional_ms(r, "bwd_ms_min");
+  t.bwd_ms_p90 = optional_ms(r, "bwd_ms_p90");
+  t.recompute_ms = optional_ms(r, "recompute_ms");
+  if (r.has("stash_bytes_computed")) t.stash_bytes_computed = r.integer("stash_bytes_computed", Min::positive);
+  check_spread(r, "fwd_ms", t.fwd_ms, t.fwd_ms_min, t.fwd_ms_p90);
+  check_spread(r, "bwd_ms", t.bwd_ms, t.bwd_ms_min, t.bwd_ms_p90);
   return t;
 }
 
@@ -60,12 +87,13 @@ std::vector<int64_t> read_microbatch_sizes(const ObjectReader& root) {
 
 std::vector<LayerProfile> read_layers(const ObjectReader& root, const std::vector<int64_t>& sizes) {
   auto layers = root.list("layers", [&sizes](const Json& v, const std::string& p) {
-    const ObjectReader r(v, p, {"name", "kind", "param_bytes", "per_microbatch"});
+    const ObjectReader r(v, p, {"name", "kind", "param_bytes", "per_microbatch", "optimizer_bytes"});
     LayerProfile layer;
     layer.name = r.string("name");
     layer.kind = r.string("kind");
     layer.param_bytes = r.integer("param_bytes", Min::non_negative);
     layer.per_microbatch = r.list("per_microbatch", read_timing);
+    if (r.has("optimizer_bytes")) layer.optimizer_bytes = r.integer("optimizer_bytes", Min::positive);
     check_timings_match(layer, sizes, p);
     return layer;
   });
@@ -83,12 +111,15 @@ std::vector<LayerProfile> read_layers(const ObjectReader& root, const std::vecto
 }
 
 LinkLevel read_link(const Json& value, const std::string& pointer) {
-  const ObjectReader r(value, pointer, {"level", "p2p_gbps", "p2p_latency_ms", "allreduce_busbw_gbps"});
+  const ObjectReader r(value, pointer,
+                       {"level", "p2p_gbps", "p2p_latency_ms", "allreduce_busbw_gbps", "p2p_curve", "allreduce_curve",
+                        "allreduce_ranks"});
   LinkLevel l;
   l.level = r.string("level");
   l.p2p_gbps = r.number("p2p_gbps", Min::positive);
   l.p2p_latency_ms = r.number("p2p_latency_ms", Min::non_negative);
   l.allreduce_busbw_gbps = r.number("allreduce_busbw_gbps", Min::positive);
+  read_link_curves(r, l.p2p_curve, l.allreduce_curve, l.allreduce_ranks);
   return l;
 }
 
@@ -106,9 +137,17 @@ OrderedJson layer_json(const LayerProfile& layer) {
     e["input_bytes"] = t.input_bytes;
     e["output_bytes"] = t.output_bytes;
     e["stash_bytes"] = t.stash_bytes;
+    // The optional detail only when measured, so profiles without it keep their exact bytes.
+    if (t.fwd_ms_min != 0) e["fwd_ms_min"] = t.fwd_ms_min;
+    if (t.fwd_ms_p90 != 0) e["fwd_ms_p90"] = t.fwd_ms_p90;
+    if (t.bwd_ms_min != 0) e["bwd_ms_min"] = t.bwd_ms_min;
+    if (t.bwd_ms_p90 != 0) e["bwd_ms_p90"] = t.bwd_ms_p90;
+    if (t.recompute_ms != 0) e["recompute_ms"] = t.recompute_ms;
+    if (t.stash_bytes_computed != 0) e["stash_bytes_computed"] = t.stash_bytes_computed;
     timings.push_back(std::move(e));
   }
   out["per_microbatch"] = std::move(timings);
+  if (layer.optimizer_bytes != 0) out["optimizer_bytes"] = layer.optimizer_bytes;
   return out;
 }
 
@@ -152,6 +191,7 @@ std::string dump_profile(const Profile& profile) {
     e["p2p_gbps"] = l.p2p_gbps;
     e["p2p_latency_ms"] = l.p2p_latency_ms;
     e["allreduce_busbw_gbps"] = l.allreduce_busbw_gbps;
+    detail::append_link_curves(e, l.p2p_curve, l.allreduce_curve, l.allreduce_ranks);
     links.push_back(std::move(e));
   }
   out["links"] = std::move(links);

@@ -37,6 +37,22 @@ done
 "$PD2BW" plan --cluster "$EX/cluster-8x8-h200.json" --max-depth 6 -q -o "$TMP/d6.json"
 if "$PY" -c "import json,sys; sys.exit(0 if json.load(open('$TMP/d6.json'))['depth'] <= 6 else 1)"; then ok; else fail "--max-depth 6"; fi
 
+# Measured link curves in the profile reach the planned cluster when the link speeds come from the
+# profile, and stay behind for a level whose bandwidth a flag overrides.
+CURVES="$SRC/tests/schema/fixtures/curves.profile.json"
+expect_exit 0 "p2p time from a measured curve" -- "$PD2BW" plan --profile "$CURVES" --nodes 2 --gpus-per-node 4 \
+  -o "$TMP/curves.json"
+"$PD2BW" plan --profile "$CURVES" --nodes 2 --gpus-per-node 4 --intra-gbps 100 -q -o "$TMP/curves-flag.json"
+if "$PY" - "$TMP/curves.json" "$TMP/curves-flag.json" <<'EOF'
+import json, sys
+a = json.load(open(sys.argv[1]))["cluster"]["levels"]
+b = json.load(open(sys.argv[2]))["cluster"]["levels"]
+ok = (len(a[0]["p2p_curve"]) == 3 and a[0]["allreduce_ranks"] == 8 and len(a[1]["p2p_curve"]) == 1
+      and "p2p_curve" not in b[0] and "allreduce_ranks" not in b[0] and len(b[1]["p2p_curve"]) == 1)
+sys.exit(0 if ok else 1)
+EOF
+then ok; else fail "profile curves in the planned cluster"; fi
+
 # Every written plan passes the JSON Schema and the plan invariants.
 if "$PY" "$SRC/tests/cli/check_plans.py" "$SRC" "$TMP"/*.json; then ok; else fail "check_plans.py"; fi
 

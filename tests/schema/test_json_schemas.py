@@ -6,7 +6,8 @@ Usage: test_json_schemas.py <pd2bw-binary> <source-dir>
 - the three schema files are valid 2020-12 schemas, and every property carries a description;
 - every file in schemas/examples/ and the writer fixtures in tests/schema/fixtures/ (which the C++ unit
   test pins to the writers' exact output) validate against the schema their "schema" field names;
-- mutated copies (unknown key, negative number, missing key, wrong type) are rejected.
+- mutated copies (unknown key, negative number, missing key, wrong type) are rejected, and copies with
+  the optional measurement keys (curves, optimizer bytes) added are accepted.
 
 Other tests may import this file and call validate_file(path) on files pd2bw writes.
 """
@@ -85,14 +86,31 @@ MUTATIONS = {
     "profile": [("/surprise", 1, False), ("/device/memory_bytes", -1, False), ("/model/heads", None, True),
                 ("/layers/0/per_microbatch/0/fwd_ms", 0, False), ("/layers/0/extra", "x", False),
                 ("/microbatch_sizes", [], False), ("/model/dtype", "fp8", False), ("/schema_version", "2.0.0", False),
-                ("/layers/0/param_bytes", "12", False), ("/model/blocks", 1.5, False)],
+                ("/layers/0/param_bytes", "12", False), ("/model/blocks", 1.5, False),
+                # The optional measurement keys (added where absent, which must fail too).
+                ("/layers/0/per_microbatch/0/fwd_ms_min", 0, False), ("/layers/0/optimizer_bytes", -1, False),
+                ("/layers/0/per_microbatch/0/stash_bytes_computed", 1.5, False),
+                ("/links/0/p2p_curve", [], False), ("/links/0/p2p_curve/0/ms", 0, False),
+                ("/links/0/allreduce_curve/0/bytes", 0, False), ("/links/0/allreduce_ranks", 1, False),
+                ("/links/0/allreduce_ranks", None, True)],
     "cluster": [("/surprise", 1, False), ("/levels/0/size", 0, False), ("/levels/0/p2p_latency_ms", -1, False),
                 ("/device", None, True), ("/levels", [], False), ("/levels/0/bogus", True, False),
-                ("/device/memory_bytes", "16GiB", False)],
+                ("/device/memory_bytes", "16GiB", False), ("/levels/0/p2p_curve/0/extra", 1, False),
+                ("/levels/0/allreduce_curve", None, True), ("/levels/1/allreduce_ranks", 4, False)],
     "plan": [("/surprise", 1, False), ("/microbatch_size", -2, False), ("/stages/0/memory/dominant", None, True),
              ("/schedule", "1f1b", False), ("/profile_sha256", "ABC", False), ("/cluster/schema", "x", False),
              ("/predictions/bubble_fraction", 1.5, False), ("/stages/0/recompute", 1, False),
              ("/ranks/0/extra", 0, False), ("/alternatives/0/step_ms", 0, False)],
+}
+
+# Edits every document of a kind must still satisfy: the optional measurement keys (the plan embeds its
+# cluster's levels, curves included).
+CURVE = [{"bytes": 4096, "ms": 0.01}, {"bytes": 1048576, "ms": 0.05}]
+ACCEPTED = {
+    "profile": [("/layers/0/optimizer_bytes", 4096), ("/links/0/p2p_curve", CURVE)],
+    "cluster": [("/levels/0/p2p_curve", CURVE), ("/levels/0/allreduce_curve", CURVE), ("/levels/0/allreduce_ranks", 8)],
+    "plan": [("/cluster/levels/0/p2p_curve", CURVE), ("/cluster/levels/0/allreduce_curve", CURVE),
+             ("/cluster/levels/0/allreduce_ranks", 8)],
 }
 
 
@@ -152,6 +170,15 @@ def main(argv):
             except (KeyError, IndexError):
                 continue  # the document has no such element (e.g. a plan without alternatives)
             tally.check(bool(validate_document(bad)), f"{path.name} with {pointer} mutated is rejected")
+        good = doc
+        try:
+            for pointer, value in ACCEPTED.get(kind, []):
+                good = mutate(good, pointer, value)
+        except (KeyError, IndexError):
+            good = None  # e.g. a profile without measured links
+        if good is not None:
+            errors = validate_document(good)
+            tally.check(not errors, f"{path.name} with the optional keys added validates", "; ".join(errors))
     tally.check(kinds_seen >= set(KINDS.values()), "every kind has a document", str(sorted(map(str, kinds_seen))))
 
     print(f"{tally.passed} passed, {tally.failed} failed")

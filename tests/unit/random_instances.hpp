@@ -4,6 +4,7 @@
 // fixed by the standard), so a seed names the same instance on every standard library.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -92,6 +93,29 @@ inline void scale_bandwidths(RandomInstance& inst, double factor) {
   for (auto& level : inst.cluster.levels) {
     level.p2p_gbps *= factor;
     level.allreduce_busbw_gbps *= factor;
+  }
+}
+
+// Gives every level of the instance measured-looking link curves, drawn from `seed`: time flat at a
+// launch floor for small messages, then bandwidth-bound at the level's scalar bandwidth, with +-15%
+// noise that may dip (the cost model smooths dips away); points every 4x to 16x from a few KiB to 16 GiB,
+// the allreduce measured over 2 to 8 ranks. The floor makes the cost of many small allreduces exceed
+// the cost of one big one, which no affine model does.
+inline void add_random_curves(RandomInstance& inst, uint64_t seed) {
+  Rng rng(seed * 0xD1B54A32D192ED03ULL + 0xC0FFEE);
+  auto curve = [&rng](double gbps) {
+    std::vector<schemas::LinkPoint> points;
+    const double floor_ms = rng.log_uniform(1e-3, 0.5);
+    for (int64_t bytes = int64_t{1} << rng.range(10, 14); bytes <= (int64_t{1} << 34); bytes <<= rng.range(2, 4)) {
+      const double ms = std::max(floor_ms, static_cast<double>(bytes) / (gbps * 1e6)) * rng.uniform(0.85, 1.15);
+      points.push_back({bytes, ms});
+    }
+    return points;
+  };
+  for (auto& level : inst.cluster.levels) {
+    level.p2p_curve = curve(level.p2p_gbps);
+    level.allreduce_curve = curve(level.allreduce_busbw_gbps);
+    level.allreduce_ranks = rng.range(2, 8);
   }
 }
 
@@ -237,6 +261,16 @@ inline std::string RandomInstance::describe() const {
   for (const auto& lv : cluster.levels) {
     o << "level " << lv.name << ": size " << lv.size << ", p2p_gbps " << lv.p2p_gbps << ", p2p_latency_ms "
       << lv.p2p_latency_ms << ", allreduce_busbw_gbps " << lv.allreduce_busbw_gbps << "\n";
+    if (!lv.p2p_curve.empty()) {
+      o << "  p2p_curve (bytes ms):";
+      for (const auto& pt : lv.p2p_curve) o << " " << pt.bytes << " " << pt.ms;
+      o << "\n";
+    }
+    if (!lv.allreduce_curve.empty()) {
+      o << "  allreduce_curve over " << lv.allreduce_ranks << " ranks (bytes ms):";
+      for (const auto& pt : lv.allreduce_curve) o << " " << pt.bytes << " " << pt.ms;
+      o << "\n";
+    }
   }
   o << "microbatch_sizes";
   for (int64_t b : profile.microbatch_sizes) o << " " << b;

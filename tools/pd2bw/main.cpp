@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", version_text());
   app.require_subcommand(1);
   pd2bw::cli::Runner run;
+  pd2bw::cli::add_profile_command(app, run);
   pd2bw::cli::add_plan_command(app, run);
   pd2bw::cli::add_simulate_command(app, run);
   pd2bw::cli::add_train_command(app, run);

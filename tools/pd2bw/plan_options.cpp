@@ -34,6 +34,13 @@ schemas::ClusterLevel level_from(const std::string& name, int64_t size, std::opt
   l.p2p_latency_ms = latency_us ? *latency_us / 1e3 : measured ? measured->p2p_latency_ms
                                                                : fallback_latency_ms;
   l.allreduce_busbw_gbps = gbps ? *gbps : measured ? measured->allreduce_busbw_gbps : l.p2p_gbps;
+  // The measured curves describe the measured link, latency included; a flag that overrides this
+  // level's bandwidth or latency describes another link, so the curves stay behind then.
+  if (measured && !gbps && !latency_us) {
+    l.p2p_curve = measured->p2p_curve;
+    l.allreduce_curve = measured->allreduce_curve;
+    l.allreduce_ranks = measured->allreduce_ranks;
+  }
   return l;
 }
 

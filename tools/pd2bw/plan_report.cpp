@@ -28,9 +28,18 @@ void print_plan_header(const PlanInputs& in, const planner::CostModel& model) {
   fmt::print(stderr, "cluster: {}\n  {} device(s) '{}', {} each\n", in.cluster_label,
              in.cluster.total_devices(), in.cluster.device.name,
              schemas::format_bytes(in.cluster.device.memory_bytes));
-  for (const auto& l : in.cluster.levels)
+  for (const auto& l : in.cluster.levels) {
     fmt::print(stderr, "  level {:<8} size {:>5}  p2p {:.1f} GB/s, {:.3f} ms latency, allreduce busbw {:.1f} GB/s\n",
                l.name, l.size, l.p2p_gbps, l.p2p_latency_ms, l.allreduce_busbw_gbps);
+    // Measured curves replace the scalars above in the cost model; say so.
+    if (!l.p2p_curve.empty())
+      fmt::print(stderr, "    p2p time from a measured curve: {} point(s), {} .. {}\n", l.p2p_curve.size(),
+                 schemas::format_bytes(l.p2p_curve.front().bytes), schemas::format_bytes(l.p2p_curve.back().bytes));
+    if (!l.allreduce_curve.empty())
+      fmt::print(stderr, "    allreduce time from a measured curve: {} point(s) over {} ranks, {} .. {}\n",
+                 l.allreduce_curve.size(), l.allreduce_ranks, schemas::format_bytes(l.allreduce_curve.front().bytes),
+                 schemas::format_bytes(l.allreduce_curve.back().bytes));
+  }
   fmt::print(stderr, "global batch {} samples; reserve {} per device\n", in.constraints.global_batch,
              schemas::format_bytes(in.constraints.reserve_bytes));
 }

@@ -8,6 +8,7 @@
 #include <optional>
 #include <vector>
 
+#include "pd2bw/planner/link_curve.hpp"
 #include "pd2bw/schemas/cluster.hpp"
 #include "pd2bw/schemas/plan.hpp"
 #include "pd2bw/schemas/profile.hpp"
@@ -135,21 +136,34 @@ class CostModel {
   // least (1 + this) times its compute.
   double min_fwd_share(int64_t bi) const { return min_fwd_share_[static_cast<size_t>(bi)]; }
 
-  // Time to move `bytes` point to point over level `level`: bytes / bandwidth + latency (ms).
+  // Time to move `bytes` point to point over level `level` (ms): read off the level's p2p_curve when it
+  // has one (LinkCurve::ms_at), else bytes / bandwidth + latency.
   // Defined inline: the partitioner calls both in its innermost loop.
   double p2p_ms(int64_t bytes, int64_t level) const {
-    const auto& l = cluster_.levels[static_cast<size_t>(level)];
+    const auto lv = static_cast<size_t>(level);
+    if (!p2p_curves_[lv].empty()) return p2p_curves_[lv].ms_at(bytes);
+    const auto& l = cluster_.levels[lv];
     return static_cast<double>(bytes) / (l.p2p_gbps * 1e6) + l.p2p_latency_ms;
   }
   // Ring allreduce of `bytes` over `width` ranks spanning level `level`:
-  // 2 (w - 1) / w * bytes / busbw + latency (ms); 0 when width is 1.
+  // 2 (w - 1) / w * bytes / busbw + latency (ms); 0 when width is 1. busbw is the level's scalar, or,
+  // when the level has an allreduce_curve, the bus bandwidth the curve gives at this size
+  // (curve_allreduce_ms). Non-decreasing in bytes either way.
   double allreduce_ms(int64_t bytes, int64_t width, int64_t level) const {
     if (width <= 1) return 0.0;
-    const auto& l = cluster_.levels[static_cast<size_t>(level)];
+    const auto lv = static_cast<size_t>(level);
+    const auto& l = cluster_.levels[lv];
+    if (!allreduce_curves_[lv].empty())
+      return curve_allreduce_ms(allreduce_curves_[lv], l.allreduce_ranks, bytes, width) + l.p2p_latency_ms;
     const double w = static_cast<double>(width);
     return 2.0 * (w - 1.0) / w * static_cast<double>(bytes) / (l.allreduce_busbw_gbps * 1e6) +
            l.p2p_latency_ms;
   }
+  // A lower bound (ms) on the summed allreduce_ms of `parts` stages whose gradients add up to `bytes`,
+  // each over `width` ranks at level `level`. Exact for the scalar model, which is affine in bytes:
+  // parts * latency + (allreduce_ms(bytes) - latency). A curve is only known to be non-decreasing, so
+  // then: the largest stage (>= bytes / parts) pays allreduce_ms(bytes / parts), the others allreduce_ms(0).
+  double allreduce_sum_floor(int64_t bytes, int64_t parts, int64_t width, int64_t level) const;
   // Slowest level any replica's link between stages left_stage and left_stage + 1 crosses.
   int64_t boundary_level(const Candidate& c, int64_t left_stage) const;
   // Level spanned by the replicas of `stage`.
@@ -161,6 +175,10 @@ class CostModel {
   Cluster cluster_;
   Constraints constraints_;
   std::vector<int64_t> level_span_;                 // devices per group at each level
+  std::vector<LinkCurve> p2p_curves_, allreduce_curves_;  // per level; empty when not measured
+  // Fills p2p_curves_ and allreduce_curves_ from the cluster; throws UsageError on a malformed curve or
+  // an allreduce curve without allreduce_ranks >= 2 (clusters built in code skip the readers' checks).
+  void prepare_curves();
   std::array<StaticFactors, 3> statics_;             // per schedule
   std::vector<int64_t> param_prefix_;               // bytes
   std::vector<std::vector<double>> compute_prefix_;  // [microbatch index][layer + 1]

@@ -19,6 +19,11 @@ struct ClusterLevel {
   double p2p_gbps = 0;              // point-to-point bandwidth between children, GB/s (1e9 bytes/s), > 0
   double p2p_latency_ms = 0;        // point-to-point latency, >= 0
   double allreduce_busbw_gbps = 0;  // allreduce bus bandwidth across children, GB/s, > 0
+  // Optional measured curves (see LinkLevel); when present the cost model reads time at the message
+  // size it needs from them instead of the scalars above.
+  std::vector<LinkPoint> p2p_curve;
+  std::vector<LinkPoint> allreduce_curve;
+  int64_t allreduce_ranks = 0;
 };
 
 struct Cluster {

@@ -41,6 +41,18 @@ struct LayerTiming {
   int64_t input_bytes = 0;   // activation entering the layer (crosses a stage boundary if it starts one)
   int64_t output_bytes = 0;  // activation leaving the layer (crosses a stage boundary if it ends one)
   int64_t stash_bytes = 0;   // what the forward keeps alive for the backward
+  // Optional measurement detail, written by `pd2bw profile` (0 when absent from the file):
+  double fwd_ms_min = 0, fwd_ms_p90 = 0;  // spread of the timed forward runs (fwd_ms is their median)
+  double bwd_ms_min = 0, bwd_ms_p90 = 0;  // same for the backward
+  double recompute_ms = 0;                // forward again to rebuild the stash; 0: the planner uses fwd_ms
+  int64_t stash_bytes_computed = 0;       // the stash from tensor shapes; stash_bytes is then the
+                                          // allocator's measured high-water mark of the forward
+};
+
+// One measured point of a link: moving (or allreducing) `bytes` took `ms`.
+struct LinkPoint {
+  int64_t bytes = 0;  // message size, > 0
+  double ms = 0;      // median time, > 0
 };
 
 struct LayerProfile {
@@ -48,6 +60,7 @@ struct LayerProfile {
   std::string kind;      // "embedding", "block", "head" (or any other label)
   int64_t param_bytes = 0;  // parameters in the compute dtype (count = param_bytes / dtype_bytes)
   std::vector<LayerTiming> per_microbatch;  // one entry per Profile::microbatch_sizes, same order
+  int64_t optimizer_bytes = 0;  // optional: optimizer state for these parameters (0 when not recorded)
 };
 
 // A measured link at one topology level ("node": devices inside a node, "cluster": across nodes).
@@ -56,6 +69,11 @@ struct LinkLevel {
   double p2p_gbps = 0;              // point-to-point bandwidth, GB/s (1e9 bytes/s)
   double p2p_latency_ms = 0;        // point-to-point latency
   double allreduce_busbw_gbps = 0;  // allreduce bus bandwidth (nccl-tests' busbw), GB/s
+  // Optional measured curves, ascending in bytes (empty when not measured). p2p: one message of that
+  // size; allreduce: a sum over `allreduce_ranks` ranks of a buffer of that size.
+  std::vector<LinkPoint> p2p_curve;
+  std::vector<LinkPoint> allreduce_curve;
+  int64_t allreduce_ranks = 0;  // ranks in the measured allreduce (> 1 when allreduce_curve is set)
 };
 
 struct Profile {

@@ -1,0 +1,57 @@
+// Internal building blocks of the profiler: sample statistics, the allocator's view of the heap, one
+// layer kind timed at one microbatch size, and one link message size timed.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "pd2bw/executor/gpt.hpp"
+#include "pd2bw/profiler/profiler.hpp"
+#include "pd2bw/schemas/profile.hpp"
+
+namespace pd2bw::profiler::detail {
+
+// Median, minimum and 90th percentile (nearest rank) of a non-empty set of samples.
+struct Spread {
+  double median = 0, min = 0, p90 = 0;
+};
+// Throws pd2bw::Error for an empty sample set.
+Spread summarize(std::vector<double> samples);
+
+// Bytes the allocator reports in use (glibc mallinfo2: uordblks + hblkhd), or -1 when it cannot say
+// (not glibc, or a sanitizer owns malloc).
+int64_t heap_in_use_bytes();
+
+// Holds glibc's per-thread cache of small freed blocks empty while alive. The cache's blocks count as
+// "in use" in mallinfo2, so an allocation served from it would not show up as growth; with the cache
+// drained, every small allocation comes from the heap proper and is counted.
+class SmallBlockDrain {
+ public:
+  SmallBlockDrain();
+  ~SmallBlockDrain();
+  SmallBlockDrain(const SmallBlockDrain&) = delete;
+  SmallBlockDrain& operator=(const SmallBlockDrain&) = delete;
+
+ private:
+  std::vector<void*> held_;
+};
+
+// One layer kind at one microbatch size. timing.stash_bytes is the measured heap growth, or the
+// computed size when heap_measured is false.
+struct LayerMeasurement {
+  schemas::LayerTiming timing;
+  bool heap_measured = false;
+};
+// Builds the layer of `kind` for `config` (fp32, owned weights from `seed`), runs `warmup` untimed
+// forward+backward pairs, measures the stash once, then times `iters` forwards, backwards and
+// recomputes. Throws pd2bw::Error from the layer's ops.
+LayerMeasurement measure_layer(const executor::GptConfig& config, executor::GptLayerKind kind,
+                               int64_t microbatch, int64_t warmup, int64_t iters, uint64_t seed);
+
+// Median one-way time in ms of a `bytes` message between two in-process ranks (round trip / 2).
+double measure_p2p_ms(int64_t bytes, int64_t reps);
+// Median time in ms of group_sum<float> of `bytes` over `ranks` in-process ranks; one sample is the
+// slowest rank's time from a common start.
+double measure_allreduce_ms(int64_t bytes, int64_t ranks, int64_t reps);
+
+}  // namespace pd2bw::profiler::detail

@@ -1,0 +1,251 @@
+// run_profile: checks the options, measures every distinct layer kind at every microbatch size and the
+// in-process links, and assembles the Profile with its provenance.
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+
+#include "measure.hpp"
+#include "pd2bw/error.hpp"
+#include "pd2bw/profiler/profiler.hpp"
+#include "pd2bw/schemas/common.hpp"
+
+namespace pd2bw::profiler {
+namespace {
+
+using executor::GptConfig;
+using executor::GptLayerKind;
+
+// The threads transport keeps a copy per message in flight and per rank; beyond this a run could
+// exhaust a small machine's memory.
+constexpr int64_t kLinkBytesLimit = int64_t{1} << 30;
+
+void require_positive(int64_t value, const char* flag) {
+  if (value <= 0) throw UsageError(fmt::format("{} must be > 0, got {}", flag, value));
+}
+
+void validate_device(const ProfileOptions& o) {
+  if (o.device == "cuda")
+    throw UsageError("the CUDA backend is not built yet; profile with --device cpu",
+                     "this build times the executor's CPU layers (float) only");
+  if (o.device != "cpu") throw UsageError(fmt::format("--device must be cpu or cuda, got '{}'", o.device));
+  if (o.dtype == "bf16" || o.dtype == "fp16")
+    throw UsageError(fmt::format("--dtype {} is not supported on the CPU; the CPU backend computes in fp32",
+                                 o.dtype),
+                     "profile with --dtype fp32");
+  if (o.dtype != "fp32") throw UsageError(fmt::format("--dtype must be fp32 or bf16, got '{}'", o.dtype));
+}
+
+void validate_links(const ProfileOptions& o) {
+  if (o.link_ranks < 2) throw UsageError(fmt::format("--link-ranks must be >= 2, got {}", o.link_ranks));
+  require_positive(o.link_min_bytes, "the smallest link message");
+  if (o.link_min_bytes % 4 != 0 || o.link_max_bytes % 4 != 0)
+    throw UsageError(fmt::format("link message sizes must be multiples of 4 bytes (floats), got {} and {}",
+                                 o.link_min_bytes, o.link_max_bytes));
+  if (o.link_max_bytes < o.link_min_bytes)
+    throw UsageError(fmt::format("--link-max-bytes {} is below the smallest link message {}",
+                                 schemas::format_bytes(o.link_max_bytes), schemas::format_bytes(o.link_min_bytes)));
+  if (o.link_max_bytes > kLinkBytesLimit)
+    throw UsageError(fmt::format("--link-max-bytes {} is above the limit of {}",
+                                 schemas::format_bytes(o.link_max_bytes), schemas::format_bytes(kLinkBytesLimit)),
+                     "pd2bw's messages are far smaller; the default is 16 MiB");
+}
+
+GptConfig gpt_config(const ProfileOptions& o) {
+  return GptConfig{o.vocab, o.seq_len, o.d_model, o.heads, o.blocks, o.tie_embeddings};
+}
+
+std::string model_name(const ProfileOptions& o) {
+  if (!o.name.empty()) return o.name;
+  const ProfileOptions tiny;
+  if (o.blocks == tiny.blocks && o.d_model == tiny.d_model && o.heads == tiny.heads && o.seq_len == tiny.seq_len &&
+      o.vocab == tiny.vocab && !o.tie_embeddings)
+    return "gpt-tiny";  // the model of schemas/examples/gpt-tiny.profile.json
+  return fmt::format("gpt-L{}-C{}", o.blocks, o.d_model);
+}
+
+int64_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
+}
+
+// Calls the caller's progress function with done / total, never going backwards.
+class Progress {
+ public:
+  Progress(const ProgressFn& fn, int64_t total) : fn_(fn), total_(total) {}
+  void step(const std::string& what) {
+    if (fn_) fn_(static_cast<double>(done_) / static_cast<double>(total_), what);
+    ++done_;
+  }
+  void finish() {
+    if (fn_) fn_(1.0, "done");
+  }
+
+ private:
+  const ProgressFn& fn_;
+  int64_t total_;
+  int64_t done_ = 0;
+};
+
+struct LayerPart {
+  std::vector<schemas::LayerProfile> layers;
+  std::string notes;
+};
+
+schemas::LayerProfile kind_profile(const GptConfig& cfg, int64_t layer) {
+  schemas::LayerProfile p;
+  p.name = executor::gpt_layer_name(cfg, layer);
+  const GptLayerKind kind = executor::gpt_layer_kind(cfg, layer);
+  p.kind = kind == GptLayerKind::embedding ? "embedding" : kind == GptLayerKind::block ? "block" : "head";
+  int64_t numel = executor::layout_numel(executor::gpt_layer_layout(cfg, layer));
+  // A tied head keeps its own copy of the token table when it sits apart from the embedding; the
+  // format asks for that copy in the head's parameters.
+  if (kind == GptLayerKind::head && cfg.tie_embeddings) numel += cfg.vocab * cfg.d_model;
+  p.param_bytes = numel * static_cast<int64_t>(sizeof(float));
+  p.optimizer_bytes = numel * static_cast<int64_t>(sizeof(float)) * 2;  // AdamW's two fp32 moments
+  return p;
+}
+
+// Times layers 0 (embedding), 1 (the first block) and the head, then lists every layer.
+LayerPart measure_layers(const ProfileOptions& o, const GptConfig& cfg, Progress& progress) {
+  const int64_t distinct[] = {0, 1, cfg.layer_count() - 1};
+  std::vector<schemas::LayerProfile> measured;
+  std::string notes;
+  bool heap_ok = true;
+  for (const int64_t layer : distinct) {
+    schemas::LayerProfile p = kind_profile(cfg, layer);
+    for (const int64_t b : o.microbatches) {
+      progress.step(fmt::format("{} b={}", p.kind, b));
+      const detail::LayerMeasurement m =
+          detail::measure_layer(cfg, executor::gpt_layer_kind(cfg, layer), b, o.warmup, o.iters, o.seed);
+      heap_ok = heap_ok && m.heap_measured;
+      const auto measured_bytes = static_cast<double>(m.timing.stash_bytes);
+      const auto computed_bytes = static_cast<double>(m.timing.stash_bytes_computed);
+      if (m.heap_measured && std::abs(measured_bytes - computed_bytes) > 0.1 * computed_bytes)
+        notes += fmt::format(" The {} stash at b={} measured {} bytes on the heap but computes to {} bytes; "
+                             "stash_bytes keeps the measured value (small vectors carry the allocator's "
+                             "block headers).",
+                             p.kind, b, m.timing.stash_bytes, m.timing.stash_bytes_computed);
+      p.per_microbatch.push_back(m.timing);
+    }
+    measured.push_back(std::move(p));
+  }
+  if (!heap_ok)
+    notes += " The allocator's statistics were unavailable (not glibc, or a sanitizer build) for some "
+             "layers, so their stash_bytes are the computed sizes.";
+  LayerPart part;
+  part.notes = notes;
+  for (int64_t layer = 0; layer < cfg.layer_count(); ++layer) {
+    const GptLayerKind kind = executor::gpt_layer_kind(cfg, layer);
+    schemas::LayerProfile p = measured[kind == GptLayerKind::embedding ? 0 : kind == GptLayerKind::block ? 1 : 2];
+    p.name = executor::gpt_layer_name(cfg, layer);
+    part.layers.push_back(std::move(p));
+  }
+  return part;
+}
+
+schemas::LinkLevel measure_links(const ProfileOptions& o, Progress& progress) {
+  schemas::LinkLevel level;
+  level.level = "node";
+  level.allreduce_ranks = o.link_ranks;
+  // Small messages are cheap and noisy, so they get more round trips.
+  const auto reps = [&](int64_t bytes) { return bytes < (int64_t{1} << 20) ? 4 * o.iters : o.iters; };
+  for (const int64_t bytes : link_message_sizes(o)) {
+    progress.step(fmt::format("p2p {}", schemas::format_bytes(bytes)));
+    level.p2p_curve.push_back({bytes, detail::measure_p2p_ms(bytes, reps(bytes))});
+  }
+  for (const int64_t bytes : link_message_sizes(o)) {
+    progress.step(fmt::format("allreduce {}", schemas::format_bytes(bytes)));
+    level.allreduce_curve.push_back({bytes, detail::measure_allreduce_ms(bytes, o.link_ranks, reps(bytes))});
+  }
+  const schemas::LinkPoint& p2p_large = level.p2p_curve.back();
+  const schemas::LinkPoint& ar_large = level.allreduce_curve.back();
+  const auto r = static_cast<double>(o.link_ranks);
+  level.p2p_gbps = static_cast<double>(p2p_large.bytes) / (p2p_large.ms * 1e-3) / 1e9;
+  level.p2p_latency_ms = level.p2p_curve.front().ms;
+  level.allreduce_busbw_gbps = 2 * (r - 1) / r * static_cast<double>(ar_large.bytes) / (ar_large.ms * 1e-3) / 1e9;
+  return level;
+}
+
+std::string method_notes(const ProfileOptions& o) {
+  return fmt::format(
+      "Measured by pd2bw profile on the CPU backend (Eigen, float, ops single-threaded). Each distinct layer "
+      "(embedding, one block, head) was timed once per microbatch size with std::chrono::steady_clock: {} "
+      "warm-up forward+backward pairs, then {} timed forwards, backwards and recomputes, each forward into a "
+      "fresh stash as the runtime does; fwd_ms/bwd_ms are medians (with min and p90), recompute_ms is the "
+      "block's recompute and a second forward for the embedding and head. All {} blocks are the same "
+      "layer, so block.0..block.{} copy the one measured block. stash_bytes is the heap growth (glibc "
+      "mallinfo2 uordblks + hblkhd, small-block cache drained) across one forward with its stash alive; "
+      "stash_bytes_computed is Stash::bytes(). Links (level node): {} ranks as threads of one process, "
+      "whose transport copies each message twice; p2p is the median round trip / 2 between two threads, "
+      "allreduce the median (slowest rank from a common start) of group_sum<float> over {} threads (the "
+      "first rank gathers, adds in rank order and sends the sum back); busbw = 2(R-1)/R * bytes / time "
+      "(nccl-tests) at the largest size.",
+      o.warmup, o.iters, o.blocks, o.blocks - 1, o.link_ranks, o.link_ranks);
+}
+
+}  // namespace
+
+void validate_options(const ProfileOptions& o) {
+  validate_device(o);
+  require_positive(o.blocks, "--blocks");
+  require_positive(o.d_model, "--d-model");
+  require_positive(o.heads, "--heads");
+  require_positive(o.seq_len, "--seq");
+  require_positive(o.vocab, "--vocab");
+  if (o.d_model % o.heads != 0)
+    throw UsageError(fmt::format("--heads {} does not divide --d-model {}", o.heads, o.d_model));
+  if (o.vocab > std::numeric_limits<int32_t>::max())
+    throw UsageError(fmt::format("--vocab {} does not fit the int32 token ids", o.vocab));
+  if (o.microbatches.empty()) throw UsageError("--microbatch needs at least one size");
+  for (size_t i = 0; i < o.microbatches.size(); ++i) {
+    require_positive(o.microbatches[i], "every --microbatch size");
+    if (i > 0 && o.microbatches[i] <= o.microbatches[i - 1])
+      throw UsageError(fmt::format("--microbatch sizes must be strictly increasing, got {} after {}",
+                                   o.microbatches[i], o.microbatches[i - 1]));
+  }
+  if (o.warmup < 0) throw UsageError(fmt::format("--warmup must be >= 0, got {}", o.warmup));
+  require_positive(o.iters, "--iters");
+  validate_links(o);
+}
+
+std::vector<int64_t> link_message_sizes(const ProfileOptions& o) {
+  std::vector<int64_t> sizes;
+  for (int64_t bytes = o.link_min_bytes; bytes <= o.link_max_bytes; bytes *= 4) sizes.push_back(bytes);
+  const int64_t last = o.link_max_bytes / 4 * 4;
+  if (sizes.empty() || sizes.back() < last) sizes.push_back(last);
+  return sizes;
+}
+
+schemas::Profile run_profile(const ProfileOptions& o, const ProgressFn& progress_fn) {
+  validate_options(o);
+  const GptConfig cfg = gpt_config(o);
+  cfg.validate();
+  constexpr int64_t kinds = 3;  // embedding, block, head
+  Progress progress(progress_fn,
+                    kinds * static_cast<int64_t>(o.microbatches.size()) +
+                        2 * static_cast<int64_t>(link_message_sizes(o).size()));
+
+  schemas::Profile p;
+  p.model = {"gpt", model_name(o), o.blocks, o.d_model, o.heads, o.seq_len, o.vocab, schemas::DType::fp32,
+             o.tie_embeddings};
+  p.device = {"cpu", physical_memory_bytes()};
+  p.microbatch_sizes = o.microbatches;
+  LayerPart layers = measure_layers(o, cfg, progress);
+  p.layers = std::move(layers.layers);
+  p.links.push_back(measure_links(o, progress));
+  p.provenance.tool = "pd2bw profile";
+  p.provenance.version = std::string(schemas::pd2bw_version());
+  p.provenance.git_sha = std::string(schemas::pd2bw_git_sha());
+  p.provenance.command_line = o.command_line.empty() ? "pd2bw profile" : o.command_line;
+  p.provenance.notes = method_notes(o) + layers.notes;
+  if (o.tie_embeddings)
+    p.provenance.notes += " Tied embeddings: the head's param_bytes counts its copy of the token table.";
+  progress.finish();
+  return p;
+}
+
+}  // namespace pd2bw::profiler

@@ -1,0 +1,157 @@
+// `pd2bw profile`: times the executor's GPT layers and the in-process links on this machine and writes
+// a profile.json for `pd2bw plan`, with a progress bar and a summary table on stderr.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <string_view>
+
+#include "cli.hpp"
+#include "pd2bw/error.hpp"
+#include "pd2bw/profiler/profiler.hpp"
+#include "pd2bw/schemas/common.hpp"
+
+namespace pd2bw::cli {
+
+namespace {
+
+struct ProfileCliOptions {
+  profiler::ProfileOptions opts;
+  std::string model = "gpt";
+  std::string microbatches = "1,2,4,8";
+  std::string link_max_bytes = fmt::format("{}MiB", profiler::kDefaultLinkMaxBytes >> 20);
+  std::string output = "profile.json";
+  bool quiet = false;
+};
+
+// "1,2,4,8" -> {1, 2, 4, 8}; order and sign are checked by profiler::validate_options.
+std::vector<int64_t> parse_list(std::string_view text, std::string_view flag) {
+  std::vector<int64_t> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item(text.substr(start, comma - start));
+    size_t used = 0;
+    int64_t value = 0;
+    try {
+      value = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (item.empty() || used != item.size())
+      throw UsageError(fmt::format("{}: '{}' is not a comma-separated list of integers", flag, text),
+                       "e.g. --microbatch 1,2,4,8");
+    out.push_back(value);
+    start = comma + 1;
+  }
+  return out;
+}
+
+// Draws "[#####.....]  42% block b=4" in place on a terminal, or prints one line per change otherwise.
+class ProgressBar {
+ public:
+  explicit ProgressBar(bool quiet) : quiet_(quiet), tty_(isatty(STDERR_FILENO) == 1) {}
+  void update(double fraction, const std::string& what) {
+    if (quiet_) return;
+    const int percent = static_cast<int>(fraction * 100.0 + 0.5);
+    if (!tty_) {
+      fmt::print(stderr, "profile: {:3d}% {}\n", percent, what);
+      return;
+    }
+    constexpr int kWidth = 30;
+    const int filled = static_cast<int>(fraction * kWidth);
+    fmt::print(stderr, "\r[{}{}] {:3d}% {:<24}", std::string(static_cast<size_t>(filled), '#'),
+               std::string(static_cast<size_t>(kWidth - filled), '.'), percent, what);
+    if (fraction >= 1.0) fmt::print(stderr, "\n");
+  }
+
+ private:
+  bool quiet_, tty_;
+};
+
+void print_summary(const schemas::Profile& p, double seconds) {
+  fmt::print(stderr, "model: {} ({} blocks, d_model {}, {} heads, seq {}, vocab {}), fp32 on the CPU; {:.1f} s\n",
+             p.model.name, p.model.blocks, p.model.d_model, p.model.heads, p.model.seq_len, p.model.vocab, seconds);
+  fmt::print(stderr, "{:<10} {:>4} {:>10} {:>10} {:>10} {:>16} {:>16}\n", "layer", "b", "fwd ms", "bwd ms",
+             "recomp ms", "stash computed", "stash measured");
+  for (const schemas::LayerProfile* l : {&p.layers.front(), &p.layers[1], &p.layers.back()}) {
+    for (const schemas::LayerTiming& t : l->per_microbatch)
+      fmt::print(stderr, "{:<10} {:>4} {:>10.4g} {:>10.4g} {:>10.4g} {:>16} {:>16}\n", l->kind, t.microbatch,
+                 t.fwd_ms, t.bwd_ms, t.recompute_ms, schemas::format_bytes(t.stash_bytes_computed),
+                 schemas::format_bytes(t.stash_bytes));
+  }
+  for (const schemas::LinkLevel& k : p.links)
+    fmt::print(stderr,
+               "link {} ({} ranks as threads): p2p {:.2f} GB/s at {}, latency {:.4f} ms at {}; allreduce busbw "
+               "{:.2f} GB/s\n",
+               k.level, k.allreduce_ranks, k.p2p_gbps, schemas::format_bytes(k.p2p_curve.back().bytes),
+               k.p2p_latency_ms, schemas::format_bytes(k.p2p_curve.front().bytes), k.allreduce_busbw_gbps);
+}
+
+void run_profile_command(ProfileCliOptions& o) {
+  if (o.model != "gpt") throw UsageError(fmt::format("--model must be gpt, got '{}'", o.model));
+  o.opts.microbatches = parse_list(o.microbatches, "--microbatch");
+  o.opts.link_max_bytes = schemas::parse_bytes(o.link_max_bytes, "--link-max-bytes");
+  o.opts.command_line = command_line();
+  profiler::validate_options(o.opts);  // before anything is printed
+  ProgressBar bar(o.quiet);
+  const auto t0 = std::chrono::steady_clock::now();
+  const schemas::Profile profile =
+      profiler::run_profile(o.opts, [&bar](double f, const std::string& what) { bar.update(f, what); });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  schemas::write_text_file(o.output, schemas::dump_profile(profile));
+  if (o.quiet) return;
+  print_summary(profile, seconds);
+  if (o.output != "-") fmt::print(stderr, "wrote {}\n", o.output);
+}
+
+void add_options(CLI::App* cmd, ProfileCliOptions& o) {
+  profiler::ProfileOptions& p = o.opts;
+  cmd->add_option("--model", o.model, "Model family: gpt")->capture_default_str();
+  cmd->add_option("--blocks,--layers", p.blocks,
+                  "Transformer blocks L (the profile lists L + 2 layers: embedding, L blocks, head)")
+      ->capture_default_str();
+  cmd->add_option("--d-model", p.d_model, "Model width C")->capture_default_str();
+  cmd->add_option("--heads", p.heads, "Attention heads H (must divide C)")->capture_default_str();
+  cmd->add_option("--seq", p.seq_len, "Tokens per sample T")->capture_default_str();
+  cmd->add_option("--vocab", p.vocab, "Vocabulary size V")->capture_default_str();
+  cmd->add_option("--name", p.name, "Model name in the profile (default: gpt-tiny for the default dims, else "
+                                    "gpt-L<blocks>-C<d_model>)");
+  cmd->add_flag("--tie-embeddings", p.tie_embeddings, "The head reuses the embedding's token table");
+  cmd->add_option("--microbatch", o.microbatches,
+                  "Microbatch sizes to time, samples, comma-separated and strictly increasing")
+      ->capture_default_str();
+  cmd->add_option("--device", p.device, "cpu | cuda (cuda is not built yet)")->capture_default_str();
+  cmd->add_option("--dtype", p.dtype, "Compute dtype: fp32 | bf16 (bf16 needs cuda)")->capture_default_str();
+  cmd->add_option("--warmup", p.warmup, "Untimed forward+backward runs per layer and microbatch")
+      ->capture_default_str();
+  cmd->add_option("--iters", p.iters, "Timed runs per layer and microbatch (the profile keeps the median ms)")
+      ->capture_default_str();
+  cmd->add_option("--link-ranks", p.link_ranks, "Ranks (threads) in the measured allreduce, >= 2")
+      ->capture_default_str();
+  cmd->add_option("--link-max-bytes", o.link_max_bytes,
+                  "Largest link message (size such as 16MiB; from 4 KiB in powers of 4, at most 1 GiB; above 32 MiB "
+                  "each message is freshly mapped memory, so it times page faults)")
+      ->capture_default_str();
+  cmd->add_option("--seed", p.seed, "Seed of the weights, tokens and activations")->capture_default_str();
+  cmd->add_option("-o,--output", o.output, "Where to write the profile ('-' for stdout)")->capture_default_str();
+  cmd->add_flag("-q,--quiet", o.quiet, "Print nothing but errors");
+}
+
+}  // namespace
+
+void add_profile_command(CLI::App& app, Runner& run) {
+  auto* cmd = app.add_subcommand(
+      "profile", "Measure this machine: time the executor's GPT layers per microbatch size (ms) and the "
+                 "in-process links (GB/s), and write a profile for 'pd2bw plan'");
+  cmd->footer("Times are medians in ms; sizes in bytes (flags accept KiB, MiB, GiB); bandwidths in GB/s (1e9 "
+              "bytes/s). stash = what a forward keeps for its backward: computed from tensor shapes and "
+              "measured as heap growth.");
+  auto o = std::make_shared<ProfileCliOptions>();
+  add_options(cmd, *o);
+  cmd->callback([o, &run] { run = [o] { run_profile_command(*o); }; });
+}
+
+}  // namespace pd2bw::cli
