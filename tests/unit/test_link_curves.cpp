@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "schema_test_util.hpp"
 #include "pd2bw/error.hpp"
 #include "pd2bw/planner/cost_model.hpp"
 #include "pd2bw/schemas/cluster.hpp"
@@ -100,22 +101,8 @@ void check_points(const std::vector<s::LinkPoint>& a, const std::vector<s::LinkP
   }
 }
 
-std::string schema_error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const pd2bw::SchemaError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("<not a SchemaError: ") + e.what() + ">";
-  }
-  return "<no error>";
-}
-
-void check_prefix(const std::string& message, const std::string& prefix) {
-  INFO("message: " << message);
-  INFO("expected prefix: " << prefix);
-  CHECK(message.rfind(prefix, 0) == 0);
-}
+using pd2bw::testing::check_prefix;
+using pd2bw::testing::schema_error_of;
 
 // Writes the fixture when PD2BW_UPDATE_FIXTURES is set, then checks the text equals it.
 void check_fixture(const std::string& name, const std::string& text) {

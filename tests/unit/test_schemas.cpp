@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "schema_test_util.hpp"
 #include "pd2bw/error.hpp"
 #include "pd2bw/schemas/cluster.hpp"
 #include "pd2bw/schemas/common.hpp"
@@ -93,23 +94,8 @@ s::Plan sample_plan() {
   return p;
 }
 
-// The message of the SchemaError `f` throws, or a marker when it throws something else or nothing.
-std::string schema_error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const pd2bw::SchemaError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("<not a SchemaError: ") + e.what() + ">";
-  }
-  return "<no error>";
-}
-
-void check_prefix(const std::string& message, const std::string& prefix) {
-  INFO("message: " << message);
-  INFO("expected prefix: " << prefix);
-  CHECK(message.rfind(prefix, 0) == 0);
-}
+using pd2bw::testing::check_prefix;
+using pd2bw::testing::schema_error_of;
 
 enum class Kind { profile, cluster, plan };
 
