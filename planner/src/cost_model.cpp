@@ -64,12 +64,14 @@ CostModel::CostModel(const Profile& profile, const Cluster& cluster, const Const
   const size_t n = profile_.layers.size();
   const size_t nb = profile_.microbatch_sizes.size();
   param_prefix_.assign(n + 1, 0);
+  update_prefix_.assign(n + 1, 0.0);
   compute_prefix_.assign(nb, std::vector<double>(n + 1, 0.0));
   fwd_prefix_.assign(nb, std::vector<double>(n + 1, 0.0));
   stash_prefix_.assign(nb, std::vector<int64_t>(n + 1, 0));
   for (size_t j = 0; j < n; ++j) {
     const auto& layer = profile_.layers[j];
     param_prefix_[j + 1] = param_prefix_[j] + layer.param_bytes;
+    update_prefix_[j + 1] = update_prefix_[j] + layer.update_ms;
     for (size_t bi = 0; bi < nb; ++bi) {
       const auto& t = layer.per_microbatch[bi];
       compute_prefix_[bi][j + 1] = compute_prefix_[bi][j] + (t.fwd_ms + t.bwd_ms);

@@ -25,7 +25,7 @@ struct PreparedCandidate {
   int64_t limit_bytes = 0, reserve_bytes = 0;
   RecomputePolicy policy = RecomputePolicy::auto_;
   // The profile's per-layer arrays at the candidate's microbatch size.
-  const double *compute = nullptr, *fwd = nullptr;
+  const double *compute = nullptr, *fwd = nullptr, *update = nullptr;
   const int64_t *stash = nullptr, *params = nullptr, *in_bytes = nullptr, *out_bytes = nullptr;
   std::vector<PreparedStage> stages;
 };
@@ -36,7 +36,7 @@ PreparedCandidate prepare(const CostModel& model, const Candidate& c);
 struct QuickCost {
   bool feasible = true;
   bool recompute = false;
-  double compute_ms = 0, p2p_ms = 0, allreduce_ms = 0, step_ms = 0;
+  double compute_ms = 0, p2p_ms = 0, allreduce_ms = 0, update_ms = 0, step_ms = 0;
   int64_t plain_bytes = 0;  // total memory without recompute
   int64_t redo_bytes = 0;   // total memory with recompute
   int64_t in_bytes = 0, out_bytes = 0;  // the stage's boundary tensors
@@ -86,7 +86,8 @@ inline QuickCost quick_price(const CostModel& model, const PreparedCandidate& pc
   if (q.recompute) q.compute_ms += pc.fwd[e] - pc.fwd[b];
   const int64_t grad_bytes = pc.statics.fp32(q.param_bytes);
   q.allreduce_ms = st.ar_level >= 0 ? model.allreduce_ms(grad_bytes, c.width, st.ar_level) : 0.0;
-  q.step_ms = static_cast<double>(pc.factor) * (q.compute_ms + q.p2p_ms) + q.allreduce_ms;
+  q.update_ms = pc.update[e] - pc.update[b];
+  q.step_ms = static_cast<double>(pc.factor) * (q.compute_ms + q.p2p_ms) + q.allreduce_ms + q.update_ms;
   return q;
 }
 

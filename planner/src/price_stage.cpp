@@ -65,6 +65,7 @@ PreparedCandidate prepare(const CostModel& model, const Candidate& c) {
   }
   pc.compute = model.compute_prefix(c.microbatch_index).data();
   pc.fwd = model.fwd_prefix(c.microbatch_index).data();
+  pc.update = model.update_prefix().data();
   pc.stash = model.stash_prefix(c.microbatch_index).data();
   pc.params = model.param_prefix().data();
   pc.in_bytes = model.input_bytes(c.microbatch_index).data();
@@ -84,6 +85,7 @@ StageCost price_stage(const CostModel& model, const PreparedCandidate& pc, int64
   sc.compute_ms = q.compute_ms;
   sc.p2p_ms = q.p2p_ms;
   sc.allreduce_ms = q.allreduce_ms;
+  sc.update_ms = q.update_ms;
   sc.step_ms = q.step_ms;
   sc.memory = memory_for(model, c.schedule, q, st.in_flight);
   sc.over_bytes = q.feasible ? 0 : sc.memory.total_bytes - sc.memory.limit_bytes;

@@ -22,6 +22,7 @@ SimStage stage_input(const CostModel& model, const Candidate& c, int64_t i, int6
   st.backward_ms = (model.compute_prefix(bi)[e] - model.compute_prefix(bi)[b]) - fwd;
   st.recompute_ms = recompute ? fwd : 0.0;
   const int64_t params = model.param_prefix()[e] - model.param_prefix()[b];
+  st.update_ms = model.update_prefix()[e] - model.update_prefix()[b];
   if (c.width > 1)
     st.allreduce_ms = model.allreduce_ms(f.fp32(params), c.width, model.allreduce_level(c, i));
   const int64_t in_bytes = model.input_bytes(bi)[b];

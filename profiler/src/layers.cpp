@@ -8,6 +8,7 @@
 
 #include "measure.hpp"
 #include "pd2bw/error.hpp"
+#include "pd2bw/executor/optimizer.hpp"
 
 namespace pd2bw::profiler::detail {
 namespace {
@@ -196,6 +197,21 @@ LayerMeasurement measure_layer(const GptConfig& config, GptLayerKind kind, int64
   m.timing.input_bytes = kind == GptLayerKind::embedding ? tokens * static_cast<int64_t>(sizeof(int32_t)) : activation;
   m.timing.output_bytes = kind == GptLayerKind::head ? static_cast<int64_t>(sizeof(float)) : activation;
   return m;
+}
+
+double measure_update_ms(const executor::ParamLayout& layout, int64_t warmup, int64_t iters) {
+  const auto n = static_cast<size_t>(executor::layout_numel(layout));
+  std::vector<float> params(n, 0.01f), next(n), grads(n, 0.001f), m(n, 0.0f), v(n, 0.0f);
+  const executor::AdamWConfig config;
+  std::vector<double> samples;
+  for (int64_t i = 0; i < warmup + iters; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    executor::adamw_step<float>(config, layout, 1e-3, i + 1, 1.0, params, grads, m, v, next);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (i >= warmup) samples.push_back(ms);
+    std::swap(params, next);
+  }
+  return summarize(samples).median;
 }
 
 }  // namespace pd2bw::profiler::detail

@@ -48,6 +48,10 @@ struct LayerMeasurement {
 LayerMeasurement measure_layer(const executor::GptConfig& config, executor::GptLayerKind kind,
                                int64_t microbatch, int64_t warmup, int64_t iters, uint64_t seed);
 
+// Median time in ms of one AdamW step (the trainer's default optimizer, float, out of place as 2BW
+// updates) over `layout`'s parameters, after `warmup` untimed steps.
+double measure_update_ms(const executor::ParamLayout& layout, int64_t warmup, int64_t iters);
+
 // Median one-way time in ms of a `bytes` message between two in-process ranks (round trip / 2).
 double measure_p2p_ms(int64_t bytes, int64_t reps);
 // Median time in ms of group_sum<float> of `bytes` over `ranks` in-process ranks; one sample is the

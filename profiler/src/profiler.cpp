@@ -131,6 +131,8 @@ LayerPart measure_layers(const ProfileOptions& o, const GptConfig& cfg, Progress
                              p.kind, b, m.timing.stash_bytes, m.timing.stash_bytes_computed);
       p.per_microbatch.push_back(m.timing);
     }
+    progress.step(fmt::format("{} optimizer step", p.kind));
+    p.update_ms = detail::measure_update_ms(executor::gpt_layer_layout(cfg, layer), o.warmup, o.iters);
     measured.push_back(std::move(p));
   }
   if (!heap_ok)
@@ -226,7 +228,7 @@ schemas::Profile run_profile(const ProfileOptions& o, const ProgressFn& progress
   cfg.validate();
   constexpr int64_t kinds = 3;  // embedding, block, head
   Progress progress(progress_fn,
-                    kinds * static_cast<int64_t>(o.microbatches.size()) +
+                    kinds * (static_cast<int64_t>(o.microbatches.size()) + 1) +
                         2 * static_cast<int64_t>(link_message_sizes(o).size()));
 
   schemas::Profile p;

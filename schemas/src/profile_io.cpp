@@ -87,13 +87,14 @@ std::vector<int64_t> read_microbatch_sizes(const ObjectReader& root) {
 
 std::vector<LayerProfile> read_layers(const ObjectReader& root, const std::vector<int64_t>& sizes) {
   auto layers = root.list("layers", [&sizes](const Json& v, const std::string& p) {
-    const ObjectReader r(v, p, {"name", "kind", "param_bytes", "per_microbatch", "optimizer_bytes"});
+    const ObjectReader r(v, p, {"name", "kind", "param_bytes", "per_microbatch", "optimizer_bytes", "update_ms"});
     LayerProfile layer;
     layer.name = r.string("name");
     layer.kind = r.string("kind");
     layer.param_bytes = r.integer("param_bytes", Min::non_negative);
     layer.per_microbatch = r.list("per_microbatch", read_timing);
     if (r.has("optimizer_bytes")) layer.optimizer_bytes = r.integer("optimizer_bytes", Min::positive);
+    if (r.has("update_ms")) layer.update_ms = r.number("update_ms", Min::positive);
     check_timings_match(layer, sizes, p);
     return layer;
   });
@@ -148,6 +149,7 @@ OrderedJson layer_json(const LayerProfile& layer) {
   }
   out["per_microbatch"] = std::move(timings);
   if (layer.optimizer_bytes != 0) out["optimizer_bytes"] = layer.optimizer_bytes;
+  if (layer.update_ms != 0) out["update_ms"] = layer.update_ms;
   return out;
 }
 

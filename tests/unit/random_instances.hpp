@@ -242,6 +242,9 @@ inline RandomInstance make_random_instance(uint64_t seed, const RandomInstanceOp
                         : (r < 0.8 ? planner::RecomputePolicy::never : planner::RecomputePolicy::always);
   k.max_depth = rng.chance(opt.max_depth_p) ? rng.range(1, 4) : 0;
   k.optimizer = rng.chance(0.8) ? schemas::Optimizer::adamw : schemas::Optimizer::sgd;
+  // Drawn last so that the instances above keep their numbers: some profiles time the optimizer step.
+  if (rng.chance(0.3))
+    for (auto& layer : inst.profile.layers) layer.update_ms = rng.log_uniform(0.01, 2.0);
   return inst;
 }
 
@@ -276,7 +279,7 @@ inline std::string RandomInstance::describe() const {
   for (int64_t b : profile.microbatch_sizes) o << " " << b;
   o << "\n";
   for (const auto& layer : profile.layers) {
-    o << layer.name << " param_bytes " << layer.param_bytes << ":";
+    o << layer.name << " param_bytes " << layer.param_bytes << " update_ms " << layer.update_ms << ":";
     for (const auto& t : layer.per_microbatch) {
       o << " [b " << t.microbatch << " fwd " << t.fwd_ms << " bwd " << t.bwd_ms << " in " << t.input_bytes
         << " out " << t.output_bytes << " stash " << t.stash_bytes << "]";

@@ -73,7 +73,8 @@ struct StageCost {
   double compute_ms = 0;     // per microbatch
   double p2p_ms = 0;         // per microbatch
   double allreduce_ms = 0;   // per step
-  double step_ms = 0;        // k * (compute + p2p) + allreduce, k = m (2bw) or m + d - 1 (flush, gpipe)
+  double update_ms = 0;      // per step: the optimizer step over the stage's parameters (profiled)
+  double step_ms = 0;        // k * (compute + p2p) + allreduce + update, k = m (2bw) or m + d - 1 (flush, gpipe)
   int64_t over_bytes = 0;    // total - limit of the least-memory option when infeasible, else 0
   MemoryBreakdown memory;    // of the chosen option (or of the least-memory option when infeasible)
 };
@@ -114,6 +115,9 @@ class CostModel {
   // Prefix sums over layers [0, j) of forward time, stash bytes (at microbatch index bi) and
   // parameter bytes.
   const std::vector<double>& fwd_prefix(int64_t bi) const { return fwd_prefix_[bi]; }
+  // Prefix sums over layers [0, j) of the profiled optimizer step time (LayerProfile::update_ms; 0 where
+  // not recorded). A stage pays its layers' sum once per step.
+  const std::vector<double>& update_prefix() const { return update_prefix_; }
   const std::vector<int64_t>& stash_prefix(int64_t bi) const { return stash_prefix_[bi]; }
   const std::vector<int64_t>& param_prefix() const { return param_prefix_; }
   // Per layer at microbatch index bi: the activation entering / leaving it (bytes), and p2p_ms of that
@@ -183,6 +187,7 @@ class CostModel {
   std::vector<int64_t> param_prefix_;               // bytes
   std::vector<std::vector<double>> compute_prefix_;  // [microbatch index][layer + 1]
   std::vector<std::vector<double>> fwd_prefix_;
+  std::vector<double> update_prefix_;                // [layer + 1], ms
   std::vector<std::vector<int64_t>> stash_prefix_;
   std::vector<double> min_fwd_share_;                // [microbatch index]
   std::vector<std::vector<int64_t>> input_bytes_, output_bytes_;        // [microbatch index][layer]

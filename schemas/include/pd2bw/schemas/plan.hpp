@@ -54,7 +54,8 @@ struct StagePlan {
   double compute_ms = 0;       // fwd + bwd (+ recompute fwd) per microbatch
   double p2p_ms = 0;           // boundary activation and gradient transfers per microbatch
   double allreduce_ms = 0;     // gradient allreduce over the replicas, once per step
-  double step_ms = 0;          // this stage's share of the step: k * (compute + p2p) + allreduce
+  double step_ms = 0;          // this stage's share of the step: k * (compute + p2p) + allreduce + the
+                               // profiled optimizer step of its layers
   MemoryBreakdown memory;
 };
 

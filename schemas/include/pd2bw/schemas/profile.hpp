@@ -61,6 +61,7 @@ struct LayerProfile {
   int64_t param_bytes = 0;  // parameters in the compute dtype (count = param_bytes / dtype_bytes)
   std::vector<LayerTiming> per_microbatch;  // one entry per Profile::microbatch_sizes, same order
   int64_t optimizer_bytes = 0;  // optional: optimizer state for these parameters (0 when not recorded)
+  double update_ms = 0;         // optional: one optimizer step over these parameters (0 when not recorded)
 };
 
 // A measured link at one topology level ("node": devices inside a node, "cluster": across nodes).
