@@ -150,15 +150,15 @@ class CostModel {
     return static_cast<double>(bytes) / (l.p2p_gbps * 1e6) + l.p2p_latency_ms;
   }
   // Ring allreduce of `bytes` over `width` ranks spanning level `level`:
-  // 2 (w - 1) / w * bytes / busbw + latency (ms); 0 when width is 1. busbw is the level's scalar, or,
-  // when the level has an allreduce_curve, the bus bandwidth the curve gives at this size
-  // (curve_allreduce_ms). Non-decreasing in bytes either way.
+  // 2 (w - 1) / w * bytes / busbw + latency (ms); 0 when width is 1. With an allreduce_curve, the
+  // curve's time at this size scaled by the ring factor (curve_allreduce_ms); the measured times hold
+  // the latency already. Non-decreasing in bytes either way.
   double allreduce_ms(int64_t bytes, int64_t width, int64_t level) const {
     if (width <= 1) return 0.0;
     const auto lv = static_cast<size_t>(level);
     const auto& l = cluster_.levels[lv];
     if (!allreduce_curves_[lv].empty())
-      return curve_allreduce_ms(allreduce_curves_[lv], l.allreduce_ranks, bytes, width) + l.p2p_latency_ms;
+      return curve_allreduce_ms(allreduce_curves_[lv], l.allreduce_ranks, bytes, width);  // latency included
     const double w = static_cast<double>(width);
     return 2.0 * (w - 1.0) / w * static_cast<double>(bytes) / (l.allreduce_busbw_gbps * 1e6) +
            l.p2p_latency_ms;
