@@ -86,10 +86,10 @@ void print_summary(const schemas::Plan& plan, const executor::TrainResult& r) {
 }
 
 void run_train(const TrainFlags& f) {
-  const std::string text = schemas::read_text_file(f.plan_path);
-  const schemas::Plan plan = load_plan(f.plan_path);
+  std::string plan_sha256;
+  const schemas::Plan plan = load_plan(f.plan_path, &plan_sha256);
   if (!f.o.quiet) print_header(plan, f);
-  const auto result = executor::train(plan, schemas::sha256_hex(text), f.o, stderr);
+  const auto result = executor::train(plan, plan_sha256, f.o, stderr);
   if (!f.o.quiet) print_summary(plan, result);
   if (!f.report_path.empty()) schemas::write_text_file(f.report_path, report_json(plan, result));
 }

@@ -28,8 +28,9 @@ LoadedProfile load_profile(const std::string& path) {
   return out;
 }
 
-schemas::Plan load_plan(const std::string& path) {
+schemas::Plan load_plan(const std::string& path, std::string* sha256) {
   const std::string text = schemas::read_text_file(path);
+  if (sha256) *sha256 = schemas::sha256_hex(text);
   try {
     return schemas::parse_plan(text);
   } catch (const SchemaError& e) {

@@ -18,8 +18,9 @@ struct LoadedProfile {
 // `path` empty: the built-in gpt-3.8b example. Throws UsageError (unreadable) or SchemaError.
 LoadedProfile load_profile(const std::string& path);
 
-// Reads and checks a plan file (including its internal consistency). Throws UsageError / SchemaError.
-schemas::Plan load_plan(const std::string& path);
+// Reads and checks a plan file (including its internal consistency); when `sha256` is given, stores the
+// file's sha256 there (from the same read). Throws UsageError / SchemaError.
+schemas::Plan load_plan(const std::string& path, std::string* sha256 = nullptr);
 
 // Throws UsageError unless `plan` was made from `profile` (same sha256 of the profile file).
 void check_plan_profile(const schemas::Plan& plan, const std::string& plan_path, const LoadedProfile& profile);

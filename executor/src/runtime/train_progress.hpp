@@ -36,6 +36,7 @@ class TrainProgress final : public LossSink {
   }
 
   const std::vector<double>& losses() const { return losses_; }
+  bool diverged() const { return diverged_; }  // a step's mean loss was not finite
   double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
 
  private:
@@ -55,9 +56,6 @@ class TrainProgress final : public LossSink {
     if (log_) std::fflush(log_);
     if (!std::isfinite(loss)) diverged_ = true;
   }
-
- public:
-  bool diverged() const { return diverged_; }
 
  private:
   std::mutex mutex_;
