@@ -1,6 +1,5 @@
 // GPT transformer block (pre-LN, causal attention, GELU MLP): forward, recompute and backward.
 #include "gpt_internal.hpp"
-#include "pd2bw/executor/ops.hpp"
 
 namespace pd2bw::executor {
 namespace {
@@ -33,89 +32,112 @@ int64_t block_layer(const GptConfig& config, int64_t block) {
 
 }  // namespace
 
-template <typename T>
-int64_t GptBlock<T>::Stash::bytes() const {
+int64_t BlockStash::bytes() const {
   int64_t total = 0;
-  for (const std::vector<T>* v :
-       {&x, &ln1, &ln1_mean, &ln1_rstd, &qkv, &probs, &attn, &x1, &ln2, &ln2_mean, &ln2_rstd, &fc, &fc_act}) {
-    total += detail::vector_bytes(*v);
-  }
+  for (const Buffer* b : {&x, &ln1, &ln1_mean, &ln1_rstd, &qkv, &probs, &attn, &x1, &ln2, &ln2_mean, &ln2_rstd, &fc, &fc_act})
+    total += b->bytes();
   return total;
+}
+
+BlockLayer::BlockLayer(const GptConfig& config, int64_t block, Backend& backend, DType compute)
+    : config_(config), layout_(gpt_layer_layout(config, block_layer(config, block))), backend_(&backend),
+      compute_(compute) {
+  detail::check_backend(backend, compute, "block");
+}
+
+void BlockLayer::forward(ConstView params, ConstView input, int64_t batch, int64_t seq, BlockStash& s,
+                         View output) const {
+  const GptConfig& cfg = config_;
+  detail::check_microbatch(cfg, batch, seq, "block");
+  const int64_t c = cfg.d_model, n = batch * seq;
+  const DType acc = accumulate_dtype(compute_);
+  const auto p = [&](Tensor t) { return params.slice(layout_[t].offset, layout_[t].numel()); };
+  Backend& be = *backend_;
+  s.batch = batch;
+  s.seq = seq;
+  s.x = be.alloc(compute_, n * c);
+  be.copy(input.slice(0, n * c), s.x.view());
+  for (Buffer* b : {&s.ln1, &s.attn, &s.x1, &s.ln2}) *b = be.alloc(compute_, n * c);
+  for (Buffer* b : {&s.ln1_mean, &s.ln1_rstd, &s.ln2_mean, &s.ln2_rstd}) *b = be.alloc(acc, n);
+  s.qkv = be.alloc(compute_, n * 3 * c);
+  s.probs = be.alloc(compute_, batch * cfg.heads * seq * seq);
+  s.fc = be.alloc(compute_, n * 4 * c);
+  s.fc_act = be.alloc(compute_, n * 4 * c);
+
+  be.layernorm_forward(input, p(kLn1W), p(kLn1B), s.ln1.view(), s.ln1_mean.view(), s.ln1_rstd.view(), n, c);
+  be.linear_forward(s.ln1.view(), p(kAttnW), p(kAttnB), s.qkv.view(), n, c, 3 * c);
+  be.attention_forward(s.qkv.view(), s.attn.view(), s.probs.view(), batch, seq, c, cfg.heads);
+  // The projections land in `output`, used as scratch before it receives the block's result.
+  be.linear_forward(s.attn.view(), p(kProjW), p(kProjB), output, n, c, c);
+  be.add(input, output, s.x1.view(), n * c);
+  be.layernorm_forward(s.x1.view(), p(kLn2W), p(kLn2B), s.ln2.view(), s.ln2_mean.view(), s.ln2_rstd.view(), n, c);
+  be.linear_forward(s.ln2.view(), p(kFcW), p(kFcB), s.fc.view(), n, c, 4 * c);
+  be.gelu_forward(s.fc.view(), s.fc_act.view(), n * 4 * c);
+  be.linear_forward(s.fc_act.view(), p(kMlpProjW), p(kMlpProjB), output, n, 4 * c, c);
+  be.add(s.x1.view(), output, output, n * c);
+}
+
+void BlockLayer::recompute(ConstView params, ConstView input, int64_t batch, int64_t seq, BlockStash& stash) const {
+  detail::check_microbatch(config_, batch, seq, "block");
+  Buffer discard = backend_->alloc(compute_, batch * seq * config_.d_model);
+  forward(params, input, batch, seq, stash, discard.view());
+}
+
+void BlockLayer::backward(ConstView params, const BlockStash& s, ConstView grad_output, View grad_input,
+                          View grads) const {
+  const GptConfig& cfg = config_;
+  const int64_t c = cfg.d_model, n = s.batch * s.seq;
+  const auto p = [&](Tensor t) { return params.slice(layout_[t].offset, layout_[t].numel()); };
+  const auto g = [&](Tensor t) { return grads.slice(layout_[t].offset, layout_[t].numel()); };
+  Backend& be = *backend_;
+  Buffer dx1 = be.alloc(compute_, n * c);  // the residual path carries dy straight through
+  be.copy(grad_output.slice(0, n * c), dx1.view());
+  Buffer wide = be.alloc(compute_, n * 4 * c);   // (N, 4C), then (N, 3C)
+  Buffer narrow = be.alloc(compute_, n * c);     // (N, C) scratch
+  const View w4 = wide.view(), w3 = wide.view().slice(0, n * 3 * c);
+
+  // MLP: y = x1 + c_proj(gelu(c_fc(ln_2(x1)))).
+  be.linear_backward(grad_output, s.fc_act.view(), p(kMlpProjW), w4, g(kMlpProjW), g(kMlpProjB), n, 4 * c, c);
+  be.gelu_backward(w4, s.fc.view(), w4, n * 4 * c);
+  be.linear_backward(w4, s.ln2.view(), p(kFcW), narrow.view(), g(kFcW), g(kFcB), n, c, 4 * c);
+  be.layernorm_backward(narrow.view(), s.x1.view(), p(kLn2W), s.ln2_mean.view(), s.ln2_rstd.view(), grad_input,
+                        g(kLn2W), g(kLn2B), n, c);
+  be.accumulate(dx1.view(), grad_input, n * c);
+
+  // Attention: x1 = x + c_proj(attn(c_attn(ln_1(x)))).
+  be.linear_backward(dx1.view(), s.attn.view(), p(kProjW), narrow.view(), g(kProjW), g(kProjB), n, c, c);
+  be.attention_backward(narrow.view(), s.qkv.view(), s.probs.view(), w3, s.batch, s.seq, c, cfg.heads);
+  be.linear_backward(w3, s.ln1.view(), p(kAttnW), narrow.view(), g(kAttnW), g(kAttnB), n, c, 3 * c);
+  be.layernorm_backward(narrow.view(), s.x.view(), p(kLn1W), s.ln1_mean.view(), s.ln1_rstd.view(), grad_input,
+                        g(kLn1W), g(kLn1B), n, c);
+  be.accumulate(grad_input, dx1.view(), n * c);
 }
 
 template <typename T>
 GptBlock<T>::GptBlock(const GptConfig& config, int64_t block, uint64_t seed, Buffers buffers)
-    : LayerBuffers<T>(config, block_layer(config, block), seed, buffers) {}
+    : LayerBuffers<T>(config, block_layer(config, block), seed, buffers),
+      layer_(config, block, default_backend(), dtype_of<T>()) {}
 
 template <typename T>
-void GptBlock<T>::forward(const T* params, const T* input, int64_t batch, int64_t seq, Stash& s,
-                          T* output) const {
-  const GptConfig& cfg = this->config_;
-  detail::check_microbatch(cfg, batch, seq, "block");
-  const int64_t c = cfg.d_model;
-  const int64_t n = batch * seq;
-  const auto p = [&](Tensor t) { return params + this->layout_[t].offset; };
-  s.batch = batch;
-  s.seq = seq;
-  s.x.assign(input, input + n * c);
-  for (std::vector<T>* v : {&s.ln1, &s.attn, &s.x1, &s.ln2}) detail::resize(*v, n * c);
-  for (std::vector<T>* v : {&s.ln1_mean, &s.ln1_rstd, &s.ln2_mean, &s.ln2_rstd}) detail::resize(*v, n);
-  detail::resize(s.qkv, n * 3 * c);
-  detail::resize(s.probs, batch * cfg.heads * seq * seq);
-  detail::resize(s.fc, n * 4 * c);
-  detail::resize(s.fc_act, n * 4 * c);
-
-  cpu::layernorm_forward(input, p(kLn1W), p(kLn1B), s.ln1.data(), s.ln1_mean.data(), s.ln1_rstd.data(), n, c);
-  cpu::linear_forward(s.ln1.data(), p(kAttnW), p(kAttnB), s.qkv.data(), n, c, 3 * c);
-  cpu::attention_forward(s.qkv.data(), s.attn.data(), s.probs.data(), batch, seq, c, cfg.heads);
-  // The projections land in `output`, used as scratch before it receives the block's result.
-  cpu::linear_forward(s.attn.data(), p(kProjW), p(kProjB), output, n, c, c);
-  cpu::add(input, output, s.x1.data(), n * c);
-  cpu::layernorm_forward(s.x1.data(), p(kLn2W), p(kLn2B), s.ln2.data(), s.ln2_mean.data(), s.ln2_rstd.data(),
-                         n, c);
-  cpu::linear_forward(s.ln2.data(), p(kFcW), p(kFcB), s.fc.data(), n, c, 4 * c);
-  cpu::gelu_forward(s.fc.data(), s.fc_act.data(), n * 4 * c);
-  cpu::linear_forward(s.fc_act.data(), p(kMlpProjW), p(kMlpProjB), output, n, 4 * c, c);
-  cpu::add(s.x1.data(), output, output, n * c);
+void GptBlock<T>::forward(const T* params, const T* input, int64_t batch, int64_t seq, Stash& stash, T* output) const {
+  detail::check_microbatch(this->config_, batch, seq, "block");
+  const int64_t act = batch * seq * this->config_.d_model;
+  layer_.forward(detail::host(params, layout_numel(this->layout_)), detail::host(input, act), batch, seq, stash,
+                 detail::host(output, act));
 }
 
 template <typename T>
 void GptBlock<T>::recompute(const T* params, const T* input, int64_t batch, int64_t seq, Stash& stash) const {
   detail::check_microbatch(this->config_, batch, seq, "block");
-  std::vector<T> discard(static_cast<size_t>(batch * seq * this->config_.d_model));
-  forward(params, input, batch, seq, stash, discard.data());
+  layer_.recompute(detail::host(params, layout_numel(this->layout_)),
+                   detail::host(input, batch * seq * this->config_.d_model), batch, seq, stash);
 }
 
 template <typename T>
-void GptBlock<T>::backward(const T* params, const Stash& s, const T* grad_output, T* grad_input,
-                           T* grads) const {
-  const GptConfig& cfg = this->config_;
-  const int64_t c = cfg.d_model;
-  const int64_t n = s.batch * s.seq;
-  const auto p = [&](Tensor t) { return params + this->layout_[t].offset; };
-  const auto g = [&](Tensor t) { return grads + this->layout_[t].offset; };
-  std::vector<T> dx1(grad_output, grad_output + n * c);  // the residual path carries dy straight through
-  std::vector<T> wide(static_cast<size_t>(n * 4 * c));   // (N, 4C), then (N, 3C)
-  std::vector<T> narrow(static_cast<size_t>(n * c));     // (N, C) scratch
-
-  // MLP: y = x1 + c_proj(gelu(c_fc(ln_2(x1)))).
-  cpu::linear_backward(grad_output, s.fc_act.data(), p(kMlpProjW), wide.data(), g(kMlpProjW), g(kMlpProjB), n,
-                       4 * c, c);
-  cpu::gelu_backward(wide.data(), s.fc.data(), wide.data(), n * 4 * c);
-  cpu::linear_backward(wide.data(), s.ln2.data(), p(kFcW), narrow.data(), g(kFcW), g(kFcB), n, c, 4 * c);
-  cpu::layernorm_backward(narrow.data(), s.x1.data(), p(kLn2W), s.ln2_mean.data(), s.ln2_rstd.data(),
-                          grad_input, g(kLn2W), g(kLn2B), n, c);
-  cpu::accumulate(dx1.data(), grad_input, n * c);
-
-  // Attention: x1 = x + c_proj(attn(c_attn(ln_1(x)))).
-  cpu::linear_backward(dx1.data(), s.attn.data(), p(kProjW), narrow.data(), g(kProjW), g(kProjB), n, c, c);
-  cpu::attention_backward(narrow.data(), s.qkv.data(), s.probs.data(), wide.data(), s.batch, s.seq, c,
-                          cfg.heads);
-  cpu::linear_backward(wide.data(), s.ln1.data(), p(kAttnW), narrow.data(), g(kAttnW), g(kAttnB), n, c,
-                       3 * c);
-  cpu::layernorm_backward(narrow.data(), s.x.data(), p(kLn1W), s.ln1_mean.data(), s.ln1_rstd.data(),
-                          grad_input, g(kLn1W), g(kLn1B), n, c);
-  cpu::accumulate(grad_input, dx1.data(), n * c);
+void GptBlock<T>::backward(const T* params, const Stash& stash, const T* grad_output, T* grad_input, T* grads) const {
+  const int64_t act = stash.batch * stash.seq * this->config_.d_model, numel = layout_numel(this->layout_);
+  layer_.backward(detail::host(params, numel), stash, detail::host(grad_output, act), detail::host(grad_input, act),
+                  detail::host(grads, numel));
 }
 
 static_assert(kCount == 12, "a block has 12 parameter tensors");

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "pd2bw/error.hpp"
+#include "gpt_internal.hpp"
 #include "pd2bw/executor/gpt.hpp"
 #include "pd2bw/executor/rng.hpp"
 
@@ -131,6 +132,11 @@ LayerBuffers<T>::LayerBuffers(const GptConfig& config, int64_t layer, uint64_t s
 template <typename T>
 void LayerBuffers<T>::zero_grads() {
   for (T& g : grads_) g = T(0);
+}
+
+void detail::check_backend(const Backend& backend, DType compute, const char* layer) {
+  if (!backend.supports(compute))
+    throw UsageError(fmt::format("{}: the {} backend cannot compute in {}", layer, backend.name(), to_string(compute)));
 }
 
 template void init_gpt_layer<float>(const GptConfig&, int64_t, uint64_t, std::span<float>);

@@ -1,82 +1,102 @@
 // GPT last layer: final layer norm, LM head (own or tied to wte) and mean softmax cross-entropy.
 #include "gpt_internal.hpp"
-#include "pd2bw/executor/ops.hpp"
 
 namespace pd2bw::executor {
+
 namespace {
 // Offsets in the head's layout: ln_f.weight, ln_f.bias, then lm_head.weight when untied.
 constexpr int64_t kGamma = 0;
 }  // namespace
 
-template <typename T>
-int64_t GptHead<T>::Stash::bytes() const {
-  return detail::vector_bytes(targets) + detail::vector_bytes(x) + detail::vector_bytes(ln) +
-         detail::vector_bytes(ln_mean) + detail::vector_bytes(ln_rstd) + detail::vector_bytes(logits) +
-         detail::vector_bytes(lse);
+int64_t HeadStash::bytes() const {
+  return targets.bytes() + x.bytes() + ln.bytes() + ln_mean.bytes() + ln_rstd.bytes() + logits.bytes() + lse.bytes();
+}
+
+HeadLayer::HeadLayer(const GptConfig& config, Backend& backend, DType compute)
+    : config_(config), backend_(&backend), compute_(compute) {
+  config_.validate();
+  detail::check_backend(backend, compute, "head");
+}
+
+ConstView HeadLayer::lm_head(ConstView params, ConstView wte) const {
+  const int64_t table = config_.vocab * config_.d_model;
+  if (!config_.tie_embeddings) return params.slice(2 * config_.d_model, table);
+  if (wte.empty()) throw UsageError("head: tied embeddings need the embedding's wte table, but none was passed");
+  return wte.slice(0, table);
+}
+
+void HeadLayer::forward(ConstView params, ConstView wte, ConstView input, ConstView targets, int64_t batch, int64_t seq,
+                        HeadStash& s, View loss) const {
+  const GptConfig& cfg = config_;
+  detail::check_microbatch(cfg, batch, seq, "head");
+  const ConstView weight = lm_head(params, wte);
+  const int64_t n = batch * seq, c = cfg.d_model;
+  const DType acc = accumulate_dtype(compute_);
+  Backend& be = *backend_;
+  s.batch = batch;
+  s.seq = seq;
+  s.targets = be.alloc(DType::i32, n);
+  be.copy(targets.slice(0, n), s.targets.view());
+  s.x = be.alloc(compute_, n * c);
+  be.copy(input.slice(0, n * c), s.x.view());
+  s.ln = be.alloc(compute_, n * c);
+  s.ln_mean = be.alloc(acc, n);
+  s.ln_rstd = be.alloc(acc, n);
+  s.logits = be.alloc(compute_, n * cfg.vocab);
+  s.lse = be.alloc(acc, n);
+  be.layernorm_forward(input, params.slice(kGamma, c), params.slice(c, c), s.ln.view(), s.ln_mean.view(),
+                       s.ln_rstd.view(), n, c);
+  be.linear_forward(s.ln.view(), weight, {}, s.logits.view(), n, c, cfg.vocab);
+  be.cross_entropy_forward(s.logits.view(), s.targets.view(), s.lse.view(), loss, n, cfg.vocab);
+}
+
+void HeadLayer::backward(ConstView params, ConstView wte, const HeadStash& s, double loss_scale, View grad_input,
+                         View grads, View dwte) const {
+  const GptConfig& cfg = config_;
+  const ConstView weight = lm_head(params, wte);
+  const int64_t n = s.batch * s.seq, c = cfg.d_model, table = cfg.vocab * c;
+  const View dweight = cfg.tie_embeddings ? dwte : grads.slice(2 * c, table);
+  if (dweight.empty())
+    throw UsageError("head: tied embeddings need a dwte buffer for the LM-head gradient, but none was passed");
+  Backend& be = *backend_;
+  Buffer dlogits = be.alloc(compute_, n * cfg.vocab);
+  Buffer dln = be.alloc(compute_, n * c);
+  be.cross_entropy_backward(s.logits.view(), s.targets.view(), s.lse.view(), dlogits.view(), n, cfg.vocab, loss_scale);
+  be.linear_backward(dlogits.view(), s.ln.view(), weight, dln.view(), dweight.slice(0, table), {}, n, c, cfg.vocab);
+  be.layernorm_backward(dln.view(), s.x.view(), params.slice(kGamma, c), s.ln_mean.view(), s.ln_rstd.view(), grad_input,
+                        grads.slice(kGamma, c), grads.slice(c, c), n, c);
 }
 
 template <typename T>
 GptHead<T>::GptHead(const GptConfig& config, uint64_t seed, Buffers buffers)
-    : LayerBuffers<T>(config, config.blocks + 1, seed, buffers) {}
+    : LayerBuffers<T>(config, config.blocks + 1, seed, buffers), layer_(config, default_backend(), dtype_of<T>()) {}
 
 template <typename T>
-const T* GptHead<T>::lm_head(const T* params, const T* wte) const {
-  if (!this->config_.tie_embeddings) return params + 2 * this->config_.d_model;
-  if (wte == nullptr) {
-    throw UsageError("head: tied embeddings need the embedding's wte table, but none was passed");
-  }
-  return wte;
+double GptHead<T>::forward(const T* params, const T* wte, const T* input, const int32_t* targets, int64_t batch,
+                           int64_t seq, Stash& stash) const {
+  const GptConfig& c = this->config_;
+  detail::check_microbatch(c, batch, seq, "head");
+  double loss = 0;
+  layer_.forward(detail::host(params, layout_numel(this->layout_)), detail::host(wte, c.vocab * c.d_model),
+                 detail::host(input, batch * seq * c.d_model), detail::host(targets, batch * seq), batch, seq, stash,
+                 view_of(&loss, 1));
+  return loss;
 }
 
 template <typename T>
-double GptHead<T>::forward(const T* params, const T* wte, const T* input, const int32_t* targets,
-                           int64_t batch, int64_t seq, Stash& stash) const {
-  const GptConfig& cfg = this->config_;
-  detail::check_microbatch(cfg, batch, seq, "head");
-  const T* weight = lm_head(params, wte);
-  const int64_t n = batch * seq;
-  const int64_t c = cfg.d_model;
-  stash.batch = batch;
-  stash.seq = seq;
-  stash.targets.assign(targets, targets + n);
-  stash.x.assign(input, input + n * c);
-  detail::resize(stash.ln, n * c);
-  detail::resize(stash.ln_mean, n);
-  detail::resize(stash.ln_rstd, n);
-  detail::resize(stash.logits, n * cfg.vocab);
-  detail::resize(stash.lse, n);
-  cpu::layernorm_forward(input, params + kGamma, params + c, stash.ln.data(), stash.ln_mean.data(),
-                         stash.ln_rstd.data(), n, c);
-  cpu::linear_forward<T>(stash.ln.data(), weight, nullptr, stash.logits.data(), n, c, cfg.vocab);
-  return cpu::cross_entropy_forward(stash.logits.data(), targets, stash.lse.data(), n, cfg.vocab);
-}
-
-template <typename T>
-double GptHead<T>::recompute(const T* params, const T* wte, const T* input, const int32_t* targets,
-                             int64_t batch, int64_t seq, Stash& stash) const {
+double GptHead<T>::recompute(const T* params, const T* wte, const T* input, const int32_t* targets, int64_t batch,
+                             int64_t seq, Stash& stash) const {
   return forward(params, wte, input, targets, batch, seq, stash);
 }
 
 template <typename T>
-void GptHead<T>::backward(const T* params, const T* wte, const Stash& stash, double loss_scale, T* grad_input,
-                          T* grads, T* dwte) const {
-  const GptConfig& cfg = this->config_;
-  const T* weight = lm_head(params, wte);
-  T* dweight = cfg.tie_embeddings ? dwte : grads + 2 * cfg.d_model;
-  if (dweight == nullptr) {
-    throw UsageError(
-        "head: tied embeddings need a dwte buffer for the LM-head gradient, but none was passed");
-  }
-  const int64_t n = stash.batch * stash.seq;
-  const int64_t c = cfg.d_model;
-  std::vector<T> dlogits(stash.logits.size());
-  std::vector<T> dln(static_cast<size_t>(n * c));
-  cpu::cross_entropy_backward(stash.logits.data(), stash.targets.data(), stash.lse.data(), dlogits.data(), n,
-                              cfg.vocab, loss_scale);
-  cpu::linear_backward<T>(dlogits.data(), stash.ln.data(), weight, dln.data(), dweight, nullptr, n, c,
-                          cfg.vocab);
-  cpu::layernorm_backward(dln.data(), stash.x.data(), params + kGamma, stash.ln_mean.data(),
-                          stash.ln_rstd.data(), grad_input, grads + kGamma, grads + c, n, c);
+void GptHead<T>::backward(const T* params, const T* wte, const Stash& stash, double loss_scale, T* grad_input, T* grads,
+                          T* dwte) const {
+  const GptConfig& c = this->config_;
+  const int64_t act = stash.batch * stash.seq * c.d_model, table = c.vocab * c.d_model;
+  layer_.backward(detail::host(params, layout_numel(this->layout_)), detail::host(wte, table), stash, loss_scale,
+                  detail::host(grad_input, act), detail::host(grads, layout_numel(this->layout_)),
+                  detail::host(dwte, table));
 }
 
 template class GptHead<float>;

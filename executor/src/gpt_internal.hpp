@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include <cstdint>
-#include <vector>
 
 #include "pd2bw/error.hpp"
 #include "pd2bw/executor/gpt.hpp"
@@ -19,14 +18,17 @@ inline void check_microbatch(const GptConfig& config, int64_t batch, int64_t seq
   }
 }
 
-template <typename T>
-void resize(std::vector<T>& v, int64_t n) {
-  v.resize(static_cast<size_t>(n));
-}
+// Throws UsageError unless the backend can compute in `compute`.
+void check_backend(const Backend& backend, DType compute, const char* layer);
 
+// A compute-dtype View over host memory of T (the typed layer classes run on the cpu backend).
 template <typename T>
-int64_t vector_bytes(const std::vector<T>& v) {
-  return static_cast<int64_t>(v.size() * sizeof(T));
+View host(T* p, int64_t n) {
+  return view_of(p, p == nullptr ? 0 : n);
+}
+template <typename T>
+ConstView host(const T* p, int64_t n) {
+  return view_of(p, p == nullptr ? 0 : n);
 }
 
 }  // namespace pd2bw::executor::detail

@@ -1,5 +1,5 @@
 // Times one GPT layer kind at one microbatch size on the CPU backend (float): forward, backward and
-// recompute, each into a fresh stash as the pipeline runtime does, and measures the stash's heap cost.
+// recompute, each into a fresh stash as the pipeline runtime does, and measures the stash in the backend's arena.
 #include <algorithm>
 #include <chrono>
 #include <memory>
@@ -8,6 +8,7 @@
 
 #include "measure.hpp"
 #include "pd2bw/error.hpp"
+#include "pd2bw/executor/backend.hpp"
 #include "pd2bw/executor/optimizer.hpp"
 
 namespace pd2bw::profiler::detail {
@@ -147,15 +148,14 @@ double time_ms(F&& f) {
   return std::max(1e-6, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
 }
 
-// Heap growth across one forward with its stash still alive. Inputs and outputs were allocated when
-// the bench was built, so the growth is the stash (plus the allocator's few bytes of block headers).
+// Growth of the backend arena's live bytes across one forward with its stash still alive: inputs and
+// outputs live outside the arena and the forward's scratch is back in it when the forward returns, so
+// the growth is what the stash holds on the device.
 int64_t measured_stash_bytes(LayerBench& bench) {
   bench.drop_stash();
-  const SmallBlockDrain drain;
-  const int64_t before = heap_in_use_bytes();
+  const int64_t before = executor::default_backend().memory().current_bytes;
   bench.forward();
-  const int64_t after = heap_in_use_bytes();
-  return before < 0 || after < 0 ? -1 : after - before;
+  return executor::default_backend().memory().current_bytes - before;
 }
 
 }  // namespace
@@ -171,8 +171,7 @@ LayerMeasurement measure_layer(const GptConfig& config, GptLayerKind kind, int64
   LayerMeasurement m;
   const int64_t measured = measured_stash_bytes(*bench);
   m.timing.stash_bytes_computed = bench->stash_bytes();
-  m.heap_measured = measured > 0;
-  m.timing.stash_bytes = m.heap_measured ? measured : m.timing.stash_bytes_computed;
+  m.timing.stash_bytes = measured;
 
   std::vector<double> fwd, bwd, rec;
   for (int64_t i = 0; i < iters; ++i) {

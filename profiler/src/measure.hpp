@@ -1,4 +1,4 @@
-// Internal building blocks of the profiler: sample statistics, the allocator's view of the heap, one
+// Internal building blocks of the profiler: sample statistics, one
 // layer kind timed at one microbatch size, and one link message size timed.
 #pragma once
 
@@ -18,29 +18,10 @@ struct Spread {
 // Throws pd2bw::Error for an empty sample set.
 Spread summarize(std::vector<double> samples);
 
-// Bytes the allocator reports in use (glibc mallinfo2: uordblks + hblkhd), or -1 when it cannot say
-// (not glibc, or a sanitizer owns malloc).
-int64_t heap_in_use_bytes();
-
-// Holds glibc's per-thread cache of small freed blocks empty while alive. The cache's blocks count as
-// "in use" in mallinfo2, so an allocation served from it would not show up as growth; with the cache
-// drained, every small allocation comes from the heap proper and is counted.
-class SmallBlockDrain {
- public:
-  SmallBlockDrain();
-  ~SmallBlockDrain();
-  SmallBlockDrain(const SmallBlockDrain&) = delete;
-  SmallBlockDrain& operator=(const SmallBlockDrain&) = delete;
-
- private:
-  std::vector<void*> held_;
-};
-
-// One layer kind at one microbatch size. timing.stash_bytes is the measured heap growth, or the
-// computed size when heap_measured is false.
+// One layer kind at one microbatch size. timing.stash_bytes is the growth of the backend arena's live
+// bytes across one forward whose stash stays alive.
 struct LayerMeasurement {
   schemas::LayerTiming timing;
-  bool heap_measured = false;
 };
 // Builds the layer of `kind` for `config` (fp32, owned weights from `seed`), runs `warmup` untimed
 // forward+backward pairs, measures the stash once, then times `iters` forwards, backwards and

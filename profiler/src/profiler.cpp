@@ -114,20 +114,17 @@ LayerPart measure_layers(const ProfileOptions& o, const GptConfig& cfg, Progress
   const int64_t distinct[] = {0, 1, cfg.layer_count() - 1};
   std::vector<schemas::LayerProfile> measured;
   std::string notes;
-  bool heap_ok = true;
   for (const int64_t layer : distinct) {
     schemas::LayerProfile p = kind_profile(cfg, layer);
     for (const int64_t b : o.microbatches) {
       progress.step(fmt::format("{} b={}", p.kind, b));
       const detail::LayerMeasurement m =
           detail::measure_layer(cfg, executor::gpt_layer_kind(cfg, layer), b, o.warmup, o.iters, o.seed);
-      heap_ok = heap_ok && m.heap_measured;
       const auto measured_bytes = static_cast<double>(m.timing.stash_bytes);
       const auto computed_bytes = static_cast<double>(m.timing.stash_bytes_computed);
-      if (m.heap_measured && std::abs(measured_bytes - computed_bytes) > 0.1 * computed_bytes)
-        notes += fmt::format(" The {} stash at b={} measured {} bytes on the heap but computes to {} bytes; "
-                             "stash_bytes keeps the measured value (small vectors carry the allocator's "
-                             "block headers).",
+      if (std::abs(measured_bytes - computed_bytes) > 0.1 * computed_bytes)
+        notes += fmt::format(" The {} stash at b={} measured {} bytes in the arena but computes to {} bytes; "
+                             "stash_bytes keeps the measured value.",
                              p.kind, b, m.timing.stash_bytes, m.timing.stash_bytes_computed);
       p.per_microbatch.push_back(m.timing);
     }
@@ -135,9 +132,6 @@ LayerPart measure_layers(const ProfileOptions& o, const GptConfig& cfg, Progress
     p.update_ms = detail::measure_update_ms(executor::gpt_layer_layout(cfg, layer), o.warmup, o.iters);
     measured.push_back(std::move(p));
   }
-  if (!heap_ok)
-    notes += " The allocator's statistics were unavailable (not glibc, or a sanitizer build) for some "
-             "layers, so their stash_bytes are the computed sizes.";
   LayerPart part;
   part.notes = notes;
   for (int64_t layer = 0; layer < cfg.layer_count(); ++layer) {
@@ -179,8 +173,8 @@ std::string method_notes(const ProfileOptions& o) {
       "warm-up forward+backward pairs, then {} timed forwards, backwards and recomputes, each forward into a "
       "fresh stash as the runtime does; fwd_ms/bwd_ms are medians (with min and p90), recompute_ms is the "
       "block's recompute and a second forward for the embedding and head. All {} blocks are the same "
-      "layer, so block.0..block.{} copy the one measured block. stash_bytes is the heap growth (glibc "
-      "mallinfo2 uordblks + hblkhd, small-block cache drained) across one forward with its stash alive; "
+      "layer, so block.0..block.{} copy the one measured block. stash_bytes is the growth of the cpu "
+      "backend arena's live bytes across one forward with its stash alive; "
       "stash_bytes_computed is Stash::bytes(). Links (level node): {} ranks as threads of one process, "
       "whose transport copies each message twice; p2p is the median round trip / 2 between two threads, "
       "allreduce the median (slowest rank from a common start) of group_sum<float> over {} threads (the "

@@ -148,7 +148,7 @@ void add_profile_command(CLI::App& app, Runner& run) {
                  "in-process links (GB/s), and write a profile for 'pd2bw plan'");
   cmd->footer("Times are medians in ms; sizes in bytes (flags accept KiB, MiB, GiB); bandwidths in GB/s (1e9 "
               "bytes/s). stash = what a forward keeps for its backward: computed from tensor shapes and "
-              "measured as heap growth.");
+              "measured as the growth of the backend arena's live bytes.");
   auto o = std::make_shared<ProfileCliOptions>();
   add_options(cmd, *o);
   cmd->callback([o, &run] { run = [o] { run_profile_command(*o); }; });

@@ -9,27 +9,33 @@
 
 namespace pd2bw::executor {
 
-template <typename T>
-int64_t Microbatch<T>::bytes() const {
-  int64_t n = static_cast<int64_t>((tokens.size() + targets.size()) * sizeof(int32_t));
-  n += static_cast<int64_t>((input.size() + output.size() + grad_out.size() + grad_in.size()) * sizeof(T));
-  if (embedding) n += embedding->bytes();
-  for (const auto& b : blocks) n += b.bytes();
-  if (head) n += head->bytes();
-  return n;
-}
-
-template <typename T>
-void Microbatch<T>::drop_stash() {
+void Microbatch::drop_stash() {
   embedding.reset();
   blocks.clear();
   blocks.shrink_to_fit();
   head.reset();
 }
 
+namespace {
+
+// The compute dtype of a stage whose master weights are T; throws UsageError for a mix the runtime
+// does not keep (only bf16 over fp32 masters is narrower than its master).
 template <typename T>
-StageWorker<T>::Impl::Impl(const PipelineConfig& config, int64_t rank_) : cfg(config), rank(rank_) {
+DType stage_compute(const PipelineConfig& cfg) {
+  const DType c = cfg.compute.value_or(dtype_of<T>());
+  if (c == dtype_of<T>() || (c == DType::bf16 && dtype_of<T>() == DType::f32)) return c;
+  throw UsageError(fmt::format("compute dtype {} with {} master weights is not supported", to_string(c),
+                               to_string(dtype_of<T>())),
+                   "use bf16 over float masters, or the same dtype for both");
+}
+
+}  // namespace
+
+template <typename T>
+StageWorker<T>::Impl::Impl(const PipelineConfig& config, int64_t rank_)
+    : cfg(config), backend(make_backend(config.backend)), compute(stage_compute<T>(config)), rank(rank_) {
   cfg.validate();
+  mixed = compute != dtype_of<T>();
   bool found = false;
   for (int64_t i = 0; i < cfg.depth && !found; ++i)
     for (int64_t r = 0; r < cfg.width; ++r)
@@ -47,34 +53,50 @@ StageWorker<T>::Impl::Impl(const PipelineConfig& config, int64_t rank_) : cfg(co
   last = end == layers;
   recompute = cfg.recompute[static_cast<size_t>(stage)];
   for (int64_t l = begin; l < end; ++l) {
-    offsets.push_back(append_layout(layout, gpt_layer_layout(cfg.model, l)));
+    const ParamLayout own = gpt_layer_layout(cfg.model, l);
+    offsets.push_back(append_layout(layout, own));
+    sizes.push_back(layout_numel(own));
     if (l == 0)
-      embedding.emplace(cfg.model, cfg.seed, Buffers::none);
+      embedding.emplace(cfg.model, *backend, compute);
     else if (l == layers - 1)
-      head.emplace(cfg.model, cfg.seed, Buffers::none);
+      head.emplace(cfg.model, *backend, compute);
     else
-      blocks.emplace_back(cfg.model, l - 1, cfg.seed, Buffers::none);
+      blocks.emplace_back(cfg.model, l - 1, *backend, compute);
   }
   const int64_t table = cfg.model.vocab * cfg.model.d_model;
   if (cfg.model.tie_embeddings && last && !first)
     tied_copy = push_tensor(layout, "lm_head.weight", {cfg.model.vocab, cfg.model.d_model});
   numel = layout_numel(layout);
-  weights[0].assign(static_cast<size_t>(numel), T(0));
-  allocated = 1;
+  std::vector<T> init(static_cast<size_t>(numel), T(0));
   for (int64_t l = begin; l < end; ++l) {
-    const auto at = static_cast<size_t>(offsets[static_cast<size_t>(l - begin)]);
-    const auto n = static_cast<size_t>(layout_numel(gpt_layer_layout(cfg.model, l)));
-    init_gpt_layer<T>(cfg.model, l, cfg.seed, std::span<T>(weights[0]).subspan(at, n));
+    const auto pos = static_cast<size_t>(l - begin);
+    init_gpt_layer<T>(cfg.model, l, cfg.seed, std::span<T>(init).subspan(static_cast<size_t>(offsets[pos]),
+                                                                         static_cast<size_t>(sizes[pos])));
   }
   if (tied_copy >= 0) {  // the copy starts as the embedding's token table (wte leads layer 0's buffer)
     std::vector<T> embedding_init(static_cast<size_t>(layout_numel(gpt_layer_layout(cfg.model, 0))));
     init_gpt_layer<T>(cfg.model, 0, cfg.seed, std::span<T>(embedding_init));
-    std::copy_n(embedding_init.begin() + GptEmbedding<T>::kWteOffset, table, weights[0].begin() + tied_copy);
+    std::copy_n(embedding_init.begin() + EmbeddingLayer::kWteOffset, table, init.begin() + tied_copy);
   }
-  grads.assign(static_cast<size_t>(numel), T(0));
-  m1.assign(static_cast<size_t>(numel), T(0));
-  if (cfg.optimizer.kind == schemas::Optimizer::adamw) m2.assign(static_cast<size_t>(numel), T(0));
-  account();
+  const DType t = dtype_of<T>();
+  weights[0] = backend->alloc(compute, numel);
+  allocated = 1;
+  if (mixed) {
+    master = backend->alloc(t, numel);
+    backend->from_host(init.data(), master.view());
+    backend->copy(master.view(), weights[0].view());
+  } else {
+    backend->from_host(init.data(), weights[0].view());
+  }
+  for (Buffer* b : {&grads, &m1}) *b = backend->alloc(t, numel);
+  if (cfg.optimizer.kind == schemas::Optimizer::adamw) m2 = backend->alloc(t, numel);
+  for (Buffer* b : {&grads, &m1, &m2}) backend->fill_zero(b->view());
+  loss = backend->alloc(DType::f64, 1);
+  const auto tokens = static_cast<size_t>(cfg.microbatch_size * cfg.seq);
+  if (first || last) {
+    tokens_host.resize(tokens);
+    targets_host.resize(tokens);
+  }
 }
 
 template <typename T>
@@ -90,25 +112,17 @@ std::vector<int64_t> StageWorker<T>::Impl::replica_group() const {
 }
 
 template <typename T>
-void StageWorker<T>::Impl::account() {
-  int64_t n = 0;
-  for (const auto& w : weights) n += static_cast<int64_t>(w.size());
-  n += static_cast<int64_t>(grads.size() + m1.size() + m2.size());
-  bytes = n * static_cast<int64_t>(sizeof(T));
-  for (const auto& [key, mb] : live) bytes += mb.bytes();
-  peak = std::max(peak, bytes);
+ConstView StageWorker<T>::Impl::head_wte(ConstView p) const {
+  if (!cfg.model.tie_embeddings) return {};
+  const int64_t table = cfg.model.vocab * cfg.model.d_model;
+  return p.slice(tied_copy >= 0 ? tied_copy : offsets[0] + EmbeddingLayer::kWteOffset, table);
 }
 
 template <typename T>
-const T* StageWorker<T>::Impl::head_wte(const T* p) const {
-  if (!cfg.model.tie_embeddings) return nullptr;
-  return tied_copy >= 0 ? p + tied_copy : p + offsets[0] + GptEmbedding<T>::kWteOffset;
-}
-
-template <typename T>
-T* StageWorker<T>::Impl::head_dwte() {
-  if (!cfg.model.tie_embeddings) return nullptr;
-  return grads.data() + (tied_copy >= 0 ? tied_copy : offsets[0] + GptEmbedding<T>::kWteOffset);
+View StageWorker<T>::Impl::head_dwte() {
+  if (!cfg.model.tie_embeddings) return {};
+  const int64_t table = cfg.model.vocab * cfg.model.d_model;
+  return grads.view().slice(tied_copy >= 0 ? tied_copy : offsets[0] + EmbeddingLayer::kWteOffset, table);
 }
 
 // Both sides compute (embedding's part) + (head's part) in that order, so both copies get the same
@@ -116,8 +130,8 @@ T* StageWorker<T>::Impl::head_dwte() {
 template <typename T>
 void StageWorker<T>::Impl::exchange_tied_grad(Comm& comm, int64_t step) {
   const auto n = static_cast<size_t>(cfg.model.vocab * cfg.model.d_model);
-  const int64_t at = first ? offsets[0] + GptEmbedding<T>::kWteOffset : tied_copy;
-  const std::span<T> mine = std::span<T>(grads).subspan(static_cast<size_t>(at), n);
+  const int64_t at = first ? offsets[0] + EmbeddingLayer::kWteOffset : tied_copy;
+  const std::span<T> mine = host_span(grads).subspan(static_cast<size_t>(at), n);
   std::vector<T> theirs(n);
   const int64_t peer = rank_of(first ? cfg.depth - 1 : 0, replica);
   const uint64_t tag = make_tag(TagKind::tied, step, 0);
@@ -126,65 +140,99 @@ void StageWorker<T>::Impl::exchange_tied_grad(Comm& comm, int64_t step) {
   for (size_t i = 0; i < n; ++i) mine[i] = first ? mine[i] + theirs[i] : theirs[i] + mine[i];
 }
 
-// Position of model layer `l` among the stage's layers is l - begin.
 template <typename T>
-void StageWorker<T>::Impl::forward(Microbatch<T>& mb, int64_t step, const T* p, LossSink* sink, int64_t k) {
-  const int64_t B = cfg.microbatch_size, S = cfg.seq;
-  const auto act = static_cast<size_t>(activation_numel());
-  std::vector<T> a(act), b(act);
-  const T* in = mb.input.data();
+void StageWorker<T>::Impl::load_batch(Microbatch& mb, const MicrobatchSource& data, int64_t step, int64_t k) {
+  if (!first && !last) return;
+  data.fill(step, k, replica, tokens_host.data(), targets_host.data());
+  const auto n = static_cast<int64_t>(tokens_host.size());
+  if (first) {
+    mb.tokens = backend->alloc(DType::i32, n);
+    backend->from_host(tokens_host.data(), mb.tokens.view());
+  }
+  if (last) {
+    mb.targets = backend->alloc(DType::i32, n);
+    backend->from_host(targets_host.data(), mb.targets.view());
+  }
+}
+
+// Position of model layer `l` among the stage's layers is l - begin. Activations alternate between two
+// arena buffers; the one holding the stage output becomes the microbatch's output without a copy.
+template <typename T>
+void StageWorker<T>::Impl::forward(Microbatch& mb, int64_t step, ConstView p, LossSink* sink, int64_t k) {
+  const int64_t B = cfg.microbatch_size, S = cfg.seq, act = activation_numel();
+  std::array<Buffer, 2> ab;
+  int cur = -1;  // which of ab holds the current activation; -1: mb.input
+  const auto next = [&]() -> View {
+    const int n = cur == 0 ? 1 : 0;
+    if (ab[static_cast<size_t>(n)].empty()) ab[static_cast<size_t>(n)] = backend->alloc(compute, act);
+    return ab[static_cast<size_t>(n)].view();
+  };
+  const auto current = [&]() -> ConstView { return cur < 0 ? mb.input.cview() : ab[static_cast<size_t>(cur)].cview(); };
   size_t pos = 0;
   if (first) {
     mb.embedding.emplace();
-    embedding->forward(p + offsets[pos++], mb.tokens.data(), B, S, *mb.embedding, a.data());
-    in = a.data();
+    embedding->forward(layer_params(p, pos), mb.tokens.view(), B, S, *mb.embedding, next());
+    ++pos;
+    cur = 0;
   }
   mb.blocks.resize(blocks.size());
-  for (size_t j = 0; j < blocks.size(); ++j) {
-    T* out = in == a.data() ? b.data() : a.data();
-    blocks[j].forward(p + offsets[pos++], in, B, S, mb.blocks[j], out);
-    in = out;
+  for (size_t j = 0; j < blocks.size(); ++j, ++pos) {
+    const View out = next();
+    blocks[j].forward(layer_params(p, pos), current(), B, S, mb.blocks[j], out);
+    cur = cur == 0 ? 1 : 0;
   }
   if (last) {
-    const T* wte = head_wte(p);
     mb.head.emplace();
-    const double loss = head->forward(p + offsets[pos], wte, in, mb.targets.data(), B, S, *mb.head);
-    if (sink) sink->on_loss(step, replica, k, loss);
+    head->forward(layer_params(p, pos), head_wte(p), current(), mb.targets.view(), B, S, *mb.head, loss.view());
+    double value = 0;
+    backend->to_host(loss.view(), &value);
+    if (sink) sink->on_loss(step, replica, k, value);
+  } else if (cur >= 0) {
+    mb.output = std::move(ab[static_cast<size_t>(cur)]);
   } else {
-    mb.output.assign(in, in + act);
+    mb.output = backend->alloc(compute, act);
+    backend->copy(mb.input.view(), mb.output.view());
   }
 }
 
 template <typename T>
-void StageWorker<T>::Impl::backward(Microbatch<T>& mb, const T* p) {
-  const auto act = static_cast<size_t>(activation_numel());
-  std::vector<T> a(act), b(act);
-  T* gr = grads.data();
+void StageWorker<T>::Impl::backward(Microbatch& mb, ConstView p) {
+  const int64_t act = activation_numel();
+  std::array<Buffer, 2> ab;
+  int cur = -1;  // which of ab holds the current gradient; -1: mb.grad_out
+  const auto next = [&]() -> View {
+    const int n = cur == 0 ? 1 : 0;
+    if (ab[static_cast<size_t>(n)].empty()) ab[static_cast<size_t>(n)] = backend->alloc(compute, act);
+    return ab[static_cast<size_t>(n)].view();
+  };
+  const auto current = [&]() -> ConstView { return cur < 0 ? mb.grad_out.cview() : ab[static_cast<size_t>(cur)].cview(); };
   size_t pos = offsets.size();
-  const T* g = mb.grad_out.data();
   if (last) {
     --pos;
-    const T* wte = head_wte(p);
-    T* dwte = head_dwte();
-    head->backward(p + offsets[pos], wte, *mb.head, 1.0 / static_cast<double>(cfg.microbatches), a.data(),
-                   gr + offsets[pos], dwte);
-    g = a.data();
+    head->backward(layer_params(p, pos), head_wte(p), *mb.head, 1.0 / static_cast<double>(cfg.microbatches), next(),
+                   layer_grads(pos), head_dwte());
+    cur = 0;
   }
   for (size_t j = blocks.size(); j-- > 0;) {
     --pos;
-    T* out = g == a.data() ? b.data() : a.data();
-    blocks[j].backward(p + offsets[pos], mb.blocks[j], g, out, gr + offsets[pos]);
-    g = out;
+    const View out = next();
+    blocks[j].backward(layer_params(p, pos), mb.blocks[j], current(), out, layer_grads(pos));
+    cur = cur == 0 ? 1 : 0;
   }
-  if (first)
-    embedding->backward(*mb.embedding, g, gr + offsets[0]);
-  else
-    mb.grad_in.assign(g, g + act);
+  if (first) {
+    embedding->backward(*mb.embedding, current(), layer_grads(0));
+  } else if (cur >= 0) {
+    mb.grad_in = std::move(ab[static_cast<size_t>(cur)]);
+  } else {
+    mb.grad_in = backend->alloc(compute, act);
+    backend->copy(mb.grad_out.view(), mb.grad_in.view());
+  }
   mb.drop_stash();
 }
 
 // W(step + 1) from W(step) and the step's gradient (computed with version_of_step(step)), averaged over
-// the replicas and clipped by the global norm over all stages of this replica.
+// the replicas and clipped by the global norm over all stages of this replica. With a master copy the
+// optimizer updates it in place and the new version's compute buffer receives its cast, once.
 template <typename T>
 void StageWorker<T>::Impl::update(Comm& comm, int64_t step) {
   const auto& opt = cfg.optimizer;
@@ -192,29 +240,29 @@ void StageWorker<T>::Impl::update(Comm& comm, int64_t step) {
   if (cfg.model.tie_embeddings && cfg.depth > 1 && (first || last)) exchange_tied_grad(comm, step);
   if (opt.clip_norm > 0) {
     // The head's copy of a tied table is counted once, on the embedding's stage (the copy is last).
-    const size_t counted = tied_copy >= 0 ? static_cast<size_t>(tied_copy) : grads.size();
-    std::vector<double> ss{sum_of_squares<T>(std::span<const T>(grads).first(counted)) * scale * scale};
+    const int64_t counted = tied_copy >= 0 ? tied_copy : numel;
+    std::vector<double> ss{backend->sum_of_squares(grads.view().slice(0, counted)) * scale * scale};
     const auto group = replica_group();
     group_sum<double>(comm, group, make_tag(TagKind::clip, step, 0), ss);
     scale *= clip_factor(ss[0], opt.clip_norm);
   }
-  std::vector<T>& src = buffer_of(step);
-  std::vector<T>& dst = buffer_of(step + 1);
+  Buffer& dst = buffer_of(step + 1);
   if (dst.empty()) {
-    dst.assign(static_cast<size_t>(numel), T(0));
+    dst = backend->alloc(compute, numel);
     ++allocated;
   }
+  const View out = mixed ? master.view() : dst.view();
+  const ConstView in = mixed ? master.cview() : buffer_of(step).cview();
   const double lr = opt.lr.at(step);
   if (opt.kind == schemas::Optimizer::adamw)
-    adamw_step<T>(opt.adamw, layout, lr, step + 1, scale, src, grads, m1, m2, dst);
+    backend->adamw_step(opt.adamw, layout, lr, step + 1, scale, in, grads.view(), m1.view(), m2.view(), out);
   else
-    sgd_step<T>(opt.sgd, layout, lr, scale, src, grads, m1, dst);
-  std::fill(grads.begin(), grads.end(), T(0));
+    backend->sgd_step(opt.sgd, layout, lr, scale, in, grads.view(), m1.view(), out);
+  if (mixed) backend->copy(master.view(), dst.view());
+  backend->fill_zero(grads.view());
   steps_done = step + 1;
 }
 
-template struct Microbatch<float>;
-template struct Microbatch<double>;
 template struct StageWorker<float>::Impl;
 template struct StageWorker<double>::Impl;
 

@@ -5,6 +5,8 @@
 
 #include <array>
 #include <map>
+#include <memory>
+#include <span>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -14,49 +16,53 @@
 
 namespace pd2bw::executor {
 
-// One microbatch in flight on this stage.
-template <typename T>
+// One microbatch in flight on this stage; every buffer comes from the stage's arena.
 struct Microbatch {
-  std::vector<int32_t> tokens, targets;  // (B, S) on the first and the last stage
-  std::vector<T> input;                  // (B, S, C) received activation (stages > 0)
-  std::optional<typename GptEmbedding<T>::Stash> embedding;
-  std::vector<typename GptBlock<T>::Stash> blocks;
-  std::optional<typename GptHead<T>::Stash> head;
-  std::vector<T> output;    // (B, S, C) activation to send (stages < d - 1)
-  std::vector<T> grad_out;  // (B, S, C) received gradient of the output
-  std::vector<T> grad_in;   // (B, S, C) gradient of the input to send (stages > 0)
-  int64_t bytes() const;
+  Buffer tokens, targets;  // (B, S) i32 on the first and the last stage
+  Buffer input;            // (B, S, C) received activation (stages > 0)
+  std::optional<EmbeddingStash> embedding;
+  std::vector<BlockStash> blocks;
+  std::optional<HeadStash> head;
+  Buffer output;    // (B, S, C) activation to send (stages < d - 1)
+  Buffer grad_out;  // (B, S, C) received gradient of the output
+  Buffer grad_in;   // (B, S, C) gradient of the input to send (stages > 0)
   void drop_stash();
 };
 
 template <typename T>
 struct StageWorker<T>::Impl {
   PipelineConfig cfg;
+  std::unique_ptr<Backend> backend;  // declared first: destroyed after every buffer below
+  DType compute = DType::f32;        // the layers' dtype
+  bool mixed = false;                // compute is narrower than T: a master copy of its own
   int64_t rank = 0, stage = 0, replica = 0;
   int64_t begin = 0, end = 0;  // layers
   bool first = false, last = false, recompute = false;
-  std::optional<GptEmbedding<T>> embedding;
-  std::vector<GptBlock<T>> blocks;
-  std::optional<GptHead<T>> head;
+  std::optional<EmbeddingLayer> embedding;
+  std::vector<BlockLayer> blocks;
+  std::optional<HeadLayer> head;
   ParamLayout layout;
-  std::vector<int64_t> offsets;  // per layer of the stage: where its parameters start
+  std::vector<int64_t> offsets, sizes;  // per layer of the stage: where its parameters start, how many
   int64_t numel = 0;
   // Tied embeddings with the head away from the embedding: the head's stage keeps a copy of the token
   // table at this offset (its last tensor, "lm_head.weight"); -1 otherwise.
   int64_t tied_copy = -1;
-  std::array<std::vector<T>, 2> weights;  // 2BW: version v lives in weights[v % 2]; else weights[0]
+  std::array<Buffer, 2> weights;  // compute dtype; 2BW: version v lives in weights[v % 2]; else weights[0]
   int64_t allocated = 0;
-  std::vector<T> grads, m1, m2;
+  Buffer master;                  // T, the newest version, when mixed
+  Buffer grads, m1, m2;           // T
+  Buffer widened;                 // T, the older version widened for weights() when mixed
+  Buffer loss;                    // (1) f64, the last microbatch's loss (last stage)
+  std::vector<int32_t> tokens_host, targets_host;  // (B, S) staging for the data source
   int64_t steps_done = 0;
-  std::map<std::pair<int64_t, int64_t>, Microbatch<T>> live;  // (step, microbatch) -> state
-  int64_t bytes = 0, peak = 0;
-  double compute_cpu_ms = 0;       // thread CPU time in forward, recompute, backward
+  std::map<std::pair<int64_t, int64_t>, Microbatch> live;  // (step, microbatch) -> state
+  double compute_ms = 0;           // backend clock in forward, recompute, backward
   int64_t computed_microbatches = 0;
   std::vector<double> update_end;  // steady-clock ms of each update's end, by step
 
   Impl(const PipelineConfig& config, int64_t rank);
   bool two_bw() const { return cfg.schedule == schemas::Schedule::two_bw; }
-  std::vector<T>& buffer_of(int64_t version) { return weights[two_bw() ? static_cast<size_t>(version % 2) : 0]; }
+  Buffer& buffer_of(int64_t version) { return weights[two_bw() ? static_cast<size_t>(version % 2) : 0]; }
   int64_t version_of_step(int64_t step) const { return planner::version_for_step(cfg.schedule, step); }
   int64_t activation_numel() const { return cfg.microbatch_size * cfg.seq * cfg.model.d_model; }
   std::vector<int64_t> stage_group() const;    // ranks of this stage, replica order
@@ -64,16 +70,21 @@ struct StageWorker<T>::Impl {
   int64_t rank_of(int64_t at_stage, int64_t of_replica) const {
     return cfg.ranks[static_cast<size_t>(at_stage)][static_cast<size_t>(of_replica)];
   }
-  void account();  // recomputes the bytes held and the peak
-  // The token table the head reads (of weights p) and where its gradient goes; null when not tied.
-  const T* head_wte(const T* p) const;
-  T* head_dwte();
+  std::span<T> host_span(Buffer& b) { return {b.data<T>(), static_cast<size_t>(b.numel())}; }
+  // Parameters (or gradients) of the stage's layer at position pos.
+  ConstView layer_params(ConstView p, size_t pos) const { return p.slice(offsets[pos], sizes[pos]); }
+  View layer_grads(size_t pos) { return grads.view().slice(offsets[pos], sizes[pos]); }
+  // The token table the head reads (of weights p) and where its gradient goes; empty when not tied.
+  ConstView head_wte(ConstView p) const;
+  View head_dwte();
   // Sums the tied table's gradient of the embedding's and the head's stage (same replica) on both.
   void exchange_tied_grad(Comm& comm, int64_t step);
+  // Fills tokens (and targets on the last stage) of microbatch k of `step` from the data source.
+  void load_batch(Microbatch& mb, const MicrobatchSource& data, int64_t step, int64_t k);
 
   // The math of one op (stage_math.cpp).
-  void forward(Microbatch<T>& mb, int64_t step, const T* params, LossSink* sink, int64_t k);
-  void backward(Microbatch<T>& mb, const T* params);
+  void forward(Microbatch& mb, int64_t step, ConstView params, LossSink* sink, int64_t k);
+  void backward(Microbatch& mb, ConstView params);
   void update(Comm& comm, int64_t step);
 };
 

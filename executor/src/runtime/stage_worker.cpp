@@ -2,8 +2,6 @@
 // activations and gradients with its neighbours, and the in-process job that runs every rank as a thread.
 #include <fmt/format.h>
 
-#include <time.h>
-
 #include <chrono>
 #include <exception>
 #include <mutex>
@@ -16,24 +14,11 @@ namespace pd2bw::executor {
 
 namespace {
 
-double thread_cpu_ms() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
-}
-
 double steady_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-template <typename T>
-std::span<const std::byte> as_bytes_of(const std::vector<T>& v) {
-  return std::as_bytes(std::span<const T>(v));
-}
-template <typename T>
-std::span<std::byte> as_writable_bytes_of(std::vector<T>& v) {
-  return std::as_writable_bytes(std::span<T>(v));
-}
+std::span<std::byte> bytes_of(Buffer& b) { return {b.data<std::byte>(), static_cast<size_t>(b.bytes())}; }
 
 }  // namespace
 
@@ -50,74 +35,68 @@ void StageWorker<T>::run(Comm& comm, const MicrobatchSource& data, int64_t first
   if (first_step != s.steps_done)
     throw Error(fmt::format("stage {}: asked to run from step {} but {} steps are done", s.stage, first_step,
                             s.steps_done));
-  const auto act = static_cast<size_t>(s.activation_numel());
+  const int64_t act = s.activation_numel();
   const auto& c = s.cfg;
+  Backend& be = *s.backend;
   const auto ops = planner::stage_ops({c.schedule, c.depth, c.microbatches, steps, c.width}, s.stage, s.recompute);
   for (const planner::Op& op : ops) {
     const int64_t step = first_step + op.step, k = op.microbatch;
     const auto key = std::make_pair(step, k);
-    const T* params = s.buffer_of(s.version_of_step(step)).data();
+    const ConstView params = s.buffer_of(s.version_of_step(step)).cview();
     switch (op.kind) {
       case planner::OpKind::recv_activation: {
         auto& mb = s.live[key];
-        mb.input.resize(act);
-        comm.recv(s.rank_of(s.stage - 1, s.replica), make_tag(TagKind::activation, step, k), as_writable_bytes_of(mb.input));
+        mb.input = be.alloc(s.compute, act);
+        comm.recv(s.rank_of(s.stage - 1, s.replica), make_tag(TagKind::activation, step, k), bytes_of(mb.input));
         break;
       }
       case planner::OpKind::forward: {
         auto& mb = s.live[key];
-        if (s.first || s.last) {
-          const auto n = static_cast<size_t>(c.microbatch_size * c.seq);
-          mb.tokens.resize(n);
-          mb.targets.resize(n);
-          data.fill(step, k, s.replica, mb.tokens.data(), mb.targets.data());
-          if (!s.last) mb.targets = {};
-        }
-        const double t0 = thread_cpu_ms();
+        s.load_batch(mb, data, step, k);
+        const TimerMark t0 = be.mark();
         s.forward(mb, step, params, sink, k);
-        s.compute_cpu_ms += thread_cpu_ms() - t0;
+        s.compute_ms += be.elapsed_ms(t0, be.mark());
         if (s.recompute) mb.drop_stash();  // keep only the stage input
         break;
       }
       case planner::OpKind::send_activation: {
         auto& mb = s.live.at(key);
-        comm.send(s.rank_of(s.stage + 1, s.replica), make_tag(TagKind::activation, step, k), as_bytes_of(mb.output));
-        mb.output = {};
+        comm.send(s.rank_of(s.stage + 1, s.replica), make_tag(TagKind::activation, step, k), bytes_of(mb.output));
+        mb.output.reset();
         break;
       }
       case planner::OpKind::recv_gradient: {
         auto& mb = s.live.at(key);
-        mb.grad_out.resize(act);
-        comm.recv(s.rank_of(s.stage + 1, s.replica), make_tag(TagKind::gradient, step, k), as_writable_bytes_of(mb.grad_out));
+        mb.grad_out = be.alloc(s.compute, act);
+        comm.recv(s.rank_of(s.stage + 1, s.replica), make_tag(TagKind::gradient, step, k), bytes_of(mb.grad_out));
         break;
       }
       case planner::OpKind::recompute: {
         auto& mb = s.live.at(key);
-        const double t0 = thread_cpu_ms();
+        const TimerMark t0 = be.mark();
         s.forward(mb, step, params, nullptr, k);
-        s.compute_cpu_ms += thread_cpu_ms() - t0;
-        mb.output = {};
+        s.compute_ms += be.elapsed_ms(t0, be.mark());
+        mb.output.reset();
         break;
       }
       case planner::OpKind::backward: {
         auto& mb = s.live.at(key);
-        const double t0 = thread_cpu_ms();
+        const TimerMark t0 = be.mark();
         s.backward(mb, params);
-        s.compute_cpu_ms += thread_cpu_ms() - t0;
+        s.compute_ms += be.elapsed_ms(t0, be.mark());
         ++s.computed_microbatches;
-        s.account();  // the peak includes the stash freed just now
         if (s.first) s.live.erase(key);
         break;
       }
       case planner::OpKind::send_gradient: {
         auto& mb = s.live.at(key);
-        comm.send(s.rank_of(s.stage - 1, s.replica), make_tag(TagKind::gradient, step, k), as_bytes_of(mb.grad_in));
+        comm.send(s.rank_of(s.stage - 1, s.replica), make_tag(TagKind::gradient, step, k), bytes_of(mb.grad_in));
         s.live.erase(key);
         break;
       }
       case planner::OpKind::allreduce: {
         const auto group = s.stage_group();
-        group_sum<T>(comm, group, make_tag(TagKind::allreduce, step, 0), s.grads);
+        group_sum<T>(comm, group, make_tag(TagKind::allreduce, step, 0), s.host_span(s.grads));
         break;
       }
       case planner::OpKind::update:
@@ -126,7 +105,6 @@ void StageWorker<T>::run(Comm& comm, const MicrobatchSource& data, int64_t first
         s.update_end[static_cast<size_t>(step)] = steady_ms();
         break;
     }
-    s.account();
   }
   if (!s.live.empty()) throw Error(fmt::format("stage {}: {} microbatches left in flight", s.stage, s.live.size()));
 }
@@ -140,16 +118,22 @@ int64_t StageWorker<T>::steps_done() const { return impl_->steps_done; }
 template <typename T>
 const ParamLayout& StageWorker<T>::layout() const { return impl_->layout; }
 template <typename T>
-std::span<T> StageWorker<T>::moment1() { return impl_->m1; }
+std::span<T> StageWorker<T>::moment1() { return impl_->host_span(impl_->m1); }
 template <typename T>
-std::span<T> StageWorker<T>::moment2() { return impl_->m2; }
+std::span<T> StageWorker<T>::moment2() { return impl_->host_span(impl_->m2); }
 template <typename T>
 int64_t StageWorker<T>::versions_allocated() const { return impl_->allocated; }
 template <typename T>
-int64_t StageWorker<T>::peak_bytes() const { return impl_->peak; }
+int64_t StageWorker<T>::master_buffers() const { return impl_->mixed ? 1 : 0; }
+template <typename T>
+DType StageWorker<T>::compute_dtype() const { return impl_->compute; }
+template <typename T>
+int64_t StageWorker<T>::peak_bytes() const { return impl_->backend->memory().peak_bytes; }
+template <typename T>
+MemoryStats StageWorker<T>::memory() const { return impl_->backend->memory(); }
 template <typename T>
 double StageWorker<T>::compute_ms_per_microbatch() const {
-  return impl_->computed_microbatches > 0 ? impl_->compute_cpu_ms / static_cast<double>(impl_->computed_microbatches) : 0.0;
+  return impl_->computed_microbatches > 0 ? impl_->compute_ms / static_cast<double>(impl_->computed_microbatches) : 0.0;
 }
 template <typename T>
 const std::vector<double>& StageWorker<T>::update_end_ms() const { return impl_->update_end; }
@@ -159,29 +143,41 @@ std::span<T> StageWorker<T>::weights(int64_t version) {
   Impl& s = *impl_;
   const bool held = version == s.steps_done || (s.two_bw() && version == s.steps_done - 1 && version >= 0);
   if (!held) throw Error(fmt::format("stage {}: weight version {} is not held (steps done {})", s.stage, version, s.steps_done));
-  return s.buffer_of(version);
+  if (!s.mixed) return s.host_span(s.buffer_of(version));
+  if (version == s.steps_done) return s.host_span(s.master);
+  if (s.widened.empty()) s.widened = s.backend->alloc(dtype_of<T>(), s.numel);
+  s.backend->copy(s.buffer_of(version).view(), s.widened.view());
+  return s.host_span(s.widened);
 }
 
+// With a master copy, `current` goes to the master and its cast to the compute buffer (as an update
+// makes it), and `previous` (a widened bf16 copy) is narrowed back exactly.
 template <typename T>
 void StageWorker<T>::restore(int64_t steps, std::span<const T> previous, std::span<const T> current,
                              std::span<const T> m1, std::span<const T> m2) {
   Impl& s = *impl_;
   const auto n = static_cast<size_t>(s.numel);
   const bool want_prev = s.two_bw() && steps > 0;
-  if (current.size() != n || m1.size() != s.m1.size() || m2.size() != s.m2.size() ||
-      (want_prev ? previous.size() != n : !previous.empty()))
+  if (current.size() != n || m1.size() != static_cast<size_t>(s.m1.numel()) ||
+      m2.size() != static_cast<size_t>(s.m2.numel()) || (want_prev ? previous.size() != n : !previous.empty()))
     throw Error(fmt::format("stage {}: restored state has the wrong sizes", s.stage));
+  Backend& be = *s.backend;
   s.steps_done = steps;
-  auto& cur = s.buffer_of(steps);
-  cur.assign(current.begin(), current.end());
-  if (want_prev) {
-    auto& prev = s.buffer_of(steps - 1);
-    prev.assign(previous.begin(), previous.end());
-    s.allocated = 2;
-  }
-  s.m1.assign(m1.begin(), m1.end());
-  s.m2.assign(m2.begin(), m2.end());
-  s.account();
+  const auto put = [&](std::span<const T> host, Buffer& dst) {
+    if (dst.empty()) {
+      dst = be.alloc(s.compute, s.numel);
+      ++s.allocated;
+    }
+    if (!s.mixed) return be.from_host(host.data(), dst.view());
+    Buffer staged = be.alloc(dtype_of<T>(), s.numel);
+    be.from_host(host.data(), staged.view());
+    be.copy(staged.view(), dst.view());
+  };
+  put(current, s.buffer_of(steps));
+  if (s.mixed) be.from_host(current.data(), s.master.view());
+  if (want_prev) put(previous, s.buffer_of(steps - 1));
+  be.from_host(m1.data(), s.m1.view());
+  be.from_host(m2.data(), s.m2.view());
 }
 
 template <typename T>

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "pd2bw/executor/backend.hpp"
 #include "pd2bw/executor/layout.hpp"
 
 namespace pd2bw::executor {
@@ -83,100 +84,157 @@ class LayerBuffers {
   std::vector<T> grads_;
 };
 
+// ---- the layers, written once against a Backend ----------------------------------------------------
+// Each layer runs on the backend it was built with, in a compute dtype (f32, f64 or bf16): params,
+// activations and stashes are compute-dtype Views of that backend's memory; parameter gradients (grads,
+// dwte) are in accumulate_dtype(compute). Stash and scratch buffers come from the backend's arena. The
+// layer objects hold no weights (see LayerBuffers / the pipeline runtime for those) and no state
+// between calls, so one object serves every microbatch and both 2BW weight versions.
+
+// What the embedding's backward reads: the token ids (i32).
+struct EmbeddingStash {
+  int64_t batch = 0;
+  int64_t seq = 0;
+  Buffer tokens;  // (B, S)
+  int64_t bytes() const { return tokens.bytes(); }
+};
+
+// Everything a block's backward reads; N = B*S rows. bytes() is what one stashed microbatch costs.
+struct BlockStash {
+  int64_t batch = 0;
+  int64_t seq = 0;
+  Buffer x;                        // (N, C) block input
+  Buffer ln1, ln1_mean, ln1_rstd;  // (N, C), (N), (N)
+  Buffer qkv;                      // (N, 3C)
+  Buffer probs;                    // (B, H, S, S)
+  Buffer attn;                     // (N, C) attention output before c_proj
+  Buffer x1;                       // (N, C) residual stream after attention
+  Buffer ln2, ln2_mean, ln2_rstd;  // (N, C), (N), (N)
+  Buffer fc, fc_act;               // (N, 4C) before and after GELU
+  int64_t bytes() const;
+};
+
+// What the head's backward reads.
+struct HeadStash {
+  int64_t batch = 0;
+  int64_t seq = 0;
+  Buffer targets;                // (N) i32
+  Buffer x;                      // (N, C) head input
+  Buffer ln, ln_mean, ln_rstd;   // (N, C), (N), (N)
+  Buffer logits;                 // (N, V)
+  Buffer lse;                    // (N) log-sum-exp per row
+  int64_t bytes() const;
+};
+
 // Layer 0: token + position embedding. Parameters: wte.weight (V, C), wpe.weight (Tmax, C).
-template <typename T>
-class GptEmbedding : public LayerBuffers<T> {
+class EmbeddingLayer {
  public:
   static constexpr int64_t kWteOffset = 0;  // wte.weight starts the buffer (tied heads add into it)
-
-  struct Stash {
-    int64_t batch = 0;
-    int64_t seq = 0;
-    std::vector<int32_t> tokens;  // (B, S)
-    int64_t bytes() const;
-  };
-
-  // Throws pd2bw::UsageError for an invalid config.
-  GptEmbedding(const GptConfig& config, uint64_t seed, Buffers buffers = Buffers::owned);
-
-  // params: this layer's layout; tokens: (B, S) ids in [0, V), 0 < S <= seq_len; out: (B, S, C).
-  // Throws pd2bw::UsageError for a bad batch/seq, pd2bw::Error for a token out of range.
-  void forward(const T* params, const int32_t* tokens, int64_t batch, int64_t seq, Stash& stash,
-               T* out) const;
+  // Throws UsageError for an invalid config or a compute dtype the backend does not support.
+  EmbeddingLayer(const GptConfig& config, Backend& backend, DType compute);
+  // params: this layer's layout; tokens: (B, S) i32 ids in [0, V), 0 < S <= seq_len; out: (B, S, C).
+  // Throws UsageError for a bad batch/seq, Error for a token out of range.
+  void forward(ConstView params, ConstView tokens, int64_t batch, int64_t seq, EmbeddingStash& stash, View out) const;
   // grad_out: (B, S, C); grads: this layer's layout, accumulated.
-  void backward(const Stash& stash, const T* grad_out, T* grads) const;
+  void backward(const EmbeddingStash& stash, ConstView grad_out, View grads) const;
+
+ private:
+  GptConfig config_;
+  Backend* backend_;
+  DType compute_;
 };
 
 // Layers 1..blocks: pre-LN transformer block
 //   x1 = x + c_proj(attn(c_attn(ln_1(x))));  y = x1 + mlp.c_proj(gelu(mlp.c_fc(ln_2(x1)))),
 // MLP hidden width 4C. Parameters (h.{i}.*): ln_1 (C)x2, attn.c_attn (3C, C)+(3C), attn.c_proj
 // (C, C)+(C), ln_2 (C)x2, mlp.c_fc (4C, C)+(4C), mlp.c_proj (C, 4C)+(C).
-template <typename T>
-class GptBlock : public LayerBuffers<T> {
+class BlockLayer {
  public:
-  // Everything backward reads; N = B*S rows. bytes() is what one stashed microbatch costs.
-  struct Stash {
-    int64_t batch = 0;
-    int64_t seq = 0;
-    std::vector<T> x;                        // (N, C) block input
-    std::vector<T> ln1, ln1_mean, ln1_rstd;  // (N, C), (N), (N)
-    std::vector<T> qkv;                      // (N, 3C)
-    std::vector<T> probs;                    // (B, H, S, S)
-    std::vector<T> attn;                     // (N, C) attention output before c_proj
-    std::vector<T> x1;                       // (N, C) residual stream after attention
-    std::vector<T> ln2, ln2_mean, ln2_rstd;  // (N, C), (N), (N)
-    std::vector<T> fc, fc_act;               // (N, 4C) before and after GELU
-    int64_t bytes() const;
-  };
-
-  // block in [0, blocks): the model layer index is block + 1. Throws pd2bw::UsageError.
-  GptBlock(const GptConfig& config, int64_t block, uint64_t seed, Buffers buffers = Buffers::owned);
-
-  // params: this layer's layout; input, output: (B, S, C), distinct buffers. Throws UsageError for
-  // a bad batch/seq.
-  void forward(const T* params, const T* input, int64_t batch, int64_t seq, Stash& stash, T* output) const;
-  // Rebuilds the stash from the block input alone (forward again, output discarded); bit-identical
-  // to the stash forward() wrote for the same params and input.
-  void recompute(const T* params, const T* input, int64_t batch, int64_t seq, Stash& stash) const;
+  // block in [0, blocks): the model layer index is block + 1. Throws UsageError.
+  BlockLayer(const GptConfig& config, int64_t block, Backend& backend, DType compute);
+  // params: this layer's layout; input, output: (B, S, C), distinct. Throws UsageError for a bad batch/seq.
+  void forward(ConstView params, ConstView input, int64_t batch, int64_t seq, BlockStash& stash, View output) const;
+  // Rebuilds the stash from the block input alone; bit-identical to what forward() stashed.
+  void recompute(ConstView params, ConstView input, int64_t batch, int64_t seq, BlockStash& stash) const;
   // grad_output, grad_input: (B, S, C), distinct; grads: this layer's layout, accumulated.
-  void backward(const T* params, const Stash& stash, const T* grad_output, T* grad_input, T* grads) const;
+  void backward(ConstView params, const BlockStash& stash, ConstView grad_output, View grad_input, View grads) const;
+
+ private:
+  GptConfig config_;
+  ParamLayout layout_;
+  Backend* backend_;
+  DType compute_;
 };
 
 // The last layer: ln_f, LM head (no bias) and mean softmax cross-entropy over the B*S positions.
 // Parameters: ln_f.weight (C), ln_f.bias (C), and lm_head.weight (V, C) unless tied.
+class HeadLayer {
+ public:
+  HeadLayer(const GptConfig& config, Backend& backend, DType compute);
+  // params: this layer's layout; wte: (V, C) when tied (the embedding's table of the same weight
+  // version), ignored otherwise; input: (B, S, C); targets: (B, S) i32 in [0, V); loss: (1) f64,
+  // written with the mean loss over B*S positions. Throws UsageError (tied and wte empty, bad
+  // batch/seq) or Error (target out of range).
+  void forward(ConstView params, ConstView wte, ConstView input, ConstView targets, int64_t batch, int64_t seq,
+               HeadStash& stash, View loss) const;
+  // Starts from d(loss_scale * loss); grad_input: (B, S, C) overwritten; grads: this layer's layout,
+  // accumulated; dwte: (V, C) accumulated LM-head gradient when tied (required then), else ignored.
+  void backward(ConstView params, ConstView wte, const HeadStash& stash, double loss_scale, View grad_input, View grads,
+                View dwte) const;
+
+ private:
+  ConstView lm_head(ConstView params, ConstView wte) const;
+  GptConfig config_;
+  Backend* backend_;
+  DType compute_;
+};
+
+// ---- typed conveniences over the process-wide cpu backend (default_backend()) -------------------------
+// Each owns its LayerBuffers (unless Buffers::none) and takes host pointers of T = float or double,
+// the compute dtype; used by the sequential reference model, the profiler and tests.
+
+template <typename T>
+class GptEmbedding : public LayerBuffers<T> {
+ public:
+  static constexpr int64_t kWteOffset = EmbeddingLayer::kWteOffset;
+  using Stash = EmbeddingStash;
+  GptEmbedding(const GptConfig& config, uint64_t seed, Buffers buffers = Buffers::owned);
+  void forward(const T* params, const int32_t* tokens, int64_t batch, int64_t seq, Stash& stash, T* out) const;
+  void backward(const Stash& stash, const T* grad_out, T* grads) const;
+
+ private:
+  EmbeddingLayer layer_;
+};
+
+template <typename T>
+class GptBlock : public LayerBuffers<T> {
+ public:
+  using Stash = BlockStash;
+  GptBlock(const GptConfig& config, int64_t block, uint64_t seed, Buffers buffers = Buffers::owned);
+  void forward(const T* params, const T* input, int64_t batch, int64_t seq, Stash& stash, T* output) const;
+  void recompute(const T* params, const T* input, int64_t batch, int64_t seq, Stash& stash) const;
+  void backward(const T* params, const Stash& stash, const T* grad_output, T* grad_input, T* grads) const;
+
+ private:
+  BlockLayer layer_;
+};
+
 template <typename T>
 class GptHead : public LayerBuffers<T> {
  public:
-  struct Stash {
-    int64_t batch = 0;
-    int64_t seq = 0;
-    std::vector<int32_t> targets;         // (N)
-    std::vector<T> x;                     // (N, C) head input
-    std::vector<T> ln, ln_mean, ln_rstd;  // (N, C), (N), (N)
-    std::vector<T> logits;                // (N, V)
-    std::vector<T> lse;                   // (N) log-sum-exp per row
-    int64_t bytes() const;
-  };
-
-  // Throws pd2bw::UsageError for an invalid config.
+  using Stash = HeadStash;
   GptHead(const GptConfig& config, uint64_t seed, Buffers buffers = Buffers::owned);
-
-  // params: this layer's layout; wte: (V, C) when tied (the embedding's table of the same weight
-  // version), ignored otherwise; input: (B, S, C); targets: (B, S) in [0, V).
-  // Returns the mean loss over B*S positions. Throws pd2bw::UsageError (tied and wte null, bad
-  // batch/seq) or pd2bw::Error (target out of range).
-  double forward(const T* params, const T* wte, const T* input, const int32_t* targets, int64_t batch,
-                 int64_t seq, Stash& stash) const;
+  // Returns the mean loss. wte: (V, C) when tied, else ignored (may be null).
+  double forward(const T* params, const T* wte, const T* input, const int32_t* targets, int64_t batch, int64_t seq,
+                 Stash& stash) const;
   // Same as forward (the head keeps nothing but what forward computes); returns the loss.
   double recompute(const T* params, const T* wte, const T* input, const int32_t* targets, int64_t batch,
                    int64_t seq, Stash& stash) const;
-  // Starts from d(loss_scale * loss); grad_input: (B, S, C) overwritten; grads: this layer's layout,
-  // accumulated; dwte: (V, C) accumulated LM-head gradient when tied (required then), else ignored.
   void backward(const T* params, const T* wte, const Stash& stash, double loss_scale, T* grad_input, T* grads,
                 T* dwte) const;
 
  private:
-  const T* lm_head(const T* params, const T* wte) const;
+  HeadLayer layer_;
 };
 
 extern template class LayerBuffers<float>;

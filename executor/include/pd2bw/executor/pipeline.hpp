@@ -8,9 +8,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
 #include <span>
 #include <vector>
 
+#include "pd2bw/executor/backend.hpp"
 #include "pd2bw/executor/comm.hpp"
 #include "pd2bw/executor/gpt.hpp"
 #include "pd2bw/executor/optimizer.hpp"
@@ -38,6 +41,9 @@ struct PipelineConfig {
   std::vector<std::vector<int64_t>> ranks;   // (d, w): rank of (stage, replica)
   uint64_t seed = 1234;        // weight initialisation
   OptimizerOptions optimizer;
+  std::string backend = "cpu";     // registry name (backend.hpp) of the backend every stage runs on
+  std::optional<DType> compute;    // compute dtype of the layers; unset: the master dtype T of the
+                                   // StageWorker. bf16 needs T = float (fp32 master, gradients, moments).
   int64_t ranks_total() const { return depth * width; }
   // Throws UsageError naming the first inconsistency (bounds, ranks, m < d for 2bw, seq, model).
   void validate() const;
@@ -63,7 +69,11 @@ class LossSink {
   virtual void on_loss(int64_t step, int64_t replica, int64_t microbatch, double loss) = 0;
 };
 
-// One rank's stage: its weights, optimizer state and the interpreter of its op list.
+// One rank's stage: its weights, optimizer state and the interpreter of its op list. T (float or double)
+// is the dtype of the master weights, gradients and optimizer moments; the layers compute in
+// config.compute on config.backend, whose arena holds every buffer of the stage. With a compute dtype
+// narrower than T (bf16), the stage keeps one master copy in T, updated in place, and casts it once per
+// update into the compute-dtype buffer of the new version (2BW: two such buffers, reused).
 template <typename T>
 class StageWorker {
  public:
@@ -82,7 +92,9 @@ class StageWorker {
   int64_t replica() const;
   int64_t steps_done() const;               // optimizer updates applied so far
   const ParamLayout& layout() const;        // the stage's parameters (its layers' layouts, in order)
-  // The weights of `version` (which must be held: the newest, or the one before it for 2BW).
+  // The weights of `version` (which must be held: the newest, or the one before it for 2BW), in host
+  // memory of a host-visible backend. With bf16 compute the newest version is the fp32 master and the
+  // older one is its bf16 copy widened to T (exactly), valid until the next call.
   std::span<T> weights(int64_t version);
   std::span<T> moment1();                   // AdamW m, or SGD momentum
   std::span<T> moment2();                   // AdamW v (empty for SGD)
@@ -90,11 +102,14 @@ class StageWorker {
   // first must be empty when steps == 0), else of version steps.
   void restore(int64_t steps, std::span<const T> previous, std::span<const T> current,
                std::span<const T> m1, std::span<const T> m2);
-  int64_t versions_allocated() const;       // weight buffers ever allocated (2 for 2BW at most)
-  int64_t peak_bytes() const;               // largest total of the buffers this worker held at once
-  // Measured while running: CPU time of this rank's thread in forward, recompute and backward, per
-  // microbatch (what a dedicated device would spend; wall time would include other ranks' threads
-  // sharing the cores), and when each update finished (steady clock, ms since its epoch), by step.
+  int64_t versions_allocated() const;       // weight-version buffers ever allocated (2 for 2BW at most)
+  int64_t master_buffers() const;           // 1 when the master weights are a buffer of their own (bf16), else 0
+  DType compute_dtype() const;
+  int64_t peak_bytes() const;               // the stage arena's peak: the most bytes it held at once
+  MemoryStats memory() const;               // the stage arena's statistics
+  // Measured while running: compute time on the backend's clock (cpu: this rank's thread CPU time) in
+  // forward, recompute and backward, per microbatch (what a dedicated device would spend; wall time
+  // would include other ranks' threads sharing the cores), and when each update finished (steady clock, ms since its epoch), by step.
   double compute_ms_per_microbatch() const;
   const std::vector<double>& update_end_ms() const;
 

@@ -45,10 +45,6 @@ void validate_options(const ProfileOptions& options);
 // then link_max_bytes itself (rounded down to a multiple of 4) when the grid missed it. Ascending.
 std::vector<int64_t> link_message_sizes(const ProfileOptions& options);
 
-// True when stash_bytes can be measured from the allocator (glibc's mallinfo2, no sanitizer replacing
-// malloc). When false, run_profile copies the computed stash size into stash_bytes and says so.
-bool heap_measurement_available();
-
 // Called as work proceeds with the fraction done in [0, 1] (non-decreasing, ending with exactly 1)
 // and what is being measured. May be empty.
 using ProgressFn = std::function<void(double fraction, const std::string& what)>;
@@ -57,8 +53,8 @@ using ProgressFn = std::function<void(double fraction, const std::string& what)>
 // "embedding", "block.0" .. "block.{blocks-1}", "head" (kinds "embedding", "block", "head"); one block
 // is timed and copied to every block, since all blocks are the same layer. Each LayerTiming holds the
 // median, min and p90 of the timed forward and backward runs in ms, recompute_ms, the boundary sizes,
-// stash_bytes_computed (Stash::bytes()) and stash_bytes (measured heap growth while the stash is
-// alive). links holds one level "node": p2p and allreduce curves over link_message_sizes() and the
+// stash_bytes_computed (Stash::bytes()) and stash_bytes (measured growth of the backend arena's live
+// bytes while the stash is alive). links holds one level "node": p2p and allreduce curves over link_message_sizes() and the
 // scalars derived from them. Blocks the calling thread for the whole run; starts link_ranks threads
 // for the link part. Throws pd2bw::UsageError for bad options, pd2bw::Error if a measurement fails.
 schemas::Profile run_profile(const ProfileOptions& options, const ProgressFn& progress);

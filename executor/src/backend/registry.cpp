@@ -1,0 +1,83 @@
+// The backend registry: the one place that knows which backends this build has. A CUDA backend adds
+// its factory here under `#if PD2BW_HAVE_CUDA`.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <mutex>
+#include <utility>
+
+#include "cpu/cpu_backend.hpp"
+#include "pd2bw/error.hpp"
+#include "pd2bw/executor/backend.hpp"
+
+namespace pd2bw::executor {
+
+namespace {
+
+struct Registry {
+  std::mutex mutex;
+  std::vector<std::pair<std::string, BackendFactory>> entries;
+  Registry() {
+    entries.emplace_back("cpu", [] { return std::make_unique<cpu::CpuBackend>(); });
+  }
+};
+
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_backend(std::string_view name) {
+  Registry& r = registry();
+  BackendFactory factory;
+  {
+    const std::lock_guard<std::mutex> lock(r.mutex);
+    for (const auto& [n, f] : r.entries)
+      if (n == name) factory = f;
+  }
+  if (!factory)
+    throw UsageError(fmt::format("no backend named '{}'; this build has: {}", name, fmt::join(backend_names(), ", ")));
+  return factory();
+}
+
+std::vector<std::string> backend_names() {
+  Registry& r = registry();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  std::vector<std::string> names;
+  for (const auto& [n, f] : r.entries) names.push_back(n);
+  return names;
+}
+
+void register_backend(const std::string& name, BackendFactory factory) {
+  Registry& r = registry();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  for (const auto& [n, f] : r.entries)
+    if (n == name) throw UsageError(fmt::format("a backend named '{}' is already registered", name));
+  r.entries.emplace_back(name, std::move(factory));
+}
+
+Backend& default_backend() {
+  static cpu::CpuBackend backend("cpu");
+  return backend;
+}
+
+std::string_view to_string(DType t) {
+  switch (t) {
+    case DType::f32: return "float";
+    case DType::f64: return "double";
+    case DType::bf16: return "bf16";
+    case DType::i32: return "int32";
+  }
+  return "?";
+}
+
+DType parse_compute_dtype(std::string_view name) {
+  if (name == "float" || name == "fp32" || name == "f32") return DType::f32;
+  if (name == "double" || name == "fp64" || name == "f64") return DType::f64;
+  if (name == "bf16" || name == "bfloat16") return DType::bf16;
+  throw UsageError(fmt::format("unknown dtype '{}'", name), "use float, double or bf16");
+}
+
+}  // namespace pd2bw::executor
