@@ -90,11 +90,11 @@ void BlockLayer::backward(ConstView params, const BlockStash& s, ConstView grad_
   const auto p = [&](Tensor t) { return params.slice(layout_[t].offset, layout_[t].numel()); };
   const auto g = [&](Tensor t) { return grads.slice(layout_[t].offset, layout_[t].numel()); };
   Backend& be = *backend_;
-  Buffer dx1 = be.alloc(compute_, n * c);  // the residual path carries dy straight through
-  be.copy(grad_output.slice(0, n * c), dx1.view());
-  Buffer wide = be.alloc(compute_, n * 4 * c);   // (N, 4C), then (N, 3C)
-  Buffer narrow = be.alloc(compute_, n * c);     // (N, C) scratch
-  const View w4 = wide.view(), w3 = wide.view().slice(0, n * 3 * c);
+  // wide holds (N, 4C) for the MLP, then (N, 3C) for attention followed by dx1 (N, C): the gradient of
+  // x1, where the residual path carries dy straight through.
+  Buffer wide = be.alloc(compute_, n * 4 * c);
+  Buffer narrow = be.alloc(compute_, n * c);  // (N, C) scratch
+  const View w4 = wide.view(), w3 = wide.view().slice(0, n * 3 * c), dx1 = wide.view().slice(n * 3 * c, n * c);
 
   // MLP: y = x1 + c_proj(gelu(c_fc(ln_2(x1)))).
   be.linear_backward(grad_output, s.fc_act.view(), p(kMlpProjW), w4, g(kMlpProjW), g(kMlpProjB), n, 4 * c, c);
@@ -102,15 +102,15 @@ void BlockLayer::backward(ConstView params, const BlockStash& s, ConstView grad_
   be.linear_backward(w4, s.ln2.view(), p(kFcW), narrow.view(), g(kFcW), g(kFcB), n, c, 4 * c);
   be.layernorm_backward(narrow.view(), s.x1.view(), p(kLn2W), s.ln2_mean.view(), s.ln2_rstd.view(), grad_input,
                         g(kLn2W), g(kLn2B), n, c);
-  be.accumulate(dx1.view(), grad_input, n * c);
+  be.add(grad_output, grad_input, dx1, n * c);
 
   // Attention: x1 = x + c_proj(attn(c_attn(ln_1(x)))).
-  be.linear_backward(dx1.view(), s.attn.view(), p(kProjW), narrow.view(), g(kProjW), g(kProjB), n, c, c);
+  be.linear_backward(dx1, s.attn.view(), p(kProjW), narrow.view(), g(kProjW), g(kProjB), n, c, c);
   be.attention_backward(narrow.view(), s.qkv.view(), s.probs.view(), w3, s.batch, s.seq, c, cfg.heads);
   be.linear_backward(w3, s.ln1.view(), p(kAttnW), narrow.view(), g(kAttnW), g(kAttnB), n, c, 3 * c);
   be.layernorm_backward(narrow.view(), s.x.view(), p(kLn1W), s.ln1_mean.view(), s.ln1_rstd.view(), grad_input,
                         g(kLn1W), g(kLn1B), n, c);
-  be.accumulate(grad_input, dx1.view(), n * c);
+  be.accumulate(grad_input, dx1, n * c);
 }
 
 template <typename T>

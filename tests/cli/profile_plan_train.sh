@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's main path end to end on the CPU: `pd2bw profile` (default model) -> `pd2bw plan` (a forced
 # 2-stage pipeline) -> `pd2bw train` on the built-in corpus. Checks the files each step writes, that the
-# loss falls, and that the run's prediction check (report) holds numbers for every stage.
+# loss falls, that the run's prediction check (report) holds numbers for every stage, and that each stage's
+# arena peak is within 5% of the planner's memory model.
 source "$(dirname "$0")/lib.bash"
 PY="${PD2BW_PYTHON:-/usr/bin/python3}"
 
@@ -31,6 +32,8 @@ assert len(report["stages"]) == 2
 for s in report["stages"]:
     assert s["compute_ms_measured"] > 0 and s["compute_ms_planned"] > 0 and s["peak_bytes"] > 0, s
     assert s["weight_versions_allocated"] == 2
+    # The stage arena's peak matches the planner's memory model (without the reserve) within 5%.
+    assert abs(s["peak_bytes"] / s["planned_bytes_without_reserve"] - 1) <= 0.05, s
 PYEOF
 then ok; else fail "profile -> plan -> train files or loss"; fi
 finish

@@ -39,7 +39,7 @@ std::string report_json(const schemas::Plan& plan, const executor::TrainResult& 
   for (size_t i = 0; i < r.peak_bytes.size(); ++i) {
     const auto& mem = plan.stages[i].memory;
     stages.push_back({{"peak_bytes", r.peak_bytes[i]},
-                      {"planned_bytes_without_buffers_and_reserve", mem.total_bytes - mem.comm_bytes - mem.reserve_bytes},
+                      {"planned_bytes_without_reserve", mem.total_bytes - mem.reserve_bytes},
                       {"planned_total_bytes", mem.total_bytes},
                       {"compute_ms_planned", plan.stages[i].compute_ms},
                       {"compute_ms_measured", r.compute_ms[i]},
@@ -76,19 +76,24 @@ void print_summary(const schemas::Plan& plan, const executor::TrainResult& r) {
              "error", "memory", "measured", "error", "weight buffers");
   for (size_t i = 0; i < r.peak_bytes.size(); ++i) {
     const auto& s = plan.stages[i];
-    const int64_t planned = s.memory.total_bytes - s.memory.comm_bytes - s.memory.reserve_bytes;
+    const int64_t planned = s.memory.total_bytes - s.memory.reserve_bytes;
     fmt::print(stderr, "  {:>5} {:>10.3f} ms {:>10.3f} ms {:>7}  {:>11} {:>11} {:>7}  {}\n", i, s.compute_ms, r.compute_ms[i],
                err(r.compute_ms[i], s.compute_ms), schemas::format_bytes(planned), schemas::format_bytes(r.peak_bytes[i]),
                err(static_cast<double>(r.peak_bytes[i]), static_cast<double>(planned)), r.versions[i]);
   }
-  fmt::print(stderr, "  (compute: thread CPU time per microbatch; memory: weights, gradients, optimizer state and "
-                     "stashes, without the plan's comm buffers and reserve)\n");
+  fmt::print(stderr, "  (compute: backend compute time per microbatch (cpu: thread CPU time); memory: the stage "
+                     "arena's peak (weights, gradients, optimizer state, stashes, boundary and scratch buffers) "
+                     "against the plan's total without its reserve)\n");
 }
 
-void run_train(const TrainFlags& f) {
+void run_train(const TrainFlags& flags) {
   std::string plan_sha256;
-  const schemas::Plan plan = load_plan(f.plan_path, &plan_sha256);
+  const schemas::Plan plan = load_plan(flags.plan_path, &plan_sha256);
+  TrainFlags f = flags;
+  std::string note;
+  f.o.dtype = executor::resolve_train_dtype(plan, flags.o.dtype, &note);
   if (!f.o.quiet) print_header(plan, f);
+  if (!f.o.quiet && !note.empty()) fmt::print(stderr, "note: {}\n", note);
   const auto result = executor::train(plan, plan_sha256, f.o, stderr);
   if (!f.o.quiet) print_summary(plan, result);
   if (!f.report_path.empty()) schemas::write_text_file(f.report_path, report_json(plan, result));
@@ -113,7 +118,9 @@ void add_train_command(CLI::App& app, Runner& run) {
   cmd->add_option("--weight-decay", o.weight_decay, "Weight decay on weight matrices")->capture_default_str();
   cmd->add_option("--clip", o.clip_norm, "Clip the global gradient norm to this (0 = off)")->capture_default_str();
   cmd->add_option("--seed", o.seed, "Seed of the initial weights and of the data order")->capture_default_str();
-  cmd->add_option("--dtype", o.dtype, "float | double (the CPU backend computes in this type)")->capture_default_str();
+  cmd->add_option("--dtype", o.dtype,
+                  "Compute dtype: float | double | bf16 (bf16 keeps fp32 master weights, gradients and moments). "
+                  "Default: the plan's model dtype (fp32 -> float, bf16 -> bf16)");
   cmd->add_option("--log", o.log_path, "Write one JSON record per step (step, loss, lr, tokens, tokens_per_s, "
                                       "elapsed_s) to this file");
   cmd->add_option("--checkpoint-dir", o.checkpoint_dir,

@@ -155,31 +155,30 @@ void StageWorker<T>::Impl::load_batch(Microbatch& mb, const MicrobatchSource& da
   }
 }
 
-// Position of model layer `l` among the stage's layers is l - begin. Activations alternate between two
-// arena buffers; the one holding the stage output becomes the microbatch's output without a copy.
+// Position of model layer `l` among the stage's layers is l - begin. Activations move between two arena
+// buffers: each layer writes into the spare one, and the one it read becomes the next spare (every layer
+// stashes the input it needs). The received input joins that rotation unless the stage recomputes and
+// needs it again (keep_input); the buffer holding the stage output becomes the microbatch's output.
 template <typename T>
-void StageWorker<T>::Impl::forward(Microbatch& mb, int64_t step, ConstView p, LossSink* sink, int64_t k) {
+void StageWorker<T>::Impl::forward(Microbatch& mb, int64_t step, ConstView p, LossSink* sink, int64_t k,
+                                   bool keep_input) {
   const int64_t B = cfg.microbatch_size, S = cfg.seq, act = activation_numel();
-  std::array<Buffer, 2> ab;
-  int cur = -1;  // which of ab holds the current activation; -1: mb.input
-  const auto next = [&]() -> View {
-    const int n = cur == 0 ? 1 : 0;
-    if (ab[static_cast<size_t>(n)].empty()) ab[static_cast<size_t>(n)] = backend->alloc(compute, act);
-    return ab[static_cast<size_t>(n)].view();
-  };
-  const auto current = [&]() -> ConstView { return cur < 0 ? mb.input.cview() : ab[static_cast<size_t>(cur)].cview(); };
+  Buffer cur, spare;
+  if (!first && !keep_input) cur = std::move(mb.input);
+  const auto current = [&]() { return cur.empty() ? mb.input.cview() : cur.cview(); };
+  const auto take_spare = [&]() { return spare.empty() ? backend->alloc(compute, act) : std::move(spare); };
   size_t pos = 0;
   if (first) {
     mb.embedding.emplace();
-    embedding->forward(layer_params(p, pos), mb.tokens.view(), B, S, *mb.embedding, next());
-    ++pos;
-    cur = 0;
+    cur = take_spare();
+    embedding->forward(layer_params(p, pos++), mb.tokens.view(), B, S, *mb.embedding, cur.view());
   }
   mb.blocks.resize(blocks.size());
-  for (size_t j = 0; j < blocks.size(); ++j, ++pos) {
-    const View out = next();
-    blocks[j].forward(layer_params(p, pos), current(), B, S, mb.blocks[j], out);
-    cur = cur == 0 ? 1 : 0;
+  for (size_t j = 0; j < blocks.size(); ++j) {
+    Buffer out = take_spare();
+    blocks[j].forward(layer_params(p, pos++), current(), B, S, mb.blocks[j], out.view());
+    spare = std::move(cur);
+    cur = std::move(out);
   }
   if (last) {
     mb.head.emplace();
@@ -187,46 +186,38 @@ void StageWorker<T>::Impl::forward(Microbatch& mb, int64_t step, ConstView p, Lo
     double value = 0;
     backend->to_host(loss.view(), &value);
     if (sink) sink->on_loss(step, replica, k, value);
-  } else if (cur >= 0) {
-    mb.output = std::move(ab[static_cast<size_t>(cur)]);
+  } else if (!cur.empty()) {
+    mb.output = std::move(cur);
   } else {
     mb.output = backend->alloc(compute, act);
     backend->copy(mb.input.view(), mb.output.view());
   }
 }
 
+// The same rotation backwards, starting from the received gradient's buffer.
 template <typename T>
 void StageWorker<T>::Impl::backward(Microbatch& mb, ConstView p) {
   const int64_t act = activation_numel();
-  std::array<Buffer, 2> ab;
-  int cur = -1;  // which of ab holds the current gradient; -1: mb.grad_out
-  const auto next = [&]() -> View {
-    const int n = cur == 0 ? 1 : 0;
-    if (ab[static_cast<size_t>(n)].empty()) ab[static_cast<size_t>(n)] = backend->alloc(compute, act);
-    return ab[static_cast<size_t>(n)].view();
-  };
-  const auto current = [&]() -> ConstView { return cur < 0 ? mb.grad_out.cview() : ab[static_cast<size_t>(cur)].cview(); };
+  Buffer cur = std::move(mb.grad_out), spare;
+  const auto take_spare = [&]() { return spare.empty() ? backend->alloc(compute, act) : std::move(spare); };
   size_t pos = offsets.size();
   if (last) {
     --pos;
-    head->backward(layer_params(p, pos), head_wte(p), *mb.head, 1.0 / static_cast<double>(cfg.microbatches), next(),
+    cur = take_spare();
+    head->backward(layer_params(p, pos), head_wte(p), *mb.head, 1.0 / static_cast<double>(cfg.microbatches), cur.view(),
                    layer_grads(pos), head_dwte());
-    cur = 0;
   }
   for (size_t j = blocks.size(); j-- > 0;) {
     --pos;
-    const View out = next();
-    blocks[j].backward(layer_params(p, pos), mb.blocks[j], current(), out, layer_grads(pos));
-    cur = cur == 0 ? 1 : 0;
+    Buffer out = take_spare();
+    blocks[j].backward(layer_params(p, pos), mb.blocks[j], cur.cview(), out.view(), layer_grads(pos));
+    spare = std::move(cur);
+    cur = std::move(out);
   }
-  if (first) {
-    embedding->backward(*mb.embedding, current(), layer_grads(0));
-  } else if (cur >= 0) {
-    mb.grad_in = std::move(ab[static_cast<size_t>(cur)]);
-  } else {
-    mb.grad_in = backend->alloc(compute, act);
-    backend->copy(mb.grad_out.view(), mb.grad_in.view());
-  }
+  if (first)
+    embedding->backward(*mb.embedding, cur.cview(), layer_grads(0));
+  else
+    mb.grad_in = std::move(cur);
   mb.drop_stash();
 }
 

@@ -83,7 +83,8 @@ struct StageWorker<T>::Impl {
   void load_batch(Microbatch& mb, const MicrobatchSource& data, int64_t step, int64_t k);
 
   // The math of one op (stage_math.cpp).
-  void forward(Microbatch& mb, int64_t step, ConstView params, LossSink* sink, int64_t k);
+  // keep_input: leave mb.input intact (a recomputing stage runs the forward again from it).
+  void forward(Microbatch& mb, int64_t step, ConstView params, LossSink* sink, int64_t k, bool keep_input);
   void backward(Microbatch& mb, ConstView params);
   void update(Comm& comm, int64_t step);
 };

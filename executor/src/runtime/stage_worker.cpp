@@ -54,7 +54,7 @@ void StageWorker<T>::run(Comm& comm, const MicrobatchSource& data, int64_t first
         auto& mb = s.live[key];
         s.load_batch(mb, data, step, k);
         const TimerMark t0 = be.mark();
-        s.forward(mb, step, params, sink, k);
+        s.forward(mb, step, params, sink, k, s.recompute);
         s.compute_ms += be.elapsed_ms(t0, be.mark());
         if (s.recompute) mb.drop_stash();  // keep only the stage input
         break;
@@ -74,7 +74,7 @@ void StageWorker<T>::run(Comm& comm, const MicrobatchSource& data, int64_t first
       case planner::OpKind::recompute: {
         auto& mb = s.live.at(key);
         const TimerMark t0 = be.mark();
-        s.forward(mb, step, params, nullptr, k);
+        s.forward(mb, step, params, nullptr, k, false);
         s.compute_ms += be.elapsed_ms(t0, be.mark());
         mb.output.reset();
         break;

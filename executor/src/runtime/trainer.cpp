@@ -47,8 +47,8 @@ void check_options(const TrainOptions& o) {
   if (!(o.lr > 0)) throw UsageError("--lr must be > 0");
   if (o.min_lr < 0 || o.min_lr > o.lr) throw UsageError("--min-lr must be in [0, --lr]");
   if (o.warmup_steps < 0) throw UsageError("--warmup must be >= 0 steps");
-  if (o.dtype != "float" && o.dtype != "double")
-    throw UsageError(fmt::format("--dtype must be float or double, got '{}'", o.dtype));
+  if (o.dtype != "float" && o.dtype != "double" && o.dtype != "bf16")
+    throw UsageError(fmt::format("--dtype must be float, double or bf16, got '{}'", o.dtype));
   if (o.checkpoint_every < 0) throw UsageError("--checkpoint-every must be >= 0 steps");
   if (o.stop_after < 0) throw UsageError("--stop-after must be >= 0 steps");
   if ((o.resume || o.checkpoint_every > 0) && o.checkpoint_dir.empty())
@@ -130,6 +130,7 @@ TrainResult run(const schemas::Plan& plan, const std::string& sha, const TrainOp
   config.optimizer.adamw.weight_decay = o.weight_decay;
   config.optimizer.sgd.weight_decay = o.weight_decay;
   config.optimizer.clip_norm = o.clip_norm;
+  if (o.dtype == "bf16") config.compute = DType::bf16;
   check_host_fits(config, sizeof(T));
   const TokenData data = load_data(o, model);
   const CheckpointIdentity id{sha, plan.profile_sha256, std::string(schemas::to_string(plan.schedule)), o.dtype,
@@ -170,10 +171,36 @@ TrainResult run(const schemas::Plan& plan, const std::string& sha, const TrainOp
 
 }  // namespace
 
+std::string resolve_train_dtype(const schemas::Plan& plan, const std::string& requested, std::string* note) {
+  const schemas::DType planned = plan.model.dtype;
+  const std::string from_plan = planned == schemas::DType::bf16 ? "bf16" : planned == schemas::DType::fp32 ? "float" : "";
+  std::string chosen = requested;
+  std::string why;
+  if (requested.empty()) {
+    if (from_plan.empty())
+      throw UsageError(fmt::format("the plan's model computes in {}, which pd2bw train does not run",
+                                   schemas::to_string(planned)),
+                       "pass --dtype float, double or bf16");
+    chosen = from_plan;
+    if (chosen == "bf16")
+      why = "the plan's model computes in bf16, so training runs in bf16 (fp32 master weights, gradients and "
+            "moments); pass --dtype float to train in fp32";
+  } else if (requested != from_plan) {
+    why = fmt::format("the plan was made for {} but --dtype is {}; its memory predictions assume {}",
+                      schemas::to_string(planned), requested, schemas::to_string(planned));
+  }
+  if (chosen != "float" && chosen != "double" && chosen != "bf16")
+    throw UsageError(fmt::format("--dtype must be float, double or bf16, got '{}'", chosen));
+  if (note) *note = why;
+  return chosen;
+}
+
 TrainResult train(const schemas::Plan& plan, const std::string& plan_sha256, const TrainOptions& options,
                   std::FILE* progress) {
-  if (options.dtype == "double") return run<double>(plan, plan_sha256, options, progress);
-  return run<float>(plan, plan_sha256, options, progress);
+  TrainOptions o = options;
+  o.dtype = resolve_train_dtype(plan, options.dtype, nullptr);
+  if (o.dtype == "double") return run<double>(plan, plan_sha256, o, progress);
+  return run<float>(plan, plan_sha256, o, progress);
 }
 
 }  // namespace pd2bw::executor

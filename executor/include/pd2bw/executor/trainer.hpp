@@ -20,7 +20,8 @@ struct TrainOptions {
   double weight_decay = 0.0;   // AdamW decoupled / SGD L2, on weight matrices only
   double clip_norm = 1.0;      // global gradient-norm clipping (<= 0: off)
   uint64_t seed = 1234;        // weight initialisation and data order
-  std::string dtype = "float";  // "float" or "double"
+  std::string dtype;            // compute dtype: "float", "double" or "bf16" (fp32 master weights,
+                               // gradients and moments); empty: the plan's (resolve_train_dtype)
   std::string log_path;        // JSONL metrics, one record per step ("" = none)
   std::string checkpoint_dir;  // where checkpoints go ("" = none)
   int64_t checkpoint_every = 0;  // steps between checkpoints (0: only at the end when a dir is given)
@@ -43,6 +44,12 @@ struct TrainResult {
   std::vector<double> step_ms;        // wall time of each step after the first of this run (update to update)
   double step_ms_median = 0;          // median of step_ms (0 when fewer than two steps ran)
 };
+
+// The compute dtype `pd2bw train` uses: `requested` when given ("float", "double", "bf16"), else the
+// plan's model dtype (fp32 -> "float", bf16 -> "bf16"). *note (when not null) receives a sentence for
+// the user when the plan's dtype was taken or overridden, and stays empty otherwise. Throws UsageError
+// for an unknown name, or for an fp16 plan without an explicit --dtype.
+std::string resolve_train_dtype(const schemas::Plan& plan, const std::string& requested, std::string* note);
 
 // Trains the model the plan describes (plan.model; layers = blocks + 2) with the plan's schedule, split,
 // recompute flags, microbatches and rank table. `plan_sha256` identifies the plan in checkpoints.
