@@ -50,7 +50,7 @@ void HeadLayer::forward(ConstView params, ConstView wte, ConstView input, ConstV
   be.cross_entropy_forward(s.logits.view(), s.targets.view(), s.lse.view(), loss, n, cfg.vocab);
 }
 
-void HeadLayer::backward(ConstView params, ConstView wte, const HeadStash& s, double loss_scale, View grad_input,
+void HeadLayer::backward(ConstView params, ConstView wte, HeadStash& s, double loss_scale, View grad_input,
                          View grads, View dwte) const {
   const GptConfig& cfg = config_;
   const ConstView weight = lm_head(params, wte);
@@ -59,10 +59,10 @@ void HeadLayer::backward(ConstView params, ConstView wte, const HeadStash& s, do
   if (dweight.empty())
     throw UsageError("head: tied embeddings need a dwte buffer for the LM-head gradient, but none was passed");
   Backend& be = *backend_;
-  Buffer dlogits = be.alloc(compute_, n * cfg.vocab);
   Buffer dln = be.alloc(compute_, n * c);
-  be.cross_entropy_backward(s.logits.view(), s.targets.view(), s.lse.view(), dlogits.view(), n, cfg.vocab, loss_scale);
-  be.linear_backward(dlogits.view(), s.ln.view(), weight, dln.view(), dweight.slice(0, table), {}, n, c, cfg.vocab);
+  const View dlogits = s.logits.view();  // in place: the stash is spent
+  be.cross_entropy_backward(s.logits.view(), s.targets.view(), s.lse.view(), dlogits, n, cfg.vocab, loss_scale);
+  be.linear_backward(dlogits, s.ln.view(), weight, dln.view(), dweight.slice(0, table), {}, n, c, cfg.vocab);
   be.layernorm_backward(dln.view(), s.x.view(), params.slice(kGamma, c), s.ln_mean.view(), s.ln_rstd.view(), grad_input,
                         grads.slice(kGamma, c), grads.slice(c, c), n, c);
 }
@@ -90,7 +90,7 @@ double GptHead<T>::recompute(const T* params, const T* wte, const T* input, cons
 }
 
 template <typename T>
-void GptHead<T>::backward(const T* params, const T* wte, const Stash& stash, double loss_scale, T* grad_input, T* grads,
+void GptHead<T>::backward(const T* params, const T* wte, Stash& stash, double loss_scale, T* grad_input, T* grads,
                           T* dwte) const {
   const GptConfig& c = this->config_;
   const int64_t act = stash.batch * stash.seq * c.d_model, table = c.vocab * c.d_model;

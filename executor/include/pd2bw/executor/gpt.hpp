@@ -179,7 +179,9 @@ class HeadLayer {
                HeadStash& stash, View loss) const;
   // Starts from d(loss_scale * loss); grad_input: (B, S, C) overwritten; grads: this layer's layout,
   // accumulated; dwte: (V, C) accumulated LM-head gradient when tied (required then), else ignored.
-  void backward(ConstView params, ConstView wte, const HeadStash& stash, double loss_scale, View grad_input, View grads,
+  // Spends the stash: its logits are overwritten by their gradient (the largest tensor of the head,
+  // so no second (N, V) buffer is needed); only a new forward makes it usable again.
+  void backward(ConstView params, ConstView wte, HeadStash& stash, double loss_scale, View grad_input, View grads,
                 View dwte) const;
 
  private:
@@ -230,7 +232,8 @@ class GptHead : public LayerBuffers<T> {
   // Same as forward (the head keeps nothing but what forward computes); returns the loss.
   double recompute(const T* params, const T* wte, const T* input, const int32_t* targets, int64_t batch,
                    int64_t seq, Stash& stash) const;
-  void backward(const T* params, const T* wte, const Stash& stash, double loss_scale, T* grad_input, T* grads,
+  // Spends the stash (see HeadLayer::backward).
+  void backward(const T* params, const T* wte, Stash& stash, double loss_scale, T* grad_input, T* grads,
                 T* dwte) const;
 
  private:
