@@ -4,8 +4,11 @@
 
 #include <time.h>
 
+#include <bit>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <new>
 
 #include "backend/arena.hpp"
@@ -42,10 +45,24 @@ void check_same_length(int64_t a, int64_t b, const char* what) {
   if (a != b) throw UsageError(fmt::format("cpu backend: {} of {} elements into {}", what, a, b));
 }
 
+// The nearest bf16 of a double. Going through float rounds twice: a double just off a bf16 midpoint
+// can round to a float on the midpoint, whose tie then goes to even, maybe away from the double. Such a
+// float is moved one float ulp back towards the double (still strictly between the two bf16 values), so
+// the second rounding falls on the double's side.
+bf16 bf16_nearest(double d) {
+  float f = static_cast<float>(d);
+  if (static_cast<double>(f) != d && !std::isnan(d) && (std::bit_cast<uint32_t>(f) & 0xffffu) == 0x8000u)
+    f = std::nextafter(f, d > static_cast<double>(f) ? std::numeric_limits<float>::infinity()
+                                                     : -std::numeric_limits<float>::infinity());
+  return bf16(f);
+}
+
 template <typename From, typename To>
 void convert(const From* src, To* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
-    if constexpr (std::is_same_v<To, bf16>)
+    if constexpr (std::is_same_v<From, double> && std::is_same_v<To, bf16>)
+      dst[i] = bf16_nearest(src[i]);
+    else if constexpr (std::is_same_v<To, bf16>)
       dst[i] = bf16(static_cast<float>(src[i]));
     else if constexpr (std::is_same_v<From, bf16>)
       dst[i] = static_cast<To>(static_cast<float>(src[i]));
