@@ -48,13 +48,9 @@ void check_constraints(const Profile& profile, const Cluster& cluster, const Con
 CostModel::CostModel(const Profile& profile, const Cluster& cluster, const Constraints& constraints)
     : profile_(profile), cluster_(cluster), constraints_(constraints) {
   check_constraints(profile_, cluster_, constraints_);
-  for (Schedule s : {Schedule::two_bw, Schedule::flush, Schedule::gpipe}) {
-    auto& f = statics_[static_cast<size_t>(s)];
-    f.dtype_bytes = schemas::dtype_bytes(profile_.model.dtype);
-    f.versions = s == Schedule::two_bw ? 2 : 1;
-    f.moments = constraints_.optimizer == Optimizer::adamw ? 2 : 1;
-    f.master = f.dtype_bytes != 4;
-  }
+  for (Schedule s : {Schedule::two_bw, Schedule::flush, Schedule::gpipe})  // master, grads, moments in fp32
+    statics_[static_cast<size_t>(s)] =
+        pipeline::memory_factors(s, constraints_.optimizer, schemas::dtype_bytes(profile_.model.dtype), 4);
   int64_t span = 1;
   for (const auto& level : cluster_.levels) {
     span *= level.size;
@@ -182,20 +178,6 @@ double CostModel::compute_plain_capacity(size_t versions, size_t bi, int64_t f) 
 }
 
 int64_t CostModel::memory_limit_bytes() const { return cluster_.device.memory_bytes; }
-
-int64_t CostModel::pipeline_factor(const Candidate& c) {
-  return c.schedule == Schedule::two_bw ? c.microbatches : c.microbatches + c.depth - 1;
-}
-
-int64_t CostModel::in_flight(const Candidate& c, int64_t stage) {
-  if (c.schedule == Schedule::gpipe) return c.microbatches;
-  return std::min(c.depth - stage, c.microbatches);
-}
-
-int64_t CostModel::rank_of(const Candidate& c, int64_t stage, int64_t replica) {
-  return c.placement == Placement::replicas_inner ? stage * c.width + replica
-                                                  : replica * c.depth + stage;
-}
 
 int64_t CostModel::level_between(int64_t rank_a, int64_t rank_b) const {
   for (size_t k = 0; k < level_span_.size(); ++k)

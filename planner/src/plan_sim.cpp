@@ -7,6 +7,7 @@
 #include <exception>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "pd2bw/error.hpp"
 #include "pd2bw/planner/search.hpp"
@@ -46,14 +47,10 @@ PlanModel plan_model(const Profile& profile, const schemas::Plan& plan) {
   k.global_batch = plan.global_batch;
   k.optimizer = plan.optimizer;
   k.reserve_bytes = plan.reserve_bytes;
-  PlanModel pm{CostModel(profile, plan.cluster, k), {}, {}, {}};
-  pm.candidate = {plan.schedule, microbatch_index(profile, plan.microbatch_size), plan.microbatch_size,
-                  plan.width, plan.depth, plan.microbatches_per_step, plan.placement};
-  for (const auto& st : plan.stages) {
-    pm.bounds.push_back(st.layer_begin);
-    pm.recompute.push_back(st.recompute);
-  }
-  pm.bounds.push_back(plan.stages.back().layer_end);
+  pipeline::PipelineShape shape = pipeline::shape_of(plan);
+  PlanModel pm{CostModel(profile, plan.cluster, k), {}, std::move(shape.bounds), std::move(shape.recompute)};
+  pm.candidate = {shape.schedule, microbatch_index(profile, shape.microbatch_size), shape.microbatch_size,
+                  shape.width, shape.depth, shape.microbatches, plan.placement};
   return pm;
 }
 

@@ -56,17 +56,13 @@ inline QuickCost quick_price(const CostModel& model, const PreparedCandidate& pc
   q.param_bytes = pc.params[e] - pc.params[b];
   q.stash_one = pc.stash[e] - pc.stash[b];
   double p2p = 0.0;
-  if (st.in_p2p) {
-    p2p += 2.0 * st.in_p2p[b];
-    q.comm_bytes += 2 * q.in_bytes;
-  }
-  if (st.out_p2p) {
-    p2p += 2.0 * st.out_p2p[e - 1];
-    q.comm_bytes += 2 * q.out_bytes;
-  }
+  if (st.in_p2p) p2p += 2.0 * st.in_p2p[b];
+  if (st.out_p2p) p2p += 2.0 * st.out_p2p[e - 1];
+  q.comm_bytes = pipeline::comm_buffer_bytes(stage, c.depth, q.in_bytes, q.out_bytes);
+  // pipeline::stage_memory's total, without building the breakdown.
   const int64_t base = pc.statics.total(q.param_bytes) + q.comm_bytes + pc.reserve_bytes;
-  q.plain_bytes = base + st.in_flight * q.stash_one;
-  q.redo_bytes = base + st.in_flight * q.in_bytes + q.stash_one;
+  q.plain_bytes = base + pipeline::stash_term(st.in_flight, false, q.in_bytes, q.stash_one);
+  q.redo_bytes = base + pipeline::stash_term(st.in_flight, true, q.in_bytes, q.stash_one);
   const int64_t limit = pc.limit_bytes;
   switch (pc.policy) {
     case RecomputePolicy::never: q.feasible = q.plain_bytes <= limit; break;
@@ -84,7 +80,7 @@ inline QuickCost quick_price(const CostModel& model, const PreparedCandidate& pc
   q.p2p_ms = p2p;
   q.compute_ms = pc.compute[e] - pc.compute[b];
   if (q.recompute) q.compute_ms += pc.fwd[e] - pc.fwd[b];
-  const int64_t grad_bytes = pc.statics.fp32(q.param_bytes);
+  const int64_t grad_bytes = pc.statics.grads(q.param_bytes);
   q.allreduce_ms = st.ar_level >= 0 ? model.allreduce_ms(grad_bytes, c.width, st.ar_level) : 0.0;
   q.update_ms = pc.update[e] - pc.update[b];
   q.step_ms = static_cast<double>(pc.factor) * (q.compute_ms + q.p2p_ms) + q.allreduce_ms + q.update_ms;

@@ -1,49 +1,8 @@
 // Prices one stage: compute, boundary transfers, allreduce, and every memory term, choosing recompute
 // per the policy. The single source of these numbers for search, brute force and simulation.
-#include <algorithm>
-#include <array>
-#include <utility>
-
 #include "prepared.hpp"
 
 namespace pd2bw::planner::detail {
-
-namespace {
-
-schemas::MemoryBreakdown static_terms(const CostModel& model, Schedule s, int64_t param_bytes) {
-  const StaticFactors& f = model.static_factors(s);
-  schemas::MemoryBreakdown m;
-  m.weights_bytes = f.weights(param_bytes);
-  m.master_bytes = f.master_copy(param_bytes);
-  m.grads_bytes = f.fp32(param_bytes);
-  m.optimizer_bytes = f.optimizer(param_bytes);
-  return m;
-}
-
-schemas::MemoryBreakdown memory_for(const CostModel& model, Schedule s, const QuickCost& q,
-                                    int64_t in_flight) {
-  schemas::MemoryBreakdown m = static_terms(model, s, q.param_bytes);
-  m.stash_bytes = q.recompute ? in_flight * q.in_bytes + q.stash_one : in_flight * q.stash_one;
-  m.comm_bytes = q.comm_bytes;
-  m.reserve_bytes = model.constraints().reserve_bytes;
-  m.total_bytes = m.weights_bytes + m.master_bytes + m.grads_bytes + m.optimizer_bytes +
-                  m.stash_bytes + m.comm_bytes + m.reserve_bytes;
-  m.limit_bytes = model.memory_limit_bytes();
-  const std::array<std::pair<const char*, int64_t>, 7> terms{{{"weights", m.weights_bytes},
-                                                              {"master", m.master_bytes},
-                                                              {"grads", m.grads_bytes},
-                                                              {"optimizer", m.optimizer_bytes},
-                                                              {"stash", m.stash_bytes},
-                                                              {"comm", m.comm_bytes},
-                                                              {"reserve", m.reserve_bytes}}};
-  const auto* top = &terms[0];
-  for (const auto& t : terms)
-    if (t.second > top->second) top = &t;
-  m.dominant = top->first;
-  return m;
-}
-
-}  // namespace
 
 PreparedCandidate prepare(const CostModel& model, const Candidate& c) {
   PreparedCandidate pc;
@@ -75,7 +34,6 @@ PreparedCandidate prepare(const CostModel& model, const Candidate& c) {
 
 StageCost price_stage(const CostModel& model, const PreparedCandidate& pc, int64_t stage, int64_t begin,
                       int64_t end) {
-  const Candidate& c = pc.candidate;
   const QuickCost q = quick_price(model, pc, stage, begin, end);
   const auto& st = pc.stages[static_cast<size_t>(stage)];
   StageCost sc;
@@ -87,7 +45,10 @@ StageCost price_stage(const CostModel& model, const PreparedCandidate& pc, int64
   sc.allreduce_ms = q.allreduce_ms;
   sc.update_ms = q.update_ms;
   sc.step_ms = q.step_ms;
-  sc.memory = memory_for(model, c.schedule, q, st.in_flight);
+  sc.memory = pipeline::stage_memory(pc.statics,
+                                     {q.param_bytes, q.stash_one, q.in_bytes, q.comm_bytes, st.in_flight,
+                                      q.recompute, pc.reserve_bytes},
+                                     pc.limit_bytes);
   sc.over_bytes = q.feasible ? 0 : sc.memory.total_bytes - sc.memory.limit_bytes;
   return sc;
 }

@@ -159,7 +159,7 @@ std::vector<Candidate> enumerate_candidates(const CostModel& model) {
           if (k.width > 0 && w != k.width) continue;
           if (k.global_batch % (b * w) != 0) continue;
           const int64_t m = k.global_batch / (b * w);
-          if (s == Schedule::two_bw && m < d) continue;
+          if (m < pipeline::min_microbatches(s, d)) continue;
           Candidate c{s, static_cast<int64_t>(bi), b, w, d, m, Placement::replicas_inner};
           out.push_back(c);
           if (w > 1 && d > 1) {

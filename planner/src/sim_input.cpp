@@ -24,18 +24,21 @@ SimStage stage_input(const CostModel& model, const Candidate& c, int64_t i, int6
   const int64_t params = model.param_prefix()[e] - model.param_prefix()[b];
   st.update_ms = model.update_prefix()[e] - model.update_prefix()[b];
   if (c.width > 1)
-    st.allreduce_ms = model.allreduce_ms(f.fp32(params), c.width, model.allreduce_level(c, i));
+    st.allreduce_ms = model.allreduce_ms(f.grads(params), c.width, model.allreduce_level(c, i));
   const int64_t in_bytes = model.input_bytes(bi)[b];
   const int64_t out_bytes = model.output_bytes(bi)[e - 1];
-  int64_t comm = 0;
-  if (i > 0) comm += 2 * in_bytes;
-  if (i + 1 < c.depth) comm += 2 * out_bytes;
-  st.weights_bytes = params;
-  st.fixed_bytes = f.master_copy(params) + f.fp32(params) + f.optimizer(params) + comm +
-                   model.constraints().reserve_bytes;
-  const int64_t stash_one = model.stash_prefix(bi)[e] - model.stash_prefix(bi)[b];
-  st.stash_bytes = recompute ? in_bytes : stash_one;
-  st.recompute_stash_bytes = recompute ? stash_one : 0;
+  const pipeline::StageMemoryInput mem{params,
+                                       model.stash_prefix(bi)[e] - model.stash_prefix(bi)[b],
+                                       in_bytes,
+                                       pipeline::comm_buffer_bytes(i, c.depth, in_bytes, out_bytes),
+                                       CostModel::in_flight(c, i),
+                                       recompute,
+                                       model.constraints().reserve_bytes};
+  const pipeline::StageMemoryTerms t = pipeline::stage_memory_terms(f, mem);
+  st.weights_bytes = t.version_bytes;
+  st.fixed_bytes = t.fixed_bytes;
+  st.stash_bytes = t.per_microbatch_bytes;
+  st.recompute_stash_bytes = t.recompute_bytes;
   st.limit_bytes = model.memory_limit_bytes();
   return st;
 }
@@ -49,6 +52,7 @@ SimInput make_sim_input(const CostModel& model, const Candidate& c, const std::v
                             recompute.size(), c.depth));
   SimInput in;
   in.spec = {c.schedule, c.depth, c.microbatches, steps, c.width};
+  in.ranks = pipeline::rank_table(c.placement, c.depth, c.width);
   for (int64_t i = 0; i < c.depth; ++i)
     in.stages.push_back(stage_input(model, c, i, bounds[static_cast<size_t>(i)],
                                     bounds[static_cast<size_t>(i + 1)], recompute[static_cast<size_t>(i)]));
@@ -60,9 +64,6 @@ SimInput make_sim_input(const CostModel& model, const Candidate& c, const std::v
       const int64_t bytes = model.output_bytes(bi)[static_cast<size_t>(bounds[static_cast<size_t>(i + 1)] - 1)];
       in.boundary_ms[static_cast<size_t>(r)].push_back(model.p2p_ms(bytes, level));
     }
-  in.ranks.assign(static_cast<size_t>(c.depth), {});
-  for (int64_t i = 0; i < c.depth; ++i)
-    for (int64_t r = 0; r < c.width; ++r) in.ranks[static_cast<size_t>(i)].push_back(CostModel::rank_of(c, i, r));
   return in;
 }
 

@@ -50,7 +50,7 @@ void check_batch(const Plan& p) {
                      p.microbatch_size, p.microbatches_per_step, p.width, batch, p.global_batch),
          kRegenerate);
   }
-  if (p.schedule == Schedule::two_bw && p.microbatches_per_step < p.depth) {
+  if (p.microbatches_per_step < min_microbatches(p.schedule, p.depth)) {
     fail("/microbatches_per_step",
          fmt::format("2bw needs microbatches_per_step >= depth ({} < {})", p.microbatches_per_step, p.depth),
          "with fewer microbatches than stages 2BW would need more than two weight versions; raise m or use flush");
@@ -130,7 +130,7 @@ void check_stage_ranks(const Plan& p) {
       const std::string ptr = child_pointer(stage_ptr(s, "ranks"), r);
       const auto si = static_cast<int64_t>(s);
       const auto ri = static_cast<int64_t>(r);
-      const int64_t expected = p.placement == Placement::replicas_inner ? si * p.width + ri : ri * p.depth + si;
+      const int64_t expected = placement_rank(p.placement, p.depth, p.width, si, ri);
       if (rank != expected) {
         fail(ptr,
              fmt::format("placement {} puts stage {} replica {} on rank {}, got {}", to_string(p.placement), s, r,

@@ -12,6 +12,7 @@
 
 #include "pd2bw/error.hpp"
 #include "pd2bw/executor/data.hpp"
+#include "pd2bw/pipeline/memory.hpp"
 #include "pd2bw/schemas/common.hpp"
 #include "train_checkpoint.hpp"
 #include "train_progress.hpp"
@@ -60,19 +61,23 @@ void check_options(const TrainOptions& o) {
 }
 
 // The CPU backend runs every rank in this process: refuse plans that cannot fit (threads, host memory)
-// before allocating anything. Counts weights (1 or 2 versions), gradients and optimizer moments.
-void check_host_fits(const PipelineConfig& c, size_t scalar_bytes) {
+// before allocating anything. Counts the static terms of the memory model (1 or 2 weight versions,
+// gradients, optimizer moments; everything in the scalar type, so no master copy) of every stage's replicas.
+void check_host_fits(const PipelineConfig& c, DType master) {
   constexpr int64_t kMaxThreads = 256;
   if (c.ranks_total() > kMaxThreads)
     throw UsageError(fmt::format("the plan has {} ranks; the CPU backend runs at most {} as threads of one process",
                                  c.ranks_total(), kMaxThreads),
                      "plan for fewer devices to train on the CPU");
-  int64_t numel = 0;
-  for (int64_t l = 0; l < c.model.layer_count(); ++l) numel += layout_numel(gpt_layer_layout(c.model, l));
-  const int64_t per_copy = numel * static_cast<int64_t>(scalar_bytes) * c.width;
-  const int64_t copies = (c.schedule == schemas::Schedule::two_bw ? 2 : 1) + 1 +
-                         (c.optimizer.kind == schemas::Optimizer::adamw ? 2 : 1);
-  const int64_t need = per_copy * copies;
+  const int64_t scalar = dtype_bytes(c.compute.value_or(master));
+  const pipeline::MemoryFactors f = pipeline::memory_factors(c.schedule, c.optimizer.kind, scalar, dtype_bytes(master));
+  int64_t need = 0;
+  for (int64_t i = 0; i < c.depth; ++i) {
+    int64_t numel = 0;
+    for (int64_t l = c.bounds[static_cast<size_t>(i)]; l < c.bounds[static_cast<size_t>(i + 1)]; ++l)
+      numel += layout_numel(gpt_layer_layout(c.model, l));
+    need += c.width * f.total(numel * scalar);
+  }
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   const int64_t have = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
   if (have > 0 && need > have)
@@ -131,7 +136,7 @@ TrainResult run(const schemas::Plan& plan, const std::string& sha, const TrainOp
   config.optimizer.sgd.weight_decay = o.weight_decay;
   config.optimizer.clip_norm = o.clip_norm;
   if (o.dtype == "bf16") config.compute = DType::bf16;
-  check_host_fits(config, sizeof(T));
+  check_host_fits(config, dtype_of<T>());
   const TokenData data = load_data(o, model);
   const CheckpointIdentity id{sha, plan.profile_sha256, std::string(schemas::to_string(plan.schedule)), o.dtype,
                               data.label(), plan.depth, plan.width, o.seed};

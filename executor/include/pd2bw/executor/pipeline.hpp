@@ -1,8 +1,8 @@
 // The pipeline runtime (DESIGN.md sections 3 and 7): each rank builds its stage of the GPT and interprets
-// the op list the planner's schedule generator gives it: stash per in-flight microbatch, weight versions
-// (two reused buffers for 2BW, never a third; one updated in place for Flush and GPipe), recompute where
-// the plan says, gradient accumulation over the m microbatches of a step, the replicas' allreduce and
-// the optimizer update. The math is exactly a sequential run of W(j+1) = W(j) - update(g(W(j-1))) (2BW)
+// the op list the schedule generator (pd2bw/pipeline) gives it: stash per in-flight microbatch, weight
+// versions (two reused buffers for 2BW, never a third; one updated in place for Flush and GPipe),
+// recompute where the plan says, gradient accumulation over the m microbatches of a step, the replicas'
+// allreduce and the optimizer update. The math is exactly a sequential run of W(j+1) = W(j) - update(g(W(j-1))) (2BW)
 // or W(j+1) = W(j) - update(g(W(j))) (Flush, GPipe).
 #pragma once
 
@@ -17,6 +17,7 @@
 #include "pd2bw/executor/comm.hpp"
 #include "pd2bw/executor/gpt.hpp"
 #include "pd2bw/executor/optimizer.hpp"
+#include "pd2bw/pipeline/shape.hpp"
 #include "pd2bw/schemas/plan.hpp"
 
 namespace pd2bw::executor {
@@ -29,23 +30,18 @@ struct OptimizerOptions {
   double clip_norm = 0;  // global gradient-norm clipping over all stages; <= 0 turns it off
 };
 
-struct PipelineConfig {
+// The pipeline's shape (schedule, depth, width, microbatches, microbatch_size in sequences, bounds,
+// recompute, ranks; see pipeline::PipelineShape) and what the executor adds to run it.
+struct PipelineConfig : pipeline::PipelineShape {
   GptConfig model;
-  schemas::Schedule schedule = schemas::Schedule::two_bw;
-  int64_t depth = 1, width = 1;
-  int64_t microbatches = 1;    // m, per replica per step
-  int64_t microbatch_size = 1;  // b, sequences
   int64_t seq = 1;             // tokens per sequence (<= model.seq_len)
-  std::vector<int64_t> bounds;               // d + 1 layer bounds: stage i holds [bounds[i], bounds[i+1])
-  std::vector<bool> recompute;               // per stage
-  std::vector<std::vector<int64_t>> ranks;   // (d, w): rank of (stage, replica)
   uint64_t seed = 1234;        // weight initialisation
   OptimizerOptions optimizer;
   std::string backend = "cpu";     // registry name (backend.hpp) of the backend every stage runs on
   std::optional<DType> compute;    // compute dtype of the layers; unset: the master dtype T of the
                                    // StageWorker. bf16 needs T = float (fp32 master, gradients, moments).
-  int64_t ranks_total() const { return depth * width; }
-  // Throws UsageError naming the first inconsistency (bounds, ranks, m < d for 2bw, seq, model).
+  // Throws UsageError naming the first inconsistency: the model, then the shape against the model's
+  // layer count (PipelineShape::validate: d, w, m, b, m < d for 2bw, bounds, recompute, ranks), then seq.
   void validate() const;
 };
 

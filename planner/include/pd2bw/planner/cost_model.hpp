@@ -8,6 +8,8 @@
 #include <optional>
 #include <vector>
 
+#include "pd2bw/pipeline/memory.hpp"
+#include "pd2bw/pipeline/shape.hpp"
 #include "pd2bw/planner/link_curve.hpp"
 #include "pd2bw/schemas/cluster.hpp"
 #include "pd2bw/schemas/plan.hpp"
@@ -39,22 +41,12 @@ struct Constraints {
 };
 
 // The memory terms that depend only on the parameters a stage holds (param_bytes in the compute
-// dtype): weight versions, fp32 master weights, fp32 gradients and fp32 optimizer moments.
-struct StaticFactors {
-  int64_t dtype_bytes = 4;
-  int64_t versions = 1;  // 2 for 2bw
-  int64_t moments = 2;   // 2 for AdamW, 1 for SGD with momentum
-  bool master = false;   // compute dtype narrower than fp32
-  int64_t fp32(int64_t params) const { return params / dtype_bytes * 4; }
-  int64_t weights(int64_t params) const { return versions * params; }
-  int64_t master_copy(int64_t params) const { return master ? fp32(params) : 0; }
-  int64_t optimizer(int64_t params) const { return moments * fp32(params); }
-  int64_t total(int64_t params) const {
-    return weights(params) + master_copy(params) + fp32(params) + optimizer(params);
-  }
-};
+// dtype): weight versions, fp32 master weights, fp32 gradients and fp32 optimizer moments. The pipeline
+// library's memory model, with fp32 state.
+using StaticFactors = pipeline::MemoryFactors;
 
-// One point of the search space before the layers are split into stages.
+// One point of the search space before the layers are split into stages: a pipeline::PipelineShape
+// without its split (bounds, recompute), with the placement that yields its rank table.
 struct Candidate {
   Schedule schedule = Schedule::two_bw;
   int64_t microbatch_index = 0;  // index into Profile::microbatch_sizes
@@ -94,12 +86,20 @@ class CostModel {
   // Prices layers [begin, end) as stage `stage` (0-based) of `c`. Requires 0 <= begin < end <= layers.
   StageCost stage_cost(const Candidate& c, int64_t stage, int64_t begin, int64_t end) const;
 
-  // Steps per microbatch k of the schedule: m for 2bw, m + d - 1 for flush and gpipe.
-  static int64_t pipeline_factor(const Candidate& c);
-  // Microbatches stashed at once at stage `stage`: min(d - stage, m) for 2bw and flush, m for gpipe.
-  static int64_t in_flight(const Candidate& c, int64_t stage);
-  // Rank of (stage, replica) under the candidate's placement.
-  static int64_t rank_of(const Candidate& c, int64_t stage, int64_t replica);
+  // Steps per microbatch k of the schedule: m for 2bw, m + d - 1 for flush and gpipe
+  // (pipeline::pipeline_factor).
+  static int64_t pipeline_factor(const Candidate& c) {
+    return pipeline::pipeline_factor(c.schedule, c.depth, c.microbatches);
+  }
+  // Microbatches stashed at once at stage `stage`: min(d - stage, m) for 2bw and flush, m for gpipe
+  // (pipeline::in_flight).
+  static int64_t in_flight(const Candidate& c, int64_t stage) {
+    return pipeline::in_flight(c.schedule, c.depth, c.microbatches, stage);
+  }
+  // Rank of (stage, replica) under the candidate's placement (pipeline::placement_rank).
+  static int64_t rank_of(const Candidate& c, int64_t stage, int64_t replica) {
+    return pipeline::placement_rank(c.placement, c.depth, c.width, stage, replica);
+  }
   // Index of the topology level two ranks talk over (0 = inside a node).
   int64_t level_between(int64_t rank_a, int64_t rank_b) const;
 

@@ -18,12 +18,19 @@ namespace pd2bw::schemas {
 enum class Schedule { two_bw, flush, gpipe };
 std::string_view to_string(Schedule s);        // "2bw", "flush", "gpipe"
 Schedule parse_schedule(std::string_view s, std::string_view pointer);  // throws SchemaError
+// Fewest microbatches per step schedule `s` allows on `depth` stages: depth for 2bw (with fewer, more than
+// two weight versions would be live), 1 otherwise. The one statement of the rule; every check reads it.
+inline int64_t min_microbatches(Schedule s, int64_t depth) { return s == Schedule::two_bw ? depth : 1; }
 
 // How the width x depth grid of ranks is laid on the topology. replicas_inner: the replicas of a stage
 // get consecutive ranks (rank = stage * width + replica); stages_inner: the stages of a replica get
 // consecutive ranks (rank = replica * depth + stage).
 enum class Placement { replicas_inner, stages_inner };
 std::string_view to_string(Placement p);       // "replicas-inner", "stages-inner"
+// The rank of (stage, replica) on a depth x width grid under placement `p` (the rule above, stated once).
+inline int64_t placement_rank(Placement p, int64_t depth, int64_t width, int64_t stage, int64_t replica) {
+  return p == Placement::replicas_inner ? stage * width + replica : replica * depth + stage;
+}
 Placement parse_placement(std::string_view s, std::string_view pointer);
 
 enum class Optimizer { adamw, sgd };            // sgd means SGD with momentum

@@ -1,5 +1,5 @@
 // The schedule generator: per-stage op lists for 2BW, PipeDream-Flush and GPipe.
-#include "pd2bw/planner/schedule.hpp"
+#include "pd2bw/pipeline/schedule.hpp"
 
 #include <fmt/format.h>
 
@@ -7,7 +7,7 @@
 
 #include "pd2bw/error.hpp"
 
-namespace pd2bw::planner {
+namespace pd2bw::pipeline {
 
 std::string_view to_string(OpKind k) {
   switch (k) {
@@ -36,7 +36,7 @@ void check_spec(const ScheduleSpec& s, int64_t stage) {
                                  s.depth, s.microbatches, s.steps, s.width));
   if (stage < 0 || stage >= s.depth)
     throw UsageError(fmt::format("stage {} is outside 0..{}", stage, s.depth - 1));
-  if (s.kind == Schedule::two_bw && s.microbatches < s.depth)
+  if (s.microbatches < min_microbatches(s.kind, s.depth))
     throw UsageError(fmt::format("2bw needs m >= d (got m={} d={})", s.microbatches, s.depth),
                      "raise the microbatches per step or use fewer stages");
 }
@@ -121,4 +121,8 @@ std::vector<Op> stage_ops(const ScheduleSpec& spec, int64_t stage, bool recomput
   return e.take();
 }
 
-}  // namespace pd2bw::planner
+ScheduleSpec schedule_spec(const PipelineShape& shape, int64_t steps) {
+  return {shape.schedule, shape.depth, shape.microbatches, steps, shape.width};
+}
+
+}  // namespace pd2bw::pipeline

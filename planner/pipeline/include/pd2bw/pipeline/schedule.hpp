@@ -7,11 +7,9 @@
 #include <string_view>
 #include <vector>
 
-#include "pd2bw/schemas/plan.hpp"
+#include "pd2bw/pipeline/shape.hpp"
 
-namespace pd2bw::planner {
-
-using schemas::Schedule;
+namespace pd2bw::pipeline {
 
 enum class OpKind {
   recv_activation,  // receive microbatch `microbatch`'s input activation from stage - 1
@@ -37,7 +35,7 @@ struct Op {
 struct ScheduleSpec {
   Schedule kind = Schedule::two_bw;
   int64_t depth = 1;         // d, stages
-  int64_t microbatches = 1;  // m, per step (2bw needs m >= d)
+  int64_t microbatches = 1;  // m, per step (at least min_microbatches(kind, depth): 2bw needs m >= d)
   int64_t steps = 1;         // optimizer steps to lay out
   int64_t width = 1;         // replicas per stage; an allreduce precedes each update when > 1
 };
@@ -54,4 +52,7 @@ int64_t version_for_step(Schedule kind, int64_t step);
 // range, or 2bw with m < d.
 std::vector<Op> stage_ops(const ScheduleSpec& spec, int64_t stage, bool recompute);
 
-}  // namespace pd2bw::planner
+// The spec of `shape` laid out over `steps` optimizer steps.
+ScheduleSpec schedule_spec(const PipelineShape& shape, int64_t steps);
+
+}  // namespace pd2bw::pipeline

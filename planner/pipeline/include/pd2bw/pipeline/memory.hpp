@@ -1,0 +1,80 @@
+// The memory model of one pipeline stage (DESIGN.md section 5), written once: weight versions in the
+// compute dtype, master weights when the compute dtype is narrower than the state dtype, gradients and
+// optimizer moments in the state dtype, the stash of the in-flight microbatches (or, when recomputing,
+// their inputs plus one microbatch's full stash), the boundary buffers and the reserve. The planner's
+// pricing, the simulator's memory replay and the executor's host-memory check all read it.
+#pragma once
+
+#include <cstdint>
+
+#include "pd2bw/pipeline/shape.hpp"
+#include "pd2bw/schemas/plan.hpp"
+
+namespace pd2bw::pipeline {
+
+// Turns a stage's parameter bytes (compute dtype) into the terms that depend on nothing else. Integer
+// arithmetic: state(p) = p / compute_bytes * state_bytes, so the terms are exact for whole parameters.
+struct MemoryFactors {
+  int64_t compute_bytes = 4;  // bytes of one parameter in the compute dtype
+  int64_t state_bytes = 4;    // bytes of one master weight, gradient or optimizer-moment element
+  int64_t versions = 1;       // weight versions held (weight_versions(schedule))
+  int64_t moments = 2;        // optimizer moments per parameter (optimizer_moments(optimizer))
+
+  // A separate master copy exists when the compute dtype differs from the state dtype (e.g. bf16 / fp32).
+  bool master() const { return compute_bytes != state_bytes; }
+  int64_t state(int64_t param_bytes) const { return param_bytes / compute_bytes * state_bytes; }
+  int64_t weights(int64_t param_bytes) const { return versions * param_bytes; }
+  int64_t master_copy(int64_t param_bytes) const { return master() ? state(param_bytes) : 0; }
+  int64_t grads(int64_t param_bytes) const { return state(param_bytes); }
+  int64_t optimizer(int64_t param_bytes) const { return moments * state(param_bytes); }
+  // weights + master + grads + optimizer: a lower bound on any stage holding these parameters.
+  int64_t total(int64_t param_bytes) const {
+    return weights(param_bytes) + master_copy(param_bytes) + grads(param_bytes) + optimizer(param_bytes);
+  }
+};
+
+// The factors of schedule `s` and optimizer `o` with parameters of `compute_bytes` and state (master,
+// gradients, moments) of `state_bytes` each: the planner passes the profile's dtype and 4 (fp32 state),
+// the executor its compute dtype and its master dtype.
+MemoryFactors memory_factors(Schedule s, Optimizer o, int64_t compute_bytes, int64_t state_bytes);
+
+// Bytes of the stash term: `in_flight` microbatches' stashes, or with recompute their inputs plus one
+// microbatch's full stash (rebuilt for the backward being run). Inline: the partitioner's inner loop.
+inline int64_t stash_term(int64_t in_flight, bool recompute, int64_t input_bytes, int64_t stash_bytes) {
+  return recompute ? in_flight * input_bytes + stash_bytes : in_flight * stash_bytes;
+}
+
+// Send and receive buffers of stage `stage` of `depth`: both directions of the input boundary (activation
+// in, gradient out) unless it is the first stage, and of the output boundary unless it is the last.
+inline int64_t comm_buffer_bytes(int64_t stage, int64_t depth, int64_t input_bytes, int64_t output_bytes) {
+  return (stage > 0 ? 2 * input_bytes : 0) + (stage + 1 < depth ? 2 * output_bytes : 0);
+}
+
+// What one stage holds, per device (bytes; one microbatch of the planned size).
+struct StageMemoryInput {
+  int64_t param_bytes = 0;  // the stage's parameters in the compute dtype
+  int64_t stash_bytes = 0;  // what backward keeps of one microbatch, over the stage's layers
+  int64_t input_bytes = 0;  // the stage's input activation of one microbatch (kept when recomputing)
+  int64_t comm_bytes = 0;   // boundary buffers (comm_buffer_bytes)
+  int64_t in_flight = 0;    // microbatches stashed at once (pipeline::in_flight)
+  bool recompute = false;
+  int64_t reserve_bytes = 0;  // runtime overhead kept aside
+};
+
+// The same model in the form an event-by-event replay needs (the simulator adds and frees these).
+struct StageMemoryTerms {
+  int64_t version_bytes = 0;        // one weight version (held `versions` times at most)
+  int64_t fixed_bytes = 0;          // master + grads + optimizer + comm + reserve, held throughout
+  int64_t per_microbatch_bytes = 0;  // from a microbatch's forward to its backward: its stash, or its
+                                     // input when recomputing
+  int64_t recompute_bytes = 0;      // one microbatch's full stash from Recompute to the end of Backward
+                                    // (0 without recompute)
+};
+StageMemoryTerms stage_memory_terms(const MemoryFactors& f, const StageMemoryInput& in);
+
+// The stage's peak by term: weights = versions x one version, stash = stash_term(...), the others as
+// above; total_bytes their sum, limit_bytes = `limit_bytes`, dominant the name of the largest term
+// ("weights", "master", "grads", "optimizer", "stash", "comm", "reserve"; the first of equals).
+schemas::MemoryBreakdown stage_memory(const MemoryFactors& f, const StageMemoryInput& in, int64_t limit_bytes);
+
+}  // namespace pd2bw::pipeline

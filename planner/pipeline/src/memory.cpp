@@ -1,0 +1,61 @@
+// The per-stage memory model: the factors of a schedule and optimizer, and a stage's terms.
+#include "pd2bw/pipeline/memory.hpp"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <utility>
+
+#include "pd2bw/error.hpp"
+
+namespace pd2bw::pipeline {
+
+MemoryFactors memory_factors(Schedule s, Optimizer o, int64_t compute_bytes, int64_t state_bytes) {
+  if (compute_bytes < 1 || state_bytes < 1)
+    throw UsageError(fmt::format("dtype sizes must be >= 1 byte (got compute {} state {})", compute_bytes,
+                                 state_bytes));
+  MemoryFactors f;
+  f.compute_bytes = compute_bytes;
+  f.state_bytes = state_bytes;
+  f.versions = weight_versions(s);
+  f.moments = optimizer_moments(o);
+  return f;
+}
+
+StageMemoryTerms stage_memory_terms(const MemoryFactors& f, const StageMemoryInput& in) {
+  StageMemoryTerms t;
+  t.version_bytes = in.param_bytes;
+  t.fixed_bytes = f.master_copy(in.param_bytes) + f.grads(in.param_bytes) + f.optimizer(in.param_bytes) +
+                  in.comm_bytes + in.reserve_bytes;
+  t.per_microbatch_bytes = in.recompute ? in.input_bytes : in.stash_bytes;
+  t.recompute_bytes = in.recompute ? in.stash_bytes : 0;
+  return t;
+}
+
+schemas::MemoryBreakdown stage_memory(const MemoryFactors& f, const StageMemoryInput& in, int64_t limit_bytes) {
+  schemas::MemoryBreakdown m;
+  m.weights_bytes = f.weights(in.param_bytes);
+  m.master_bytes = f.master_copy(in.param_bytes);
+  m.grads_bytes = f.grads(in.param_bytes);
+  m.optimizer_bytes = f.optimizer(in.param_bytes);
+  m.stash_bytes = stash_term(in.in_flight, in.recompute, in.input_bytes, in.stash_bytes);
+  m.comm_bytes = in.comm_bytes;
+  m.reserve_bytes = in.reserve_bytes;
+  m.total_bytes = m.weights_bytes + m.master_bytes + m.grads_bytes + m.optimizer_bytes + m.stash_bytes +
+                  m.comm_bytes + m.reserve_bytes;
+  m.limit_bytes = limit_bytes;
+  const std::array<std::pair<const char*, int64_t>, 7> terms{{{"weights", m.weights_bytes},
+                                                              {"master", m.master_bytes},
+                                                              {"grads", m.grads_bytes},
+                                                              {"optimizer", m.optimizer_bytes},
+                                                              {"stash", m.stash_bytes},
+                                                              {"comm", m.comm_bytes},
+                                                              {"reserve", m.reserve_bytes}}};
+  const auto* top = &terms[0];
+  for (const auto& t : terms)
+    if (t.second > top->second) top = &t;
+  m.dominant = top->first;
+  return m;
+}
+
+}  // namespace pd2bw::pipeline

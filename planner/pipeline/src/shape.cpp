@@ -1,0 +1,87 @@
+// The pipeline shape's rules: placement, in-flight counts, the schedule's factors and the one validation.
+#include "pd2bw/pipeline/shape.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+
+#include "pd2bw/error.hpp"
+
+namespace pd2bw::pipeline {
+
+std::vector<std::vector<int64_t>> rank_table(Placement p, int64_t depth, int64_t width) {
+  if (depth < 1 || width < 1)
+    throw UsageError(fmt::format("a rank table needs d, w >= 1 (got d={} w={})", depth, width));
+  std::vector<std::vector<int64_t>> table(static_cast<size_t>(depth));
+  for (int64_t i = 0; i < depth; ++i)
+    for (int64_t r = 0; r < width; ++r) table[static_cast<size_t>(i)].push_back(placement_rank(p, depth, width, i, r));
+  return table;
+}
+
+int64_t in_flight(Schedule s, int64_t depth, int64_t microbatches, int64_t stage) {
+  if (s == Schedule::gpipe) return microbatches;
+  return std::min(depth - stage, microbatches);
+}
+
+int64_t pipeline_factor(Schedule s, int64_t depth, int64_t microbatches) {
+  return s == Schedule::two_bw ? microbatches : microbatches + depth - 1;
+}
+
+int64_t weight_versions(Schedule s) { return s == Schedule::two_bw ? 2 : 1; }
+
+int64_t optimizer_moments(Optimizer o) { return o == Optimizer::adamw ? 2 : 1; }
+
+namespace {
+
+void check_bounds(const PipelineShape& p, int64_t num_layers) {
+  if (static_cast<int64_t>(p.bounds.size()) != p.depth + 1 || p.bounds.front() != 0 || p.bounds.back() != num_layers)
+    throw UsageError(fmt::format("stage bounds must run from 0 to the model's {} layers in {} stages", num_layers,
+                                 p.depth));
+  for (int64_t i = 0; i < p.depth; ++i)
+    if (p.bounds[static_cast<size_t>(i)] >= p.bounds[static_cast<size_t>(i + 1)])
+      throw UsageError(fmt::format("stage {} holds no layers", i));
+}
+
+void check_ranks(const PipelineShape& p) {
+  if (static_cast<int64_t>(p.ranks.size()) != p.depth) throw UsageError("the rank table needs one row per stage");
+  std::set<int64_t> seen;
+  for (const auto& row : p.ranks) {
+    if (static_cast<int64_t>(row.size()) != p.width) throw UsageError("the rank table needs one rank per replica");
+    for (int64_t r : row)
+      if (r < 0 || r >= p.ranks_total() || !seen.insert(r).second)
+        throw UsageError(fmt::format("rank {} is out of range or repeated in the rank table", r));
+  }
+}
+
+}  // namespace
+
+void PipelineShape::validate(int64_t num_layers) const {
+  if (depth < 1 || width < 1 || microbatches < 1 || microbatch_size < 1)
+    throw UsageError(fmt::format("pipeline needs d, w, m, b >= 1 (got d={} w={} m={} b={})", depth, width,
+                                 microbatches, microbatch_size));
+  if (microbatches < min_microbatches(schedule, depth))
+    throw UsageError(fmt::format("2bw needs m >= d (got m={} d={})", microbatches, depth),
+                     "raise the microbatches per step or use fewer stages");
+  check_bounds(*this, num_layers);
+  if (static_cast<int64_t>(recompute.size()) != depth) throw UsageError("one recompute flag per stage is needed");
+  check_ranks(*this);
+}
+
+PipelineShape shape_of(const schemas::Plan& plan) {
+  PipelineShape s;
+  s.schedule = plan.schedule;
+  s.depth = plan.depth;
+  s.width = plan.width;
+  s.microbatches = plan.microbatches_per_step;
+  s.microbatch_size = plan.microbatch_size;
+  for (const auto& st : plan.stages) {
+    s.bounds.push_back(st.layer_begin);
+    s.recompute.push_back(st.recompute);
+    s.ranks.push_back(st.ranks);
+  }
+  if (!plan.stages.empty()) s.bounds.push_back(plan.stages.back().layer_end);
+  return s;
+}
+
+}  // namespace pd2bw::pipeline
