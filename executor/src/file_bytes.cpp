@@ -1,5 +1,6 @@
-// Whole-file I/O for the executor: binary reads that never reinterpret bytes, and writes that go
-// through a ".tmp" sibling and a rename so readers see either the old file or the complete new one.
+// Whole-file I/O for the executor: binary reads that never reinterpret bytes, and writes that go through
+// schemas::write_file_atomic (temporary sibling, fsync, rename, directory fsync) so readers see either the
+// old file or the complete new one.
 #include "file_bytes.hpp"
 
 #include <cerrno>
@@ -12,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "pd2bw/error.hpp"
+#include "pd2bw/schemas/common.hpp"
 
 namespace pd2bw::executor::detail {
 
@@ -39,33 +41,7 @@ void write_file_replacing(const std::string& path, std::string_view bytes) {
 }
 
 void write_file_replacing(const std::string& path, const std::vector<std::string_view>& pieces) {
-  const std::string tmp = path + ".tmp";
-  const auto discard_tmp = [&tmp] {
-    std::error_code ignored;
-    std::filesystem::remove(tmp, ignored);
-  };
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) {
-      const int err = errno;
-      throw Error(fmt::format("cannot write \"{}\": {}", tmp, std::strerror(err)),
-                  "check that the directory exists and is writable");
-    }
-    for (std::string_view piece : pieces) out.write(piece.data(), static_cast<std::streamsize>(piece.size()));
-    out.flush();
-    out.close();
-    if (!out) {
-      discard_tmp();
-      throw Error(fmt::format("error while writing \"{}\"", tmp), "check the free space on the disk");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    discard_tmp();
-    throw Error(fmt::format("cannot rename \"{}\" onto \"{}\": {}", tmp, path, ec.message()),
-                "check that the destination is not a directory and is writable");
-  }
+  schemas::write_file_atomic(path, pieces);
 }
 
 }  // namespace pd2bw::executor::detail

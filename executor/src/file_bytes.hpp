@@ -13,9 +13,10 @@ namespace pd2bw::executor::detail {
 // unreadable.
 std::string read_file_bytes(const std::string& path, std::string_view what);
 
-// Writes `bytes` to `path` + ".tmp", flushes it, then renames it onto `path`, so a crash or a full disk
-// never leaves a half-written file under the final name. Throws Error naming the path on any failure
-// (the temporary is removed).
+// Replaces `path` with `bytes` through schemas::write_file_atomic (temporary sibling, fsync, rename,
+// directory fsync), so a crash or a full disk never leaves a half-written file under the final name.
+// Throws Error (UsageError when the directory is missing or read-only) naming the path; the temporary is
+// removed on failure.
 void write_file_replacing(const std::string& path, std::string_view bytes);
 // The same for a file made of several pieces written back to back (no concatenated copy is made).
 void write_file_replacing(const std::string& path, const std::vector<std::string_view>& pieces);

@@ -2,8 +2,6 @@
 // reading and atomic writing, and the build's version stamp.
 #include "pd2bw/schemas/common.hpp"
 
-#include <unistd.h>
-
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -120,31 +118,7 @@ void write_text_file(const std::string& path, std::string_view text) {
     if (!std::cout) throw Error("cannot write to standard output");
     return;
   }
-  // Write beside the target and rename, so a reader never sees half a file and a failure keeps the old one.
-  const std::string tmp = fmt::format("{}.tmp.{}", path, static_cast<long>(::getpid()));
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) {
-      const int err = errno;
-      throw UsageError(fmt::format("cannot write \"{}\": {}", path, std::strerror(err)),
-                       "check that the directory exists and is writable");
-    }
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    out.close();
-    if (!out) {
-      std::error_code ignored;
-      std::filesystem::remove(tmp, ignored);
-      throw Error(fmt::format("error while writing \"{}\"", path), "check the free space on the disk");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::error_code ignored;
-    std::filesystem::remove(tmp, ignored);
-    throw Error(fmt::format("cannot replace \"{}\": {}", path, ec.message()),
-                "check that the path is not a directory and is writable");
-  }
+  write_file_atomic(path, {text});
 }
 
 std::string_view pd2bw_version() {

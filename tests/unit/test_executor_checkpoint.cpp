@@ -30,6 +30,15 @@ const std::vector<float> kF32 = {1.5f, -2.25f, 3.0f, 0.0f, -0.0f, std::numeric_l
 const std::vector<double> kF64 = {0.1, -1e300, 2.5};
 const std::vector<int64_t> kI64 = {std::numeric_limits<int64_t>::min(), -1, 0, 42};
 
+// True when the directory of `path` holds no temporary sibling of it ("<name>.tmp" or "<name>.tmp.<pid>").
+bool no_temporary_beside(const std::string& path) {
+  const std::string prefix = fs::path(path).filename().string() + ".tmp";
+  for (const auto& e : fs::directory_iterator(fs::path(path).parent_path())) {
+    if (e.path().filename().string().rfind(prefix, 0) == 0) return false;
+  }
+  return true;
+}
+
 void write_sample(const std::string& path) {
   std::vector<ex::TensorView> views;
   views.push_back(ex::make_tensor_view<float>("blocks.0.w", {2, 3}, kF32));
@@ -117,6 +126,7 @@ TEST_CASE("safetensors: round trip of F32, F64, I64 and an empty tensor with met
   const std::string path = dir.file("t.safetensors");
   write_sample(path);
   CHECK_FALSE(fs::exists(path + ".tmp"));
+  CHECK(no_temporary_beside(path));
   const ex::SafetensorsFile f = ex::read_safetensors(path);
   CHECK(f.metadata == std::map<std::string, std::string>{{"step", "12"}, {"format", "pt"}, {"a key", "a value"}});
   REQUIRE(f.tensors.size() == 4);
@@ -314,6 +324,7 @@ TEST_CASE("checkpoint directory: manifest written last, stage hashes verified") 
   }
   ex::write_manifest(dir, m);
   CHECK_FALSE(fs::exists(tmp.file("run/step-17/manifest.json.tmp")));
+  CHECK(no_temporary_beside(tmp.file("run/step-17/manifest.json")));
   const ex::CheckpointManifest back = ex::read_checkpoint_manifest(dir);
   check_same(back, m);
   for (const ex::CheckpointStage& s : back.stages) CHECK_NOTHROW(ex::verify_stage_file(dir, s));

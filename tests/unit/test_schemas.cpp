@@ -3,10 +3,12 @@
 // file helpers, and that every shipped example validates.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -18,6 +20,7 @@
 #include "pd2bw/schemas/plan.hpp"
 #include "pd2bw/schemas/profile.hpp"
 #include "pd2bw/schemas/validate.hpp"
+#include "temp_dir.hpp"
 
 namespace s = pd2bw::schemas;
 using nlohmann::json;
@@ -394,6 +397,34 @@ TEST_CASE("files are written atomically and read back") {
   std::filesystem::remove_all(dir);
   CHECK_THROWS_AS(s::read_text_file((dir / "missing.json").string()), pd2bw::UsageError);
   CHECK_THROWS_AS(s::write_text_file((dir / "no" / "such" / "dir.json").string(), "x"), pd2bw::Error);
+}
+
+TEST_CASE("write_file_atomic joins the pieces, replaces the target and cleans up after a failure") {
+  const pd2bw::test::TempDir tmp("atomic");
+  const std::filesystem::path& dir = tmp.path();
+  const std::string path = (dir / "t.bin").string();
+  s::write_file_atomic(path, {"ab", "", std::string_view("c\0d", 3)});
+  CHECK(s::read_text_file(path) == std::string("abc\0d", 5));
+  s::write_file_atomic(path, {"new"});
+  CHECK(s::read_text_file(path) == "new");
+  s::write_file_atomic(path, {});
+  CHECK(s::read_text_file(path).empty());
+  // The target is a directory: the rename fails, the directory stays and no temporary is left.
+  std::filesystem::create_directories(dir / "sub");
+  CHECK_THROWS_AS(s::write_file_atomic((dir / "sub").string(), {"x"}), pd2bw::Error);
+  CHECK(std::filesystem::is_directory(dir / "sub"));
+  // A missing directory is the user's to fix.
+  CHECK_THROWS_AS(s::write_file_atomic((dir / "missing" / "t.bin").string(), {"x"}), pd2bw::UsageError);
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  CHECK(names == std::vector<std::string>{"sub", "t.bin"});
+  // A bare file name lands in the working directory (whose directory entry is the one synced).
+  const auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir);
+  s::write_file_atomic("bare.txt", {"here"});
+  std::filesystem::current_path(cwd);
+  CHECK(s::read_text_file((dir / "bare.txt").string()) == "here");
 }
 
 // The writers' output is pinned by fixture files, which tests/schema/test_json_schemas.py also checks

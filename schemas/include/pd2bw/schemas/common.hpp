@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace pd2bw::schemas {
 
@@ -37,8 +38,13 @@ std::string format_bytes(int64_t bytes);
 
 // Reads a whole file. Throws UsageError (with a hint) when it cannot be opened.
 std::string read_text_file(const std::string& path);
-// Writes `text` to `path` through a temporary file and a rename; "-" means stdout. Throws Error.
+// Writes `text` to `path` through write_file_atomic; "-" means stdout. Throws Error.
 void write_text_file(const std::string& path, std::string_view text);
+// Replaces `path` with the concatenation of `pieces`, durably and atomically: writes `path`.tmp.<pid>,
+// fsyncs and closes it, renames it onto `path`, then fsyncs the directory. Readers see the old file or the
+// whole new one, even after a crash or power cut. Throws UsageError when the temporary cannot be created
+// (missing or read-only directory) and Error on any later failure; the temporary is removed on failure.
+void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces);
 
 // Lower-case hex SHA-256 of `data` (FIPS 180-4).
 std::string sha256_hex(std::string_view data);

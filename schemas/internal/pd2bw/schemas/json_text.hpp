@@ -1,5 +1,7 @@
 // Strict parsing of JSON text, shared by every reader of pd2bw's files: nlohmann would silently keep the
 // last of two equal keys in an object; this rejects them and names where.
+// Internal header (schemas/internal): it exposes nlohmann::json, so only the sources of pd2bw_schemas and
+// pd2bw_executor see it, through the pd2bw_schemas_internal target they link privately.
 #pragma once
 
 #include <cstddef>
