@@ -5,9 +5,7 @@
 #include <time.h>
 
 #include <chrono>
-#include <exception>
-#include <mutex>
-#include <thread>
+#include <optional>
 
 #include "pd2bw/error.hpp"
 #include "stage_state.hpp"
@@ -26,19 +24,14 @@ double steady_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-template <typename T>
-std::span<const std::byte> as_bytes_of(const std::vector<T>& v) {
-  return std::as_bytes(std::span<const T>(v));
-}
-template <typename T>
-std::span<std::byte> as_writable_bytes_of(std::vector<T>& v) {
-  return std::as_writable_bytes(std::span<T>(v));
-}
-
 }  // namespace
 
 template <typename T>
 StageWorker<T>::StageWorker(const PipelineConfig& config, int64_t rank) : impl_(std::make_unique<Impl>(config, rank)) {}
+template <typename T>
+StageWorker<T>::StageWorker(const PipelineConfig& config, int64_t rank, Comm& comm) : StageWorker(config, rank) {
+  impl_->bind_groups(comm);
+}
 template <typename T>
 StageWorker<T>::~StageWorker() = default;
 template <typename T>
@@ -50,6 +43,7 @@ void StageWorker<T>::run(Comm& comm, const MicrobatchSource& data, int64_t first
   if (first_step != s.steps_done)
     throw Error(fmt::format("stage {}: asked to run from step {} but {} steps are done", s.stage, first_step,
                             s.steps_done));
+  s.bind_groups(comm);
   const auto act = static_cast<size_t>(s.activation_numel());
   const auto& c = s.cfg;
   const auto ops = planner::stage_ops({c.schedule, c.depth, c.microbatches, steps, c.width}, s.stage, s.recompute);
@@ -61,7 +55,7 @@ void StageWorker<T>::run(Comm& comm, const MicrobatchSource& data, int64_t first
       case planner::OpKind::recv_activation: {
         auto& mb = s.live[key];
         mb.input.resize(act);
-        comm.recv(s.rank_of(s.stage - 1, s.replica), make_tag(TagKind::activation, step, k), as_writable_bytes_of(mb.input));
+        comm.recv(s.rank_of(s.stage - 1, s.replica), make_tag(TagKind::activation, step, k), std::span<T>(mb.input));
         break;
       }
       case planner::OpKind::forward: {
@@ -81,14 +75,14 @@ void StageWorker<T>::run(Comm& comm, const MicrobatchSource& data, int64_t first
       }
       case planner::OpKind::send_activation: {
         auto& mb = s.live.at(key);
-        comm.send(s.rank_of(s.stage + 1, s.replica), make_tag(TagKind::activation, step, k), as_bytes_of(mb.output));
+        comm.send(s.rank_of(s.stage + 1, s.replica), make_tag(TagKind::activation, step, k), std::span<const T>(mb.output));
         mb.output = {};
         break;
       }
       case planner::OpKind::recv_gradient: {
         auto& mb = s.live.at(key);
         mb.grad_out.resize(act);
-        comm.recv(s.rank_of(s.stage + 1, s.replica), make_tag(TagKind::gradient, step, k), as_writable_bytes_of(mb.grad_out));
+        comm.recv(s.rank_of(s.stage + 1, s.replica), make_tag(TagKind::gradient, step, k), std::span<T>(mb.grad_out));
         break;
       }
       case planner::OpKind::recompute: {
@@ -111,19 +105,18 @@ void StageWorker<T>::run(Comm& comm, const MicrobatchSource& data, int64_t first
       }
       case planner::OpKind::send_gradient: {
         auto& mb = s.live.at(key);
-        comm.send(s.rank_of(s.stage - 1, s.replica), make_tag(TagKind::gradient, step, k), as_bytes_of(mb.grad_in));
+        comm.send(s.rank_of(s.stage - 1, s.replica), make_tag(TagKind::gradient, step, k), std::span<const T>(mb.grad_in));
         s.live.erase(key);
         break;
       }
-      case planner::OpKind::allreduce: {
-        const auto group = s.stage_group();
-        group_sum<T>(comm, group, make_tag(TagKind::allreduce, step, 0), s.grads);
+      case planner::OpKind::allreduce:
+        comm.allreduce_sum(s.stage_comm_group, std::span<T>(s.grads));
         break;
-      }
       case planner::OpKind::update:
         s.update(comm, step);
         if (s.update_end.size() <= static_cast<size_t>(step)) s.update_end.resize(static_cast<size_t>(step) + 1, 0.0);
         s.update_end[static_cast<size_t>(step)] = steady_ms();
+        if (sink) sink->on_update(step);
         break;
     }
     s.account();
@@ -187,30 +180,18 @@ void StageWorker<T>::restore(int64_t steps, std::span<const T> previous, std::sp
 template <typename T>
 ThreadsJob<T>::ThreadsJob(const PipelineConfig& config) : config_(config) {
   config_.validate();
-  for (int64_t r = 0; r < config_.ranks_total(); ++r) workers_.emplace_back(config_, r);
+  comms_ = make_threads_comms(config_.ranks_total());
+  // Each rank builds its worker on its own thread: making the groups is collective.
+  std::vector<std::optional<StageWorker<T>>> built(comms_.size());
+  run_on_threads(comms_, [&](Comm& comm) { built[static_cast<size_t>(comm.rank())].emplace(config_, comm.rank(), comm); });
+  for (auto& w : built) workers_.push_back(std::move(*w));
 }
 
 template <typename T>
 void ThreadsJob<T>::run(const MicrobatchSource& data, int64_t first_step, int64_t steps, LossSink* sink) {
-  auto comms = make_threads_comms(ranks());
-  std::mutex mutex;
-  std::exception_ptr failure;
-  auto body = [&](int64_t r) {
-    try {
-      workers_[static_cast<size_t>(r)].run(*comms[static_cast<size_t>(r)], data, first_step, steps, sink);
-    } catch (...) {
-      {
-        const std::lock_guard<std::mutex> lock(mutex);
-        if (!failure) failure = std::current_exception();  // the first failure is the cause
-      }
-      comms[static_cast<size_t>(r)]->abort(fmt::format("rank {} failed", r));
-    }
-  };
-  std::vector<std::thread> threads;
-  for (int64_t r = 1; r < ranks(); ++r) threads.emplace_back(body, r);
-  body(0);
-  for (auto& t : threads) t.join();
-  if (failure) std::rethrow_exception(failure);
+  run_on_threads(comms_, [&](Comm& comm) {
+    workers_[static_cast<size_t>(comm.rank())].run(comm, data, first_step, steps, sink);
+  });
 }
 
 template class StageWorker<float>;
