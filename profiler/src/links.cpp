@@ -1,4 +1,4 @@
-// Times the in-process links: point-to-point messages between two ranks and group_sum<float> over
+// Times the in-process links: point-to-point messages between two ranks and Comm::allreduce_sum<float> over
 // several, with the ranks as threads of this process (the executor's threads transport).
 #include <algorithm>
 #include <barrier>
@@ -17,7 +17,7 @@ namespace pd2bw::profiler::detail {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr uint64_t kTag = 0x9f0f;  // the only traffic of these throwaway jobs
+constexpr int64_t kTag = 7;  // the only traffic of these throwaway jobs
 
 double ms_since(Clock::time_point t0) {
   return std::max(1e-6, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
@@ -58,13 +58,13 @@ double measure_p2p_ms(int64_t bytes, int64_t reps) {
     std::vector<std::byte> buffer(static_cast<size_t>(bytes));
     for (int64_t i = 0; i < kWarmup + reps; ++i) {
       if (rank == 1) {
-        comm.recv(0, kTag, buffer);
-        comm.send(0, kTag, buffer);
+        comm.recv(0, kTag, std::span<std::byte>(buffer));
+        comm.send(0, kTag, std::span<const std::byte>(buffer));
         continue;
       }
       const auto t0 = Clock::now();
-      comm.send(1, kTag, buffer);
-      comm.recv(1, kTag, buffer);
+      comm.send(1, kTag, std::span<const std::byte>(buffer));
+      comm.recv(1, kTag, std::span<std::byte>(buffer));
       if (i >= kWarmup) samples.push_back(ms_since(t0) / 2);  // rank 0 alone writes samples
     }
   });
@@ -83,11 +83,12 @@ double measure_allreduce_ms(int64_t bytes, int64_t ranks, int64_t reps) {
   run_ranks(ranks, [&](int64_t rank, executor::Comm& comm) {
     // Zeros stay zeros however often they are summed, so repeated rounds never overflow.
     std::vector<float> values(static_cast<size_t>(bytes) / sizeof(float), 0.0f);
+    const executor::Group all = comm.group(group);
     try {
       for (int64_t i = 0; i < rounds; ++i) {
         start.arrive_and_wait();
         const auto t0 = Clock::now();
-        executor::group_sum<float>(comm, group, kTag, values);
+        comm.allreduce_sum(all, std::span<float>(values));
         per_rank[static_cast<size_t>(i)][static_cast<size_t>(rank)] = ms_since(t0);
       }
     } catch (...) {

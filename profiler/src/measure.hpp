@@ -35,7 +35,7 @@ double measure_update_ms(const executor::ParamLayout& layout, int64_t warmup, in
 
 // Median one-way time in ms of a `bytes` message between two in-process ranks (round trip / 2).
 double measure_p2p_ms(int64_t bytes, int64_t reps);
-// Median time in ms of group_sum<float> of `bytes` over `ranks` in-process ranks; one sample is the
+// Median time in ms of the fixed-order allreduce_sum<float> of `bytes` over `ranks` in-process ranks; one sample is the
 // slowest rank's time from a common start.
 double measure_allreduce_ms(int64_t bytes, int64_t ranks, int64_t reps);
 

@@ -177,7 +177,7 @@ std::string method_notes(const ProfileOptions& o) {
       "backend arena's live bytes across one forward with its stash alive; "
       "stash_bytes_computed is Stash::bytes(). Links (level node): {} ranks as threads of one process, "
       "whose transport copies each message twice; p2p is the median round trip / 2 between two threads, "
-      "allreduce the median (slowest rank from a common start) of group_sum<float> over {} threads (the "
+      "allreduce the median (slowest rank from a common start) of Comm::allreduce_sum (float) over {} threads (the "
       "first rank gathers, adds in rank order and sends the sum back); busbw = 2(R-1)/R * bytes / time "
       "(nccl-tests) at the largest size.",
       o.warmup, o.iters, o.blocks, o.blocks - 1, o.link_ranks, o.link_ranks);

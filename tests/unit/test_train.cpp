@@ -1,7 +1,8 @@
 // Training on the built-in corpus learns: with the seeded tiny GPT planned as a 2-stage, 2-replica 2BW
 // pipeline, the loss starts at the uniform guess ln(256) and within 40 steps falls below the corpus's
 // unigram entropy, the best loss any model that ignores context can reach, so the model must be using the
-// preceding bytes.
+// preceding bytes. Also: a run stopped and resumed from checkpoints reports the losses of the uninterrupted
+// run, and rank 0 gathers one metrics entry per stage from the ranks.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -11,6 +12,7 @@
 #include "pd2bw/executor/trainer.hpp"
 #include "pd2bw/planner/search.hpp"
 #include "pd2bw/schemas/common.hpp"
+#include "temp_dir.hpp"
 
 using namespace pd2bw;
 
@@ -60,4 +62,47 @@ TEST_CASE("the tiny GPT's loss falls below the corpus's unigram entropy within 4
   MESSAGE("unigram entropy " << h1 << " nats; loss " << r.losses.front() << " -> " << last << " (mean of last 5)");
   CHECK(std::abs(r.losses.front() - std::log(256.0)) < 0.1);
   CHECK(last < h1);
+}
+
+TEST_CASE("a run in segments with checkpoints and a resume gives the uninterrupted run's losses") {
+  const auto plan = tiny_plan();
+  const std::string sha(64, '0');
+  executor::TrainOptions o;
+  o.steps = 6;
+  o.quiet = true;
+  const auto whole = executor::train(plan, sha, o, nullptr);
+  REQUIRE(whole.losses.size() == 6);
+  const test::TempDir dir("train-segments");
+  o.checkpoint_dir = (dir.path() / "ck").string();
+  o.checkpoint_every = 2;
+  o.stop_after = 3;  // segments of 2 and 1 steps, then stop with a checkpoint at step 3
+  const auto first = executor::train(plan, sha, o, nullptr);
+  o.resume = true;
+  o.stop_after = 0;
+  const auto second = executor::train(plan, sha, o, nullptr);
+  CHECK(second.first_step == 3);
+  std::vector<double> parts = first.losses;
+  parts.insert(parts.end(), second.losses.begin(), second.losses.end());
+  CHECK(parts == whole.losses);  // bit for bit
+}
+
+TEST_CASE("rank 0 gathers one metrics entry per stage and the step times of every step") {
+  const auto plan = tiny_plan();
+  executor::TrainOptions o;
+  o.steps = 4;
+  o.quiet = true;
+  o.checkpoint_every = 0;
+  const auto r = executor::train(plan, std::string(64, '0'), o, nullptr);
+  REQUIRE(r.peak_bytes.size() == static_cast<size_t>(plan.depth));
+  REQUIRE(r.versions.size() == static_cast<size_t>(plan.depth));
+  REQUIRE(r.compute_ms.size() == static_cast<size_t>(plan.depth));
+  for (int64_t i = 0; i < plan.depth; ++i) {
+    CHECK(r.peak_bytes[static_cast<size_t>(i)] > 0);
+    CHECK(r.versions[static_cast<size_t>(i)] == 2);  // 2BW keeps two weight versions on every stage
+    CHECK(r.compute_ms[static_cast<size_t>(i)] > 0);
+  }
+  // Each entry comes from its own stage (different layers and stash counts), not one rank repeated.
+  CHECK(r.peak_bytes.front() != r.peak_bytes.back());
+  CHECK(r.step_ms.size() == 3);
+  for (double ms : r.step_ms) CHECK(ms > 0);
 }

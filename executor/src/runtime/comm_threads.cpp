@@ -1,5 +1,6 @@
 // The `threads` transport: ranks are threads of one process sharing mailboxes keyed by
-// (source, destination, tag); a send copies into the mailbox, a receive waits on a condition variable.
+// (source, destination, tag); a send copies into the mailbox (so it never waits for the receiver), a
+// receive waits on a condition variable.
 #include <fmt/format.h>
 
 #include <condition_variable>
@@ -19,7 +20,7 @@ namespace {
 struct World {
   std::mutex mutex;
   std::condition_variable arrived;
-  std::map<std::tuple<int64_t, int64_t, uint64_t>, std::deque<std::vector<std::byte>>> boxes;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, std::deque<std::vector<std::byte>>> boxes;
   bool aborted = false;
   std::string why;
 };
@@ -30,33 +31,6 @@ class ThreadsComm final : public Comm {
       : world_(std::move(world)), rank_(rank), size_(size) {}
   int64_t rank() const override { return rank_; }
   int64_t size() const override { return size_; }
-
-  void send(int64_t dst, uint64_t tag, std::span<const std::byte> bytes) override {
-    check_peer(dst);
-    std::vector<std::byte> copy(bytes.begin(), bytes.end());
-    {
-      std::lock_guard<std::mutex> lock(world_->mutex);
-      if (world_->aborted) throw Error(world_->why);
-      world_->boxes[{rank_, dst, tag}].push_back(std::move(copy));
-    }
-    world_->arrived.notify_all();
-  }
-
-  void recv(int64_t src, uint64_t tag, std::span<std::byte> bytes) override {
-    check_peer(src);
-    std::unique_lock<std::mutex> lock(world_->mutex);
-    auto& box = world_->boxes[{src, rank_, tag}];
-    world_->arrived.wait(lock, [&] { return world_->aborted || !box.empty(); });
-    if (world_->aborted) throw Error(world_->why);
-    std::vector<std::byte> msg = std::move(box.front());
-    box.pop_front();
-    if (box.empty()) world_->boxes.erase({src, rank_, tag});
-    lock.unlock();
-    if (msg.size() != bytes.size())
-      throw Error(fmt::format("rank {}: message from rank {} (tag {:#x}) has {} bytes, expected {}", rank_, src,
-                              tag, msg.size(), bytes.size()));
-    if (!msg.empty()) std::memcpy(bytes.data(), msg.data(), msg.size());
-  }
 
   void abort(const std::string& why) override {
     {
@@ -69,10 +43,38 @@ class ThreadsComm final : public Comm {
     world_->arrived.notify_all();
   }
 
+ protected:
+  void do_send(int64_t dst, int64_t tag, ConstMessageBuffer data, Stream) override {
+    host_only(data.memory);
+    const auto* p = static_cast<const std::byte*>(data.data);
+    std::vector<std::byte> copy(p, p + data.bytes);
+    {
+      std::lock_guard<std::mutex> lock(world_->mutex);
+      if (world_->aborted) throw Error(world_->why);
+      world_->boxes[{rank_, dst, tag}].push_back(std::move(copy));
+    }
+    world_->arrived.notify_all();
+  }
+
+  void do_recv(int64_t src, int64_t tag, MessageBuffer data, Stream) override {
+    host_only(data.memory);
+    std::unique_lock<std::mutex> lock(world_->mutex);
+    auto& box = world_->boxes[{src, rank_, tag}];
+    world_->arrived.wait(lock, [&] { return world_->aborted || !box.empty(); });
+    if (world_->aborted) throw Error(world_->why);
+    std::vector<std::byte> msg = std::move(box.front());
+    box.pop_front();
+    if (box.empty()) world_->boxes.erase({src, rank_, tag});
+    lock.unlock();
+    if (msg.size() != data.bytes)
+      throw Error(fmt::format("rank {}: message from rank {} (tag {}) has {} bytes, expected {}", rank_, src, tag,
+                              msg.size(), data.bytes));
+    if (!msg.empty()) std::memcpy(data.data, msg.data(), msg.size());
+  }
+
  private:
-  void check_peer(int64_t peer) const {
-    if (peer < 0 || peer >= size_ || peer == rank_)
-      throw Error(fmt::format("rank {}: bad peer rank {} (job of {} ranks)", rank_, peer, size_));
+  static void host_only(MemoryKind memory) {
+    if (memory != MemoryKind::host) throw UsageError("the threads transport moves host memory only");
   }
 
   std::shared_ptr<World> world_;
@@ -88,25 +90,5 @@ std::vector<std::unique_ptr<Comm>> make_threads_comms(int64_t size) {
   for (int64_t r = 0; r < size; ++r) out.push_back(std::make_unique<ThreadsComm>(world, r, size));
   return out;
 }
-
-template <typename T>
-void group_sum(Comm& comm, std::span<const int64_t> group, uint64_t tag, std::span<T> values) {
-  if (group.size() <= 1) return;
-  const auto bytes = std::as_writable_bytes(values);
-  if (comm.rank() != group[0]) {
-    comm.send(group[0], tag, std::as_bytes(values));
-    comm.recv(group[0], tag, bytes);
-    return;
-  }
-  std::vector<T> other(values.size());
-  for (size_t g = 1; g < group.size(); ++g) {
-    comm.recv(group[g], tag, std::as_writable_bytes(std::span<T>(other)));
-    for (size_t i = 0; i < values.size(); ++i) values[i] += other[i];
-  }
-  for (size_t g = 1; g < group.size(); ++g) comm.send(group[g], tag, std::as_bytes(values));
-}
-
-template void group_sum<float>(Comm&, std::span<const int64_t>, uint64_t, std::span<float>);
-template void group_sum<double>(Comm&, std::span<const int64_t>, uint64_t, std::span<double>);
 
 }  // namespace pd2bw::executor

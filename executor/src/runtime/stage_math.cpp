@@ -111,6 +111,15 @@ std::vector<int64_t> StageWorker<T>::Impl::replica_group() const {
   return g;
 }
 
+// Every rank of the job makes its stage group first, then its replica group, so the groups' ids agree.
+template <typename T>
+void StageWorker<T>::Impl::bind_groups(Comm& comm) {
+  if (groups_of == comm.serial()) return;
+  stage_comm_group = comm.group(stage_group());
+  replica_comm_group = comm.group(replica_group());
+  groups_of = comm.serial();
+}
+
 template <typename T>
 ConstView StageWorker<T>::Impl::head_wte(ConstView p) const {
   if (!cfg.model.tie_embeddings) return {};
@@ -134,9 +143,9 @@ void StageWorker<T>::Impl::exchange_tied_grad(Comm& comm, int64_t step) {
   const std::span<T> mine = host_span(grads).subspan(static_cast<size_t>(at), n);
   std::vector<T> theirs(n);
   const int64_t peer = rank_of(first ? cfg.depth - 1 : 0, replica);
-  const uint64_t tag = make_tag(TagKind::tied, step, 0);
-  comm.send(peer, tag, std::as_bytes(std::span<const T>(mine)));
-  comm.recv(peer, tag, std::as_writable_bytes(std::span<T>(theirs)));
+  const int64_t tag = make_tag(TagKind::tied, step, 0);
+  comm.send(peer, tag, std::span<const T>(mine));
+  comm.recv(peer, tag, std::span<T>(theirs));
   for (size_t i = 0; i < n; ++i) mine[i] = first ? mine[i] + theirs[i] : theirs[i] + mine[i];
 }
 
@@ -233,8 +242,7 @@ void StageWorker<T>::Impl::update(Comm& comm, int64_t step) {
     // The head's copy of a tied table is counted once, on the embedding's stage (the copy is last).
     const int64_t counted = tied_copy >= 0 ? tied_copy : numel;
     std::vector<double> ss{backend->sum_of_squares(grads.view().slice(0, counted)) * scale * scale};
-    const auto group = replica_group();
-    group_sum<double>(comm, group, make_tag(TagKind::clip, step, 0), ss);
+    comm.allreduce_sum(replica_comm_group, std::span<double>(ss));
     scale *= clip_factor(ss[0], opt.clip_norm);
   }
   Buffer& dst = buffer_of(step + 1);

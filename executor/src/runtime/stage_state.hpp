@@ -67,6 +67,10 @@ struct StageWorker<T>::Impl {
   int64_t activation_numel() const { return cfg.microbatch_size * cfg.seq * cfg.model.d_model; }
   std::vector<int64_t> stage_group() const;    // ranks of this stage, replica order
   std::vector<int64_t> replica_group() const;  // ranks of this replica, stage order
+  // Those groups, made once per Comm (bind_groups, on the first run with that Comm).
+  Group stage_comm_group, replica_comm_group;
+  uint64_t groups_of = 0;  // Comm::serial() of the Comm that made them
+  void bind_groups(Comm& comm);
   int64_t rank_of(int64_t at_stage, int64_t of_replica) const {
     return cfg.ranks[static_cast<size_t>(at_stage)][static_cast<size_t>(of_replica)];
   }
@@ -89,11 +93,17 @@ struct StageWorker<T>::Impl {
   void update(Comm& comm, int64_t step);
 };
 
-// Message tags: kind in the top byte, the step and the microbatch below.
-enum class TagKind : uint64_t { activation = 1, gradient = 2, allreduce = 3, clip = 4, tied = 5 };
-inline uint64_t make_tag(TagKind kind, int64_t step, int64_t microbatch) {
-  return (static_cast<uint64_t>(kind) << 56) | (static_cast<uint64_t>(step) << 24) |
-         static_cast<uint64_t>(microbatch < 0 ? 0 : microbatch);
+// Message tags, compact enough for MPI (Comm takes [0, kMaxUserTag]; the job's reports use 8192 and up):
+// kind x a window of 1024 slots from the step and the microbatch. Correctness needs no uniqueness: the
+// only messages that share a tag go between the same pair of ranks with the same kind, a transport
+// delivers those in send order, and both ends walk the same schedule, which sends and receives each
+// kind between a pair in the same (step, microbatch) order; so the k-th receive under a tag gets the
+// k-th send. The slot only narrows what could be confused if that order were ever broken.
+enum class TagKind : int64_t { activation = 0, gradient = 1, tied = 2 };
+inline constexpr int64_t kTagWindow = 1024;
+inline int64_t make_tag(TagKind kind, int64_t step, int64_t microbatch) {
+  const int64_t slot = (step % 8) * 128 + (microbatch < 0 ? 0 : microbatch % 128);
+  return static_cast<int64_t>(kind) * kTagWindow + slot;
 }
 
 }  // namespace pd2bw::executor

@@ -3,9 +3,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
-#include <exception>
-#include <mutex>
-#include <thread>
+#include <optional>
 
 #include "pd2bw/error.hpp"
 #include "stage_state.hpp"
@@ -18,12 +16,16 @@ double steady_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-std::span<std::byte> bytes_of(Buffer& b) { return {b.data<std::byte>(), static_cast<size_t>(b.bytes())}; }
+MessageBuffer message(Buffer& b) { return {b.data<std::byte>(), static_cast<size_t>(b.bytes()), MemoryKind::host}; }
 
 }  // namespace
 
 template <typename T>
 StageWorker<T>::StageWorker(const PipelineConfig& config, int64_t rank) : impl_(std::make_unique<Impl>(config, rank)) {}
+template <typename T>
+StageWorker<T>::StageWorker(const PipelineConfig& config, int64_t rank, Comm& comm) : StageWorker(config, rank) {
+  impl_->bind_groups(comm);
+}
 template <typename T>
 StageWorker<T>::~StageWorker() = default;
 template <typename T>
@@ -35,6 +37,7 @@ void StageWorker<T>::run(Comm& comm, const MicrobatchSource& data, int64_t first
   if (first_step != s.steps_done)
     throw Error(fmt::format("stage {}: asked to run from step {} but {} steps are done", s.stage, first_step,
                             s.steps_done));
+  s.bind_groups(comm);
   const int64_t act = s.activation_numel();
   const auto& c = s.cfg;
   Backend& be = *s.backend;
@@ -47,7 +50,7 @@ void StageWorker<T>::run(Comm& comm, const MicrobatchSource& data, int64_t first
       case planner::OpKind::recv_activation: {
         auto& mb = s.live[key];
         mb.input = be.alloc(s.compute, act);
-        comm.recv(s.rank_of(s.stage - 1, s.replica), make_tag(TagKind::activation, step, k), bytes_of(mb.input));
+        comm.recv(s.rank_of(s.stage - 1, s.replica), make_tag(TagKind::activation, step, k), message(mb.input));
         break;
       }
       case planner::OpKind::forward: {
@@ -61,14 +64,14 @@ void StageWorker<T>::run(Comm& comm, const MicrobatchSource& data, int64_t first
       }
       case planner::OpKind::send_activation: {
         auto& mb = s.live.at(key);
-        comm.send(s.rank_of(s.stage + 1, s.replica), make_tag(TagKind::activation, step, k), bytes_of(mb.output));
+        comm.send(s.rank_of(s.stage + 1, s.replica), make_tag(TagKind::activation, step, k), message(mb.output));
         mb.output.reset();
         break;
       }
       case planner::OpKind::recv_gradient: {
         auto& mb = s.live.at(key);
         mb.grad_out = be.alloc(s.compute, act);
-        comm.recv(s.rank_of(s.stage + 1, s.replica), make_tag(TagKind::gradient, step, k), bytes_of(mb.grad_out));
+        comm.recv(s.rank_of(s.stage + 1, s.replica), make_tag(TagKind::gradient, step, k), message(mb.grad_out));
         break;
       }
       case planner::OpKind::recompute: {
@@ -90,19 +93,18 @@ void StageWorker<T>::run(Comm& comm, const MicrobatchSource& data, int64_t first
       }
       case planner::OpKind::send_gradient: {
         auto& mb = s.live.at(key);
-        comm.send(s.rank_of(s.stage - 1, s.replica), make_tag(TagKind::gradient, step, k), bytes_of(mb.grad_in));
+        comm.send(s.rank_of(s.stage - 1, s.replica), make_tag(TagKind::gradient, step, k), message(mb.grad_in));
         s.live.erase(key);
         break;
       }
-      case planner::OpKind::allreduce: {
-        const auto group = s.stage_group();
-        group_sum<T>(comm, group, make_tag(TagKind::allreduce, step, 0), s.host_span(s.grads));
+      case planner::OpKind::allreduce:
+        comm.allreduce_sum(s.stage_comm_group, s.host_span(s.grads));
         break;
-      }
       case planner::OpKind::update:
         s.update(comm, step);
         if (s.update_end.size() <= static_cast<size_t>(step)) s.update_end.resize(static_cast<size_t>(step) + 1, 0.0);
         s.update_end[static_cast<size_t>(step)] = steady_ms();
+        if (sink) sink->on_update(step);
         break;
     }
   }
@@ -183,30 +185,18 @@ void StageWorker<T>::restore(int64_t steps, std::span<const T> previous, std::sp
 template <typename T>
 ThreadsJob<T>::ThreadsJob(const PipelineConfig& config) : config_(config) {
   config_.validate();
-  for (int64_t r = 0; r < config_.ranks_total(); ++r) workers_.emplace_back(config_, r);
+  comms_ = make_threads_comms(config_.ranks_total());
+  // Each rank builds its worker on its own thread: making the groups is collective.
+  std::vector<std::optional<StageWorker<T>>> built(comms_.size());
+  run_on_threads(comms_, [&](Comm& comm) { built[static_cast<size_t>(comm.rank())].emplace(config_, comm.rank(), comm); });
+  for (auto& w : built) workers_.push_back(std::move(*w));
 }
 
 template <typename T>
 void ThreadsJob<T>::run(const MicrobatchSource& data, int64_t first_step, int64_t steps, LossSink* sink) {
-  auto comms = make_threads_comms(ranks());
-  std::mutex mutex;
-  std::exception_ptr failure;
-  auto body = [&](int64_t r) {
-    try {
-      workers_[static_cast<size_t>(r)].run(*comms[static_cast<size_t>(r)], data, first_step, steps, sink);
-    } catch (...) {
-      {
-        const std::lock_guard<std::mutex> lock(mutex);
-        if (!failure) failure = std::current_exception();  // the first failure is the cause
-      }
-      comms[static_cast<size_t>(r)]->abort(fmt::format("rank {} failed", r));
-    }
-  };
-  std::vector<std::thread> threads;
-  for (int64_t r = 1; r < ranks(); ++r) threads.emplace_back(body, r);
-  body(0);
-  for (auto& t : threads) t.join();
-  if (failure) std::rethrow_exception(failure);
+  run_on_threads(comms_, [&](Comm& comm) {
+    workers_[static_cast<size_t>(comm.rank())].run(comm, data, first_step, steps, sink);
+  });
 }
 
 template class StageWorker<float>;

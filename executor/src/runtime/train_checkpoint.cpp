@@ -1,7 +1,9 @@
-// Checkpoint writing and restoring for the trainer.
+// Checkpoint writing and restoring for the trainer, one rank's shard at a time.
 #include "train_checkpoint.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <map>
@@ -45,11 +47,39 @@ void check_identity(const CheckpointManifest& m, const CheckpointIdentity& id, c
              fmt::format("{} d={} w={}", id.schedule, id.depth, id.width));
 }
 
+// The shard must be on disk before rank 0 is told it is durable and writes the manifest naming it.
+void flush_to_disk(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0 || ::fsync(fd) != 0) {
+    if (fd >= 0) ::close(fd);
+    throw Error(fmt::format("cannot flush {} to disk", path));
+  }
+  ::close(fd);
+}
+
 }  // namespace
 
 template <typename T>
-void save_checkpoint(ThreadsJob<T>& job, const PipelineConfig& config, const CheckpointIdentity& id,
-                     const std::string& dir, int64_t step) {
+CheckpointStage save_stage_shard(StageWorker<T>& w, const PipelineConfig& config, const std::string& dir,
+                                 int64_t step) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw Error(fmt::format("cannot create the checkpoint directory {}: {}", dir, ec.message()));
+  std::vector<TensorView> views;
+  add_tensors<T>(views, w.layout(), "", w.weights(step));
+  if (config.schedule == schemas::Schedule::two_bw && step > 0) add_tensors<T>(views, w.layout(), "prev/", w.weights(step - 1));
+  add_tensors<T>(views, w.layout(), "optimizer.m/", w.moment1());
+  if (!w.moment2().empty()) add_tensors<T>(views, w.layout(), "optimizer.v/", w.moment2());
+  CheckpointStage st{w.stage(), stage_file_name(w.stage()), ""};
+  const std::string path = stage_file_path(dir, st);
+  write_safetensors(path, views, {{"stage", std::to_string(w.stage())}, {"step", std::to_string(step)}});
+  flush_to_disk(path);
+  st.sha256 = sha256_file(path);
+  return st;
+}
+
+void write_checkpoint_manifest(const CheckpointIdentity& id, const std::string& dir, int64_t step,
+                               std::vector<CheckpointStage> stages) {
   CheckpointManifest m;
   m.plan_sha256 = id.plan_sha256;
   m.profile_sha256 = id.profile_sha256;
@@ -60,61 +90,35 @@ void save_checkpoint(ThreadsJob<T>& job, const PipelineConfig& config, const Che
   m.step = step;
   m.seed = id.seed;
   m.data_label = id.data_label;
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw Error(fmt::format("cannot create the checkpoint directory {}: {}", dir, ec.message()));
   m.provenance = {"pd2bw", std::string(schemas::pd2bw_version()), std::string(schemas::pd2bw_git_sha()), "", ""};
-  for (int64_t i = 0; i < config.depth; ++i) {
-    auto& w = job.worker(config.ranks[static_cast<size_t>(i)][0]);
-    std::vector<TensorView> views;
-    add_tensors<T>(views, w.layout(), "", w.weights(step));
-    if (config.schedule == schemas::Schedule::two_bw && step > 0) add_tensors<T>(views, w.layout(), "prev/", w.weights(step - 1));
-    add_tensors<T>(views, w.layout(), "optimizer.m/", w.moment1());
-    if (!w.moment2().empty()) add_tensors<T>(views, w.layout(), "optimizer.v/", w.moment2());
-    const CheckpointStage st{i, stage_file_name(i), ""};
-    const std::string path = stage_file_path(dir, st);
-    write_safetensors(path, views, {{"stage", std::to_string(i)}, {"step", std::to_string(step)}});
-    m.stages.push_back({i, st.file, sha256_file(path)});
-  }
+  m.stages = std::move(stages);
   write_manifest(dir, m);
 }
 
-template <typename T>
-int64_t load_checkpoint(ThreadsJob<T>& job, const PipelineConfig& config, const CheckpointIdentity& id,
-                        const std::string& dir) {
+int64_t check_checkpoint(const CheckpointIdentity& id, const std::string& dir) {
   const CheckpointManifest m = read_checkpoint_manifest(dir);
   check_identity(m, id, dir);
-  struct State {
-    std::vector<T> prev, cur, m1, m2;
-  };
-  std::vector<State> states;
-  for (int64_t i = 0; i < config.depth; ++i) {
-    const auto& st = m.stages[static_cast<size_t>(i)];
-    verify_stage_file(dir, st);
-    const SafetensorsFile f = read_safetensors(stage_file_path(dir, st));
-    const auto& layout = job.worker(config.ranks[static_cast<size_t>(i)][0]).layout();
-    State s;
-    s.cur = read_tensors<T>(f, layout, "");
-    if (config.schedule == schemas::Schedule::two_bw && m.step > 0) s.prev = read_tensors<T>(f, layout, "prev/");
-    s.m1 = read_tensors<T>(f, layout, "optimizer.m/");
-    if (config.optimizer.kind == schemas::Optimizer::adamw) s.m2 = read_tensors<T>(f, layout, "optimizer.v/");
-    states.push_back(std::move(s));
-  }
-  for (int64_t i = 0; i < config.depth; ++i)
-    for (int64_t rank : config.ranks[static_cast<size_t>(i)]) {
-      const State& s = states[static_cast<size_t>(i)];
-      job.worker(rank).restore(m.step, s.prev, s.cur, s.m1, s.m2);
-    }
   return m.step;
 }
 
-template void save_checkpoint<float>(ThreadsJob<float>&, const PipelineConfig&, const CheckpointIdentity&,
-                                     const std::string&, int64_t);
-template void save_checkpoint<double>(ThreadsJob<double>&, const PipelineConfig&, const CheckpointIdentity&,
-                                      const std::string&, int64_t);
-template int64_t load_checkpoint<float>(ThreadsJob<float>&, const PipelineConfig&, const CheckpointIdentity&,
-                                        const std::string&);
-template int64_t load_checkpoint<double>(ThreadsJob<double>&, const PipelineConfig&, const CheckpointIdentity&,
-                                         const std::string&);
+template <typename T>
+void load_stage_shard(StageWorker<T>& w, const PipelineConfig& config, const std::string& dir) {
+  const CheckpointManifest m = read_checkpoint_manifest(dir);
+  const auto& st = m.stages.at(static_cast<size_t>(w.stage()));
+  verify_stage_file(dir, st);
+  const SafetensorsFile f = read_safetensors(stage_file_path(dir, st));
+  const auto& layout = w.layout();
+  std::vector<T> prev, m2;
+  const std::vector<T> cur = read_tensors<T>(f, layout, "");
+  if (config.schedule == schemas::Schedule::two_bw && m.step > 0) prev = read_tensors<T>(f, layout, "prev/");
+  const std::vector<T> m1 = read_tensors<T>(f, layout, "optimizer.m/");
+  if (config.optimizer.kind == schemas::Optimizer::adamw) m2 = read_tensors<T>(f, layout, "optimizer.v/");
+  w.restore(m.step, prev, cur, m1, m2);
+}
+
+template CheckpointStage save_stage_shard<float>(StageWorker<float>&, const PipelineConfig&, const std::string&, int64_t);
+template CheckpointStage save_stage_shard<double>(StageWorker<double>&, const PipelineConfig&, const std::string&, int64_t);
+template void load_stage_shard<float>(StageWorker<float>&, const PipelineConfig&, const std::string&);
+template void load_stage_shard<double>(StageWorker<double>&, const PipelineConfig&, const std::string&);
 
 }  // namespace pd2bw::executor

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "pd2bw/executor/checkpoint.hpp"
 #include "pd2bw/executor/pipeline.hpp"
@@ -16,17 +17,28 @@ struct CheckpointIdentity {
   uint64_t seed = 0;
 };
 
-// Writes the state of replica 0 of every stage after `step` updates into `dir` (stage files first, the
-// manifest last). Throws Error on I/O failure.
-template <typename T>
-void save_checkpoint(ThreadsJob<T>& job, const PipelineConfig& config, const CheckpointIdentity& id,
-                     const std::string& dir, int64_t step);
+// The pieces of a checkpoint, each done by the rank that owns the data (nothing reads another rank's
+// worker): every stage's replica-0 rank writes its shard, rank 0 writes the manifest once every shard
+// is durable; on resume rank 0 checks the manifest and then every rank loads its own stage's shard.
 
-// Checks that the checkpoint in `dir` belongs to `id` (plan, dtype, seed, data, shape) and that its files
-// are intact, then restores every replica of every stage. Returns the steps done. Throws UsageError /
-// SchemaError before changing anything when it does not match or is corrupt.
+// Writes `worker`'s stage file for the state after `step` updates into `dir` (created if needed) and
+// flushes it to disk; returns the manifest entry (file name, sha256). Throws Error on I/O failure.
 template <typename T>
-int64_t load_checkpoint(ThreadsJob<T>& job, const PipelineConfig& config, const CheckpointIdentity& id,
-                        const std::string& dir);
+CheckpointStage save_stage_shard(StageWorker<T>& worker, const PipelineConfig& config, const std::string& dir,
+                                 int64_t step);
+
+// Writes the manifest of the checkpoint after `step` updates, `stages` in stage order (call once every
+// shard is durable). Throws Error on I/O failure.
+void write_checkpoint_manifest(const CheckpointIdentity& id, const std::string& dir, int64_t step,
+                               std::vector<CheckpointStage> stages);
+
+// Checks that the checkpoint in `dir` belongs to `id` (plan, dtype, seed, data, shape); returns its step.
+// Throws UsageError / SchemaError when it does not match or the manifest is corrupt.
+int64_t check_checkpoint(const CheckpointIdentity& id, const std::string& dir);
+
+// Verifies `worker`'s stage file in the checkpoint in `dir` and restores the worker from it. Throws
+// UsageError / SchemaError (corrupt checkpoint) before changing the worker.
+template <typename T>
+void load_stage_shard(StageWorker<T>& worker, const PipelineConfig& config, const std::string& dir);
 
 }  // namespace pd2bw::executor

@@ -1,5 +1,5 @@
 // The training loop behind `pd2bw train`: checks everything first, then runs the plan's ranks as threads
-// in segments of steps, with a checkpoint after each segment.
+// of this process, each rank's work being train_rank (train_rank.cpp) over its own Comm.
 #include "pd2bw/executor/trainer.hpp"
 
 #include <fmt/format.h>
@@ -8,14 +8,13 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <memory>
+#include <optional>
 
 #include "pd2bw/error.hpp"
 #include "pd2bw/executor/data.hpp"
 #include "pd2bw/pipeline/memory.hpp"
 #include "pd2bw/schemas/common.hpp"
-#include "train_checkpoint.hpp"
-#include "train_progress.hpp"
+#include "train_rank.hpp"
 
 namespace pd2bw::executor {
 
@@ -99,35 +98,13 @@ TokenData load_data(const TrainOptions& o, const GptConfig& model) {
   return data;
 }
 
-// Per stage (replica 0) memory, versions and compute per microbatch; step times from the last update of
-// each step over all ranks.
-template <typename T>
-void measure_steps(ThreadsJob<T>& job, const PipelineConfig& config, TrainResult& result) {
-  for (int64_t i = 0; i < config.depth; ++i) {
-    auto& w = job.worker(config.ranks[static_cast<size_t>(i)][0]);
-    result.peak_bytes.push_back(w.peak_bytes());
-    result.versions.push_back(w.versions_allocated());
-    result.compute_ms.push_back(w.compute_ms_per_microbatch());
-  }
-  std::vector<double> ends;
-  for (int64_t r = 0; r < job.ranks(); ++r) {
-    const auto& e = job.worker(r).update_end_ms();
-    if (ends.size() < e.size()) ends.resize(e.size(), 0.0);
-    for (size_t j = 0; j < e.size(); ++j) ends[j] = std::max(ends[j], e[j]);
-  }
-  for (auto j = static_cast<size_t>(result.first_step) + 1; j < ends.size(); ++j) result.step_ms.push_back(ends[j] - ends[j - 1]);
-  if (result.step_ms.empty()) return;
-  std::vector<double> sorted = result.step_ms;
-  std::sort(sorted.begin(), sorted.end());
-  const size_t n = sorted.size();
-  result.step_ms_median = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
-}
-
 template <typename T>
 TrainResult run(const schemas::Plan& plan, const std::string& sha, const TrainOptions& o, std::FILE* out) {
   check_options(o);
   const GptConfig model = model_of(plan);
-  PipelineConfig config = pipeline_from_plan(plan, model);
+  TrainSetup setup;
+  PipelineConfig& config = setup.config;
+  config = pipeline_from_plan(plan, model);
   config.seed = o.seed;
   config.optimizer.kind = plan.optimizer;
   config.optimizer.lr = {o.lr, o.min_lr, std::min(o.warmup_steps, o.steps), o.steps};
@@ -136,42 +113,25 @@ TrainResult run(const schemas::Plan& plan, const std::string& sha, const TrainOp
   config.optimizer.sgd.weight_decay = o.weight_decay;
   config.optimizer.clip_norm = o.clip_norm;
   if (o.dtype == "bf16") config.compute = DType::bf16;
+  config.validate();
   check_host_fits(config, dtype_of<T>());
   const TokenData data = load_data(o, model);
-  const CheckpointIdentity id{sha, plan.profile_sha256, std::string(schemas::to_string(plan.schedule)), o.dtype,
-                              data.label(), plan.depth, plan.width, o.seed};
-  ThreadsJob<T> job(config);
-  int64_t done = o.resume ? load_checkpoint(job, config, id, o.checkpoint_dir) : 0;
-  if (done >= o.steps)
-    throw UsageError(fmt::format("the checkpoint is at step {}, not before --steps {}", done, o.steps),
-                     "raise --steps to train further");
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> log(nullptr, &std::fclose);
-  if (!o.log_path.empty()) {
-    log.reset(std::fopen(o.log_path.c_str(), o.resume ? "a" : "w"));
-    if (!log) throw UsageError(fmt::format("cannot write the metrics log {}", o.log_path));
-  }
+  setup.id = {sha, plan.profile_sha256, std::string(schemas::to_string(plan.schedule)), o.dtype,
+              data.label(), plan.depth, plan.width, o.seed};
+  setup.options = o;
   const DataSource source(data, o.seed, config.microbatch_size, config.seq);
-  TrainProgress progress(config.microbatches * config.width, plan.global_batch * config.seq, done, o.steps,
-                         config.optimizer.lr, o.quiet ? nullptr : out, log.get());
-  TrainResult result;
-  result.first_step = done;
-  const int64_t stop = o.stop_after > 0 ? std::min(o.steps, done + o.stop_after) : o.steps;
-  while (done < stop) {
-    const int64_t n = o.checkpoint_every > 0 ? std::min(o.checkpoint_every, stop - done) : stop - done;
-    job.run(source, done, n, &progress);
-    done += n;
-    if (progress.diverged()) throw Error(fmt::format("the loss is not finite at step {}", done), "lower --lr");
-    if (!o.checkpoint_dir.empty()) {
-      save_checkpoint(job, config, id, o.checkpoint_dir, done);
-      if (out && !o.quiet) fmt::print(out, "checkpoint: step {} written to {}\n", done, o.checkpoint_dir);
-    }
-  }
-  result.losses = progress.losses();
-  measure_steps(job, config, result);
-  result.seconds = progress.seconds();
-  result.tokens_per_s = static_cast<double>(plan.global_batch * config.seq) *
-                        static_cast<double>(result.losses.size()) / result.seconds;
-  return result;
+  setup.source = &source;
+  setup.tokens_per_step = plan.global_batch * config.seq;
+  setup.progress = o.quiet ? nullptr : out;
+  // The ranks are threads of this process; each runs train_rank with its own Comm, as a process would.
+  const auto comms = make_threads_comms(config.ranks_total());
+  std::optional<TrainResult> result;
+  run_on_threads(comms, [&](Comm& comm) {
+    auto r = train_rank<T>(comm, setup);
+    if (comm.rank() == 0) result = std::move(r);
+  });
+  if (!result) throw Error("rank 0 ended without a result");
+  return std::move(*result);
 }
 
 }  // namespace

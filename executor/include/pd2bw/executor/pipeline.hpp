@@ -57,12 +57,16 @@ class MicrobatchSource {
   virtual void fill(int64_t step, int64_t microbatch, int64_t replica, int32_t* tokens, int32_t* targets) const = 0;
 };
 
-// Receives each microbatch's loss from the last stage (called from the ranks' threads; must be
-// thread-safe).
+// Receives each microbatch's loss from the last stage, and hears of every update on every rank (called
+// from the ranks' threads; a sink shared by several ranks must be thread-safe).
 class LossSink {
  public:
   virtual ~LossSink() = default;
   virtual void on_loss(int64_t step, int64_t replica, int64_t microbatch, double loss) = 0;
+  // After this rank applied the update of `step`. By then every loss of `step` on every replica has
+  // been computed (the update waits for the stage's last backward of the step and, with replicas, for
+  // the allreduce), so a rank may collect them here.
+  virtual void on_update(int64_t /*step*/) {}
 };
 
 // One rank's stage: its weights, optimizer state and the interpreter of its op list. T (float or double)
@@ -76,6 +80,10 @@ class StageWorker {
   // Builds and initialises the stage of `rank` (same initial weights as the whole model, whatever the
   // split). Throws UsageError for an invalid config or rank.
   StageWorker(const PipelineConfig& config, int64_t rank);
+  // The same, and makes the stage's groups on `comm` now (stage group = the stage's replicas, replica
+  // group = the replica's stages); run() with another Comm makes them again on that one. Every rank of
+  // the job must construct its worker this way, or every rank the other way.
+  StageWorker(const PipelineConfig& config, int64_t rank, Comm& comm);
   ~StageWorker();
   StageWorker(StageWorker&&) noexcept;
 
@@ -114,8 +122,9 @@ class StageWorker {
   std::unique_ptr<Impl> impl_;
 };
 
-// Runs every rank of `config` as a thread of this process with the `threads` transport. Workers persist
-// across run() calls (for checkpoints between segments of steps).
+// Runs every rank of `config` as a thread of this process with the `threads` transport. Workers and their
+// Comms persist across run() calls (for checkpoints between segments of steps); after a failed run the
+// Comms stay aborted.
 template <typename T>
 class ThreadsJob {
  public:
@@ -128,6 +137,7 @@ class ThreadsJob {
 
  private:
   PipelineConfig config_;
+  std::vector<std::unique_ptr<Comm>> comms_;
   std::vector<StageWorker<T>> workers_;
 };
 

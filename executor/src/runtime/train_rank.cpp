@@ -1,0 +1,257 @@
+// One rank of the training job and its reports to rank 0 over Comm.
+#include "train_rank.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <map>
+#include <memory>
+
+#include "pd2bw/error.hpp"
+#include "train_progress.hpp"
+
+namespace pd2bw::executor {
+
+namespace {
+
+// The job's report tags, above the pipeline's (stage_state.hpp, below 3072) and within kMaxUserTag.
+// Each kind goes from one rank to another in a fixed order, so FIFO per (source, tag) pairs them up.
+constexpr int64_t kLossTag = 8192;     // last stage -> 0: a step's losses of one replica
+constexpr int64_t kMetricsTag = 8193;  // every rank -> 0 after a segment: RankMetrics
+constexpr int64_t kEndsTag = 8194;     // every rank -> 0 after a segment: update end times of its steps
+constexpr int64_t kShardTag = 8195;    // stage's replica 0 -> 0: its shard is durable, with its sha256
+constexpr int64_t kStatusTag = 8196;   // 0 -> every rank: go on (1) or stop (0); on resume, the step too
+constexpr int64_t kLoadedTag = 8197;   // every rank -> 0: its shard is loaded
+
+struct ShardReport {
+  int64_t stage = 0;
+  std::array<char, 64> sha256{};
+};
+
+struct Status {
+  int64_t go = 0;
+  int64_t step = 0;
+};
+
+template <typename V>
+std::span<const V> one(const V& v) { return std::span<const V>(&v, 1); }
+template <typename V>
+std::span<V> one_mut(V& v) { return std::span<V>(&v, 1); }
+
+void broadcast_status(Comm& comm, Status s) {
+  for (int64_t r = 1; r < comm.size(); ++r) comm.send(r, kStatusTag, one(s));
+}
+
+// Rank 0's view of the losses: its own last stage's go straight into the progress; the other last-stage
+// ranks send each step's losses, which rank 0 collects after its own update of that step (when they
+// have all been sent: see LossSink::on_update). Other ranks only send.
+class RankLosses final : public LossSink {
+ public:
+  RankLosses(Comm& comm, const PipelineConfig& c, TrainProgress* progress) : comm_(comm), c_(c), progress_(progress) {
+    for (int64_t r = 0; r < c.width; ++r) last_ranks_.push_back(c.ranks[static_cast<size_t>(c.depth - 1)][static_cast<size_t>(r)]);
+  }
+  void on_loss(int64_t step, int64_t replica, int64_t microbatch, double loss) override {
+    if (progress_) {
+      progress_->on_loss(step, replica, microbatch, loss);
+      return;
+    }
+    auto& record = pending_[step];
+    if (record.empty()) record.assign(static_cast<size_t>(c_.microbatches + 1), 0.0);
+    record[0] = static_cast<double>(step);
+    record[static_cast<size_t>(microbatch + 1)] = loss;
+    if (++counts_[step] < c_.microbatches) return;
+    comm_.send(0, kLossTag, std::span<const double>(record));
+    pending_.erase(step);
+    counts_.erase(step);
+  }
+  void on_update(int64_t step) override {
+    if (!progress_) return;
+    std::vector<double> record(static_cast<size_t>(c_.microbatches + 1));
+    for (int64_t replica = 0; replica < c_.width; ++replica) {
+      const int64_t from = last_ranks_[static_cast<size_t>(replica)];
+      if (from == comm_.rank()) continue;
+      comm_.recv(from, kLossTag, std::span<double>(record));
+      if (record[0] != static_cast<double>(step))
+        throw Error(fmt::format("rank 0 expected the losses of step {} from rank {}, got step {}", step, from, record[0]));
+      for (int64_t k = 0; k < c_.microbatches; ++k) progress_->on_loss(step, replica, k, record[static_cast<size_t>(k + 1)]);
+    }
+  }
+
+ private:
+  Comm& comm_;
+  const PipelineConfig& c_;
+  TrainProgress* progress_;
+  std::vector<int64_t> last_ranks_;
+  std::map<int64_t, std::vector<double>> pending_;
+  std::map<int64_t, int64_t> counts_;
+};
+
+// What rank 0 gathers: per stage the metrics of its replica 0, per step the last update end over ranks.
+struct Gathered {
+  std::vector<RankMetrics> stages;
+  std::vector<double> step_end;  // by step (ms, steady clock)
+};
+
+template <typename T>
+void report_metrics(Comm& comm, StageWorker<T>& w, const PipelineConfig& c, int64_t first, int64_t n, Gathered* g) {
+  const RankMetrics mine{w.stage(), w.replica(), w.peak_bytes(), w.versions_allocated(), w.compute_ms_per_microbatch()};
+  const auto& all_ends = w.update_end_ms();
+  const std::vector<double> ends(all_ends.begin() + first, all_ends.begin() + first + n);
+  if (!g) {
+    comm.send(0, kMetricsTag, one(mine));
+    comm.send(0, kEndsTag, std::span<const double>(ends));
+    return;
+  }
+  g->stages.resize(static_cast<size_t>(c.depth));
+  if (g->step_end.size() < static_cast<size_t>(first + n)) g->step_end.resize(static_cast<size_t>(first + n), 0.0);
+  for (int64_t r = 0; r < comm.size(); ++r) {
+    RankMetrics m = mine;
+    std::vector<double> e = ends;
+    if (r != comm.rank()) {
+      comm.recv(r, kMetricsTag, one_mut(m));
+      comm.recv(r, kEndsTag, std::span<double>(e));
+    }
+    if (m.replica == 0) g->stages[static_cast<size_t>(m.stage)] = m;
+    for (int64_t j = 0; j < n; ++j) {
+      double& end = g->step_end[static_cast<size_t>(first + j)];
+      end = std::max(end, e[static_cast<size_t>(j)]);
+    }
+  }
+}
+
+// Every stage's replica-0 rank writes its shard; rank 0 writes the manifest once all are durable.
+template <typename T>
+void save_checkpoint(Comm& comm, StageWorker<T>& w, const TrainSetup& s, int64_t step) {
+  const auto& c = s.config;
+  const std::string& dir = s.options.checkpoint_dir;
+  std::optional<CheckpointStage> mine;
+  if (w.replica() == 0) mine = save_stage_shard(w, c, dir, step);
+  if (comm.rank() != 0) {
+    if (mine) {
+      ShardReport rep{mine->stage, {}};
+      std::memcpy(rep.sha256.data(), mine->sha256.data(), rep.sha256.size());
+      comm.send(0, kShardTag, one(rep));
+    }
+    return;
+  }
+  std::vector<CheckpointStage> stages;
+  for (int64_t i = 0; i < c.depth; ++i) {
+    const int64_t owner = c.ranks[static_cast<size_t>(i)][0];
+    if (owner == 0) {
+      stages.push_back(*mine);
+      continue;
+    }
+    ShardReport rep;
+    comm.recv(owner, kShardTag, one_mut(rep));
+    if (rep.stage != i) throw Error(fmt::format("rank {} reported the shard of stage {}, not {}", owner, rep.stage, i));
+    stages.push_back({i, stage_file_name(i), std::string(rep.sha256.data(), rep.sha256.size())});
+  }
+  write_checkpoint_manifest(s.id, dir, step, std::move(stages));
+  if (s.progress) fmt::print(s.progress, "checkpoint: step {} written to {}\n", step, dir);
+}
+
+// Rank 0 checks the manifest and says go (with the step) or stop; then every rank loads its own shard
+// and tells rank 0, which starts nothing before all are loaded. Returns the steps done, or -1 to stop.
+template <typename T>
+int64_t resume(Comm& comm, StageWorker<T>& w, const TrainSetup& s) {
+  Status st;
+  if (comm.rank() == 0) {
+    try {
+      st.step = check_checkpoint(s.id, s.options.checkpoint_dir);
+      if (st.step >= s.options.steps)
+        throw UsageError(fmt::format("the checkpoint is at step {}, not before --steps {}", st.step, s.options.steps),
+                         "raise --steps to train further");
+    } catch (...) {
+      broadcast_status(comm, {0, 0});
+      throw;
+    }
+    st.go = 1;
+    broadcast_status(comm, st);
+  } else {
+    comm.recv(0, kStatusTag, one_mut(st));
+    if (!st.go) return -1;
+  }
+  load_stage_shard(w, s.config, s.options.checkpoint_dir);
+  const int64_t loaded = 1;
+  if (comm.rank() != 0)
+    comm.send(0, kLoadedTag, one(loaded));
+  else
+    for (int64_t r = 1; r < comm.size(); ++r) {
+      int64_t x = 0;
+      comm.recv(r, kLoadedTag, one_mut(x));
+    }
+  return st.step;
+}
+
+void fill_result(const Gathered& g, TrainResult& result) {
+  for (const RankMetrics& m : g.stages) {
+    result.peak_bytes.push_back(m.peak_bytes);
+    result.versions.push_back(m.versions);
+    result.compute_ms.push_back(m.compute_ms);
+  }
+  const auto& ends = g.step_end;
+  for (auto j = static_cast<size_t>(result.first_step) + 1; j < ends.size(); ++j) result.step_ms.push_back(ends[j] - ends[j - 1]);
+  if (result.step_ms.empty()) return;
+  std::vector<double> sorted = result.step_ms;
+  std::sort(sorted.begin(), sorted.end());
+  const size_t n = sorted.size();
+  result.step_ms_median = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+}
+
+}  // namespace
+
+template <typename T>
+std::optional<TrainResult> train_rank(Comm& comm, const TrainSetup& s) {
+  const auto& c = s.config;
+  const TrainOptions& o = s.options;
+  const bool root = comm.rank() == 0;
+  StageWorker<T> worker(c, comm.rank(), comm);
+  int64_t done = o.resume ? resume(comm, worker, s) : 0;
+  if (done < 0) return std::nullopt;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> log(nullptr, &std::fclose);
+  std::unique_ptr<TrainProgress> progress;
+  if (root) {
+    if (!o.log_path.empty()) {
+      log.reset(std::fopen(o.log_path.c_str(), o.resume ? "a" : "w"));
+      if (!log) throw UsageError(fmt::format("cannot write the metrics log {}", o.log_path));
+    }
+    progress = std::make_unique<TrainProgress>(c.microbatches * c.width, s.tokens_per_step, done, o.steps, c.optimizer.lr,
+                                               o.quiet ? nullptr : s.progress, log.get());
+  }
+  RankLosses losses(comm, c, progress.get());
+  Gathered gathered;
+  TrainResult result;
+  result.first_step = done;
+  const int64_t stop = o.stop_after > 0 ? std::min(o.steps, done + o.stop_after) : o.steps;
+  while (done < stop) {
+    const int64_t n = o.checkpoint_every > 0 ? std::min(o.checkpoint_every, stop - done) : stop - done;
+    worker.run(comm, *s.source, done, n, &losses);
+    report_metrics(comm, worker, c, done, n, root ? &gathered : nullptr);
+    done += n;
+    // Rank 0 says whether to go on before any shard is written: a diverged run keeps its last checkpoint.
+    Status st{1, done};
+    if (root && progress->diverged()) {
+      broadcast_status(comm, {0, done});
+      throw Error(fmt::format("the loss is not finite at step {}", done), "lower --lr");
+    }
+    if (root)
+      broadcast_status(comm, st);
+    else
+      comm.recv(0, kStatusTag, one_mut(st));
+    if (!st.go) return std::nullopt;
+    if (!o.checkpoint_dir.empty()) save_checkpoint(comm, worker, s, done);
+  }
+  if (!root) return std::nullopt;
+  result.losses = progress->losses();
+  fill_result(gathered, result);
+  result.seconds = progress->seconds();
+  result.tokens_per_s = static_cast<double>(s.tokens_per_step) * static_cast<double>(result.losses.size()) / result.seconds;
+  return result;
+}
+
+template std::optional<TrainResult> train_rank<float>(Comm&, const TrainSetup&);
+template std::optional<TrainResult> train_rank<double>(Comm&, const TrainSetup&);
+
+}  // namespace pd2bw::executor
