@@ -97,7 +97,7 @@ void check_rules(const CheckpointManifest& m, Fail fail) {
   if (!is_sha256(m.plan_sha256)) fail("/plan_sha256", "must be 64 lower-case hexadecimal characters");
   if (!is_sha256(m.profile_sha256)) fail("/profile_sha256", "must be 64 lower-case hexadecimal characters");
   if (!one_of(m.schedule, {"2bw", "flush", "gpipe"})) fail("/schedule", "must be \"2bw\", \"flush\" or \"gpipe\"");
-  if (!one_of(m.dtype, {"float", "double"})) fail("/dtype", "must be \"float\" or \"double\"");
+  if (!one_of(m.dtype, {"float", "double", "bf16"})) fail("/dtype", "must be \"float\", \"double\" or \"bf16\"");
   if (m.depth < 1) fail("/depth", "must be >= 1");
   if (m.width < 1) fail("/width", "must be >= 1");
   if (m.step < 0) fail("/step", "must be >= 0");

@@ -27,6 +27,24 @@ assert a[-1]["loss"] < a[0]["loss"], "the loss did not fall"
 PYEOF
 then ok; else fail "resume is not bit-identical"; fi
 
+# bf16 compute (fp32 masters): the note says so, and a checkpointed bf16 run resumes bit-identically
+# (the older 2BW version is stored widened to fp32 and narrowed back exactly).
+expect_exit 0 "note: the plan was made for fp32 but --dtype is bf16" -- "$PD2BW" train --plan "$PLAN" --steps 6 \
+  --dtype bf16 --log "$TMP/bf16-whole.jsonl"
+expect_exit 0 "checkpoint: step 3" -- "$PD2BW" train --plan "$PLAN" --steps 6 --stop-after 3 --dtype bf16 \
+  --log "$TMP/bf16-parts.jsonl" --checkpoint-dir "$TMP/ck-bf16"
+expect_exit 0 "done: steps 4-6" -- "$PD2BW" train --plan "$PLAN" --steps 6 --dtype bf16 \
+  --log "$TMP/bf16-parts.jsonl" --checkpoint-dir "$TMP/ck-bf16" --resume
+if "$PY" - "$TMP/bf16-whole.jsonl" "$TMP/bf16-parts.jsonl" "$TMP/whole.jsonl" <<'PYEOF'
+import json, sys
+a, b, f = ([json.loads(l) for l in open(p)] for p in sys.argv[1:4])
+assert [r["loss"] for r in a] == [r["loss"] for r in b], "resumed bf16 losses differ"
+assert [r["loss"] for r in a] != [r["loss"] for r in f], "bf16 gave the fp32 losses: it did not run in bf16"
+assert abs(a[-1]["loss"] / f[-1]["loss"] - 1) < 0.02, (a[-1], f[-1])
+PYEOF
+then ok; else fail "bf16 resume is not bit-identical or bf16 is far from fp32"; fi
+expect_exit 2 "written with --dtype bf16" -- "$PD2BW" train --plan "$PLAN" --steps 9 --checkpoint-dir "$TMP/ck-bf16" --resume
+
 # Tied embeddings from the profile, with the embedding and the head on different stages.
 "$PY" - "$P" "$TMP/tied.profile.json" <<'PYEOF'
 import json, sys
