@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "pd2bw/executor/pipeline.hpp"
-#include "pd2bw/planner/schedule.hpp"
+#include "pd2bw/pipeline/schedule.hpp"
 
 namespace pd2bw::executor {
 
@@ -63,7 +63,7 @@ struct StageWorker<T>::Impl {
   Impl(const PipelineConfig& config, int64_t rank);
   bool two_bw() const { return cfg.schedule == schemas::Schedule::two_bw; }
   Buffer& buffer_of(int64_t version) { return weights[two_bw() ? static_cast<size_t>(version % 2) : 0]; }
-  int64_t version_of_step(int64_t step) const { return planner::version_for_step(cfg.schedule, step); }
+  int64_t version_of_step(int64_t step) const { return pipeline::version_for_step(cfg.schedule, step); }
   int64_t activation_numel() const { return cfg.microbatch_size * cfg.seq * cfg.model.d_model; }
   std::vector<int64_t> stage_group() const;    // ranks of this stage, replica order
   std::vector<int64_t> replica_group() const;  // ranks of this replica, stage order

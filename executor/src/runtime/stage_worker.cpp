@@ -41,19 +41,19 @@ void StageWorker<T>::run(Comm& comm, const MicrobatchSource& data, int64_t first
   const int64_t act = s.activation_numel();
   const auto& c = s.cfg;
   Backend& be = *s.backend;
-  const auto ops = planner::stage_ops({c.schedule, c.depth, c.microbatches, steps, c.width}, s.stage, s.recompute);
-  for (const planner::Op& op : ops) {
+  const auto ops = pipeline::stage_ops({c.schedule, c.depth, c.microbatches, steps, c.width}, s.stage, s.recompute);
+  for (const pipeline::Op& op : ops) {
     const int64_t step = first_step + op.step, k = op.microbatch;
     const auto key = std::make_pair(step, k);
     const ConstView params = s.buffer_of(s.version_of_step(step)).cview();
     switch (op.kind) {
-      case planner::OpKind::recv_activation: {
+      case pipeline::OpKind::recv_activation: {
         auto& mb = s.live[key];
         mb.input = be.alloc(s.compute, act);
         comm.recv(s.rank_of(s.stage - 1, s.replica), make_tag(TagKind::activation, step, k), message(mb.input));
         break;
       }
-      case planner::OpKind::forward: {
+      case pipeline::OpKind::forward: {
         auto& mb = s.live[key];
         s.load_batch(mb, data, step, k);
         const TimerMark t0 = be.mark();
@@ -62,19 +62,19 @@ void StageWorker<T>::run(Comm& comm, const MicrobatchSource& data, int64_t first
         if (s.recompute) mb.drop_stash();  // keep only the stage input
         break;
       }
-      case planner::OpKind::send_activation: {
+      case pipeline::OpKind::send_activation: {
         auto& mb = s.live.at(key);
         comm.send(s.rank_of(s.stage + 1, s.replica), make_tag(TagKind::activation, step, k), message(mb.output));
         mb.output.reset();
         break;
       }
-      case planner::OpKind::recv_gradient: {
+      case pipeline::OpKind::recv_gradient: {
         auto& mb = s.live.at(key);
         mb.grad_out = be.alloc(s.compute, act);
         comm.recv(s.rank_of(s.stage + 1, s.replica), make_tag(TagKind::gradient, step, k), message(mb.grad_out));
         break;
       }
-      case planner::OpKind::recompute: {
+      case pipeline::OpKind::recompute: {
         auto& mb = s.live.at(key);
         const TimerMark t0 = be.mark();
         s.forward(mb, step, params, nullptr, k, false);
@@ -82,7 +82,7 @@ void StageWorker<T>::run(Comm& comm, const MicrobatchSource& data, int64_t first
         mb.output.reset();
         break;
       }
-      case planner::OpKind::backward: {
+      case pipeline::OpKind::backward: {
         auto& mb = s.live.at(key);
         const TimerMark t0 = be.mark();
         s.backward(mb, params);
@@ -91,16 +91,16 @@ void StageWorker<T>::run(Comm& comm, const MicrobatchSource& data, int64_t first
         if (s.first) s.live.erase(key);
         break;
       }
-      case planner::OpKind::send_gradient: {
+      case pipeline::OpKind::send_gradient: {
         auto& mb = s.live.at(key);
         comm.send(s.rank_of(s.stage - 1, s.replica), make_tag(TagKind::gradient, step, k), message(mb.grad_in));
         s.live.erase(key);
         break;
       }
-      case planner::OpKind::allreduce:
+      case pipeline::OpKind::allreduce:
         comm.allreduce_sum(s.stage_comm_group, s.host_span(s.grads));
         break;
-      case planner::OpKind::update:
+      case pipeline::OpKind::update:
         s.update(comm, step);
         if (s.update_end.size() <= static_cast<size_t>(step)) s.update_end.resize(static_cast<size_t>(step) + 1, 0.0);
         s.update_end[static_cast<size_t>(step)] = steady_ms();
