@@ -7,6 +7,9 @@
 #pragma once
 
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <vector>
 
 #include "pd2bw/executor/gpt.hpp"
@@ -150,5 +153,52 @@ class Reference {
   std::vector<T> cur_, prev_, m1_, m2_;
   int64_t step_ = 0;
 };
+
+// A LossSink that keeps every loss by (step, replica, microbatch).
+class RecordedLosses final : public executor::LossSink {
+ public:
+  void on_loss(int64_t step, int64_t replica, int64_t microbatch, double loss) override {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    by_key[{step, replica, microbatch}] = loss;
+  }
+  std::vector<double> of_step(int64_t step) const {  // (replica, microbatch) order, like the reference
+    std::vector<double> out;
+    for (const auto& [key, loss] : by_key)
+      if (std::get<0>(key) == step) out.push_back(loss);
+    return out;
+  }
+  double mean_of_step(int64_t step) const {  // over the replicas and microbatches of a step
+    const std::vector<double> l = of_step(step);
+    double sum = 0;
+    for (double x : l) sum += x;
+    return l.empty() ? 0.0 : sum / static_cast<double>(l.size());
+  }
+  std::map<std::tuple<int64_t, int64_t, int64_t>, double> by_key;
+
+ private:
+  std::mutex mutex_;
+};
+
+// The tiny GPT (vocab 11, seq 5, d_model 8, 2 heads, 3 blocks) split evenly over d stages and w
+// replicas, b = 2. recompute_pattern: 0 none, 1 every stage, 2 the even stages.
+inline executor::PipelineConfig tiny_pipeline(schemas::Schedule s, int64_t d, int64_t m, int64_t w, int recompute_pattern) {
+  executor::PipelineConfig c;
+  c.model = {11, 5, 8, 2, 3, false};  // vocab, seq_len, d_model, heads, blocks, tied
+  c.schedule = s;
+  c.depth = d;
+  c.width = w;
+  c.microbatches = m;
+  c.microbatch_size = 2;
+  c.seq = 5;
+  const int64_t layers = c.model.layer_count();
+  for (int64_t i = 0; i <= d; ++i) c.bounds.push_back(i * layers / d);
+  for (int64_t i = 0; i < d; ++i) c.recompute.push_back(recompute_pattern == 1 || (recompute_pattern == 2 && i % 2 == 0));
+  for (int64_t i = 0; i < d; ++i) {
+    c.ranks.emplace_back();
+    for (int64_t r = 0; r < w; ++r) c.ranks.back().push_back(i * w + r);
+  }
+  c.optimizer.lr = {1e-2, 1e-3, 1, 4};
+  return c;
+}
 
 }  // namespace pd2bw::testing

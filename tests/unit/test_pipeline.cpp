@@ -19,42 +19,10 @@ using schemas::Schedule;
 
 namespace {
 
-class Losses final : public LossSink {
- public:
-  void on_loss(int64_t step, int64_t replica, int64_t microbatch, double loss) override {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    by_key[{step, replica, microbatch}] = loss;
-  }
-  std::vector<double> of_step(int64_t step) const {  // (replica, microbatch) order, like the reference
-    std::vector<double> out;
-    for (const auto& [key, loss] : by_key)
-      if (std::get<0>(key) == step) out.push_back(loss);
-    return out;
-  }
-  std::map<std::tuple<int64_t, int64_t, int64_t>, double> by_key;
-
- private:
-  std::mutex mutex_;
-};
+using Losses = pd2bw::testing::RecordedLosses;
 
 PipelineConfig make_config(Schedule s, int64_t d, int64_t m, int64_t w, int recompute_pattern) {
-  PipelineConfig c;
-  c.model = {11, 5, 8, 2, 3, false};  // vocab, seq_len, d_model, heads, blocks, tied
-  c.schedule = s;
-  c.depth = d;
-  c.width = w;
-  c.microbatches = m;
-  c.microbatch_size = 2;
-  c.seq = 5;
-  const int64_t layers = c.model.layer_count();
-  for (int64_t i = 0; i <= d; ++i) c.bounds.push_back(i * layers / d);
-  for (int64_t i = 0; i < d; ++i) c.recompute.push_back(recompute_pattern == 1 ? true : (recompute_pattern == 2 && i % 2 == 0));
-  for (int64_t i = 0; i < d; ++i) {
-    c.ranks.emplace_back();
-    for (int64_t r = 0; r < w; ++r) c.ranks.back().push_back(i * w + r);
-  }
-  c.optimizer.lr = {1e-2, 1e-3, 1, 4};
-  return c;
+  return pd2bw::testing::tiny_pipeline(s, d, m, w, recompute_pattern);
 }
 
 template <typename T>

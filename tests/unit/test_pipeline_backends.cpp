@@ -127,28 +127,7 @@ void register_fake_once() {
   (void)done;
 }
 
-class Losses final : public LossSink {
- public:
-  void on_loss(int64_t step, int64_t replica, int64_t microbatch, double loss) override {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    by_key[{step, replica, microbatch}] = loss;
-  }
-  // Mean over the replicas and microbatches of a step.
-  double mean_of_step(int64_t step) const {
-    double sum = 0;
-    int64_t count = 0;
-    for (const auto& [key, loss] : by_key)
-      if (std::get<0>(key) == step) {
-        sum += loss;
-        ++count;
-      }
-    return count > 0 ? sum / static_cast<double>(count) : 0.0;
-  }
-  std::map<std::tuple<int64_t, int64_t, int64_t>, double> by_key;
-
- private:
-  std::mutex mutex_;
-};
+using Losses = pd2bw::testing::RecordedLosses;
 
 // Token sequences with a rule to learn: each next token is (3 t + 1) mod V after a pseudo-random first
 // one, so the loss of a model that trains falls well below log V within a few tens of steps.
@@ -172,25 +151,9 @@ class PatternSource final : public MicrobatchSource {
   int64_t vocab_, b_, seq_;
 };
 
-// The tiny GPT of test_pipeline.cpp, split evenly over d stages, w replicas.
+// The tiny GPT of test_pipeline.cpp under 2BW, split evenly over d stages, w replicas.
 PipelineConfig make_config(int64_t d, int64_t m, int64_t w, bool recompute_even_stages) {
-  PipelineConfig c;
-  c.model = {11, 5, 8, 2, 3, false};  // vocab, seq_len, d_model, heads, blocks, tied
-  c.schedule = Schedule::two_bw;
-  c.depth = d;
-  c.width = w;
-  c.microbatches = m;
-  c.microbatch_size = 2;
-  c.seq = 5;
-  const int64_t layers = c.model.layer_count();
-  for (int64_t i = 0; i <= d; ++i) c.bounds.push_back(i * layers / d);
-  for (int64_t i = 0; i < d; ++i) c.recompute.push_back(recompute_even_stages && i % 2 == 0);
-  for (int64_t i = 0; i < d; ++i) {
-    c.ranks.emplace_back();
-    for (int64_t r = 0; r < w; ++r) c.ranks.back().push_back(i * w + r);
-  }
-  c.optimizer.lr = {1e-2, 1e-3, 1, 4};
-  return c;
+  return pd2bw::testing::tiny_pipeline(Schedule::two_bw, d, m, w, recompute_even_stages ? 2 : 0);
 }
 
 template <typename T>
