@@ -222,7 +222,8 @@ TEST_CASE("attention forward and backward in bf16 agree with fp32") {
     check_rounded(out, "out");
     check_rounded(probs, "probs");
     probs.round_from_f32();  // both backward runs read the same saved probabilities
-    for (DType t : kRuns) be->attention_backward(dout.view(t), qkv.view(t), probs.view(t), dqkv.view(t), s.b, s.t, c, s.h);
+    for (DType t : kRuns)
+      be->attention_backward(dout.view(t), qkv.view(t), out.view(t), probs.view(t), dqkv.view(t), s.b, s.t, c, s.h);
     check_rounded(dqkv, "dqkv");
   }
 }
