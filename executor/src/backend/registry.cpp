@@ -6,6 +6,7 @@
 #include <mutex>
 #include <utility>
 
+#include "backend/device_transfer.hpp"
 #include "cpu/cpu_backend.hpp"
 #include "pd2bw/error.hpp"
 #include "pd2bw/executor/backend.hpp"
@@ -62,6 +63,8 @@ Backend& default_backend() {
   static cpu::CpuBackend backend("cpu");
   return backend;
 }
+
+DeviceTransfer* device_transfer() { return nullptr; }
 
 std::string_view to_string(DType t) {
   switch (t) {
