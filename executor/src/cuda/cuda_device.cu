@@ -1,0 +1,73 @@
+// The registry's entry points into the CUDA backend (cuda_factory.hpp): making a backend, whether a
+// device is visible, and what the device is.
+#include <fstream>
+#include <sstream>
+
+#include "cuda/cuda_backend.hpp"
+#include "cuda/cuda_factory.hpp"
+
+namespace pd2bw::executor::cuda {
+
+namespace {
+
+std::string version_text(int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }
+
+// The kernel module's version ("580.159.04") from /proc/driver/nvidia/version, else the CUDA version
+// the driver supports.
+std::string driver_version() {
+  std::ifstream in("/proc/driver/nvidia/version");
+  std::string line;
+  if (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string word, previous;
+    while (words >> word) {
+      if (previous == "Module" && !word.empty() && word[0] >= '0' && word[0] <= '9') return word;
+      previous = word;
+    }
+  }
+  int v = 0;
+  if (cudaDriverGetVersion(&v) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return "";
+  }
+  return "CUDA " + version_text(v) + " driver";
+}
+
+}  // namespace
+
+bool cuda_device_available(std::string* why) {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status == cudaSuccess && count > 0) return true;
+  (void)cudaGetLastError();
+  if (why)
+    *why = std::string("no CUDA device: ") + (status != cudaSuccess ? cudaGetErrorString(status) : "the driver sees none");
+  return false;
+}
+
+std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaBackend>(); }
+
+DeviceInfo cuda_device_info() {
+  std::string why;
+  if (!cuda_device_available(&why))
+    throw UsageError(why, "run on a machine with an NVIDIA GPU and its driver, or use --device cpu");
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  int runtime = 0;
+  check(cudaRuntimeGetVersion(&runtime), "cudaRuntimeGetVersion");
+  DeviceInfo d;
+  d.backend = "cuda";
+  d.name = prop.name;
+  d.memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
+  d.driver_version = driver_version();
+  d.runtime_version = version_text(runtime);
+  d.compute_capability = std::to_string(prop.major) + "." + std::to_string(prop.minor);
+  d.multiprocessors = prop.multiProcessorCount;
+  d.peak_bf16_tflops = peak_tflops(d.name, "bf16");
+  d.peak_fp32_tflops = peak_tflops(d.name, "fp32");
+  return d;
+}
+
+}  // namespace pd2bw::executor::cuda
