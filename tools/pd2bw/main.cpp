@@ -2,12 +2,14 @@
 // errors into "pd2bw: error: ..." messages and exit codes (0 ok, 1 runtime, 2 usage/bad input,
 // 3 no feasible plan).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cstdio>
 #include <exception>
 
 #include "cli.hpp"
 #include "pd2bw/error.hpp"
+#include "pd2bw/executor/backend.hpp"
 #include "pd2bw/schemas/common.hpp"
 
 #ifndef PD2BW_FEATURES
@@ -32,8 +34,8 @@ int report(const pd2bw::Error& e) {
 }
 
 std::string version_text() {
-  return fmt::format("pd2bw {} (git {})\nfeatures: {}", pd2bw::schemas::pd2bw_version(),
-                     pd2bw::schemas::pd2bw_git_sha(), PD2BW_FEATURES);
+  return fmt::format("pd2bw {} (git {})\nfeatures: {}\nbackends: {}", pd2bw::schemas::pd2bw_version(),
+                     pd2bw::schemas::pd2bw_git_sha(), PD2BW_FEATURES, fmt::join(pd2bw::executor::backend_names(), " "));
 }
 
 }  // namespace

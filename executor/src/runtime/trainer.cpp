@@ -1,10 +1,10 @@
 // The training loop behind `pd2bw train`: checks everything first, then runs the plan's ranks as threads
-// of this process, each rank's work being train_rank (train_rank.cpp) over its own Comm.
+// of this process (on the cpu, or all on the current GPU), each rank's work being train_rank
+// (train_rank.cpp) over its own Comm.
 #include "pd2bw/executor/trainer.hpp"
 
 #include <fmt/format.h>
 
-#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -12,6 +12,7 @@
 
 #include "pd2bw/error.hpp"
 #include "pd2bw/executor/data.hpp"
+#include "pd2bw/executor/device.hpp"
 #include "pd2bw/pipeline/memory.hpp"
 #include "pd2bw/schemas/common.hpp"
 #include "train_rank.hpp"
@@ -59,15 +60,16 @@ void check_options(const TrainOptions& o) {
                      "pass --resume to continue it, or choose another --checkpoint-dir");
 }
 
-// The CPU backend runs every rank in this process: refuse plans that cannot fit (threads, host memory)
-// before allocating anything. Counts the static terms of the memory model (1 or 2 weight versions,
-// gradients, optimizer moments; everything in the scalar type, so no master copy) of every stage's replicas.
-void check_host_fits(const PipelineConfig& c, DType master) {
+// Every rank runs in this process, on the cpu or all on the current GPU: refuse plans that cannot fit
+// (threads, memory) before allocating anything. Counts the static terms of the memory model (1 or 2
+// weight versions, gradients, optimizer moments, the master copy for bf16) of every stage's replicas.
+void check_fits(const PipelineConfig& c, DType master) {
   constexpr int64_t kMaxThreads = 256;
+  const bool gpu = c.backend == "cuda";
   if (c.ranks_total() > kMaxThreads)
-    throw UsageError(fmt::format("the plan has {} ranks; the CPU backend runs at most {} as threads of one process",
+    throw UsageError(fmt::format("the plan has {} ranks; pd2bw train runs at most {} as threads of one process",
                                  c.ranks_total(), kMaxThreads),
-                     "plan for fewer devices to train on the CPU");
+                     "plan for fewer devices");
   const int64_t scalar = dtype_bytes(c.compute.value_or(master));
   const pipeline::MemoryFactors f = pipeline::memory_factors(c.schedule, c.optimizer.kind, scalar, dtype_bytes(master));
   int64_t need = 0;
@@ -77,14 +79,24 @@ void check_host_fits(const PipelineConfig& c, DType master) {
       numel += layout_numel(gpt_layer_layout(c.model, l));
     need += c.width * f.total(numel * scalar);
   }
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-  const int64_t have = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
-  if (have > 0 && need > have)
-    throw UsageError(fmt::format("training a {}-block GPT on the CPU needs at least {} of host memory for weights, gradients "
-                                 "and optimizer state; this machine has {}",
-                                 c.model.blocks, schemas::format_bytes(need), schemas::format_bytes(have)),
-                     "the CPU backend is for small models; plan a smaller model (e.g. "
-                     "schemas/examples/gpt-tiny.profile.json)");
+  const int64_t have = device_info(c.backend).memory_bytes;
+  if (have <= 0 || need <= have) return;
+  if (gpu)
+    throw UsageError(fmt::format("the plan's {} ranks share one GPU here, and their weights, gradients and optimizer "
+                                 "state alone need {}; the GPU has {}",
+                                 c.ranks_total(), schemas::format_bytes(need), schemas::format_bytes(have)),
+                     "plan fewer stages and replicas for one GPU, or run one process per GPU");
+  throw UsageError(fmt::format("training a {}-block GPT on the CPU needs at least {} of host memory for weights, gradients "
+                               "and optimizer state; this machine has {}",
+                               c.model.blocks, schemas::format_bytes(need), schemas::format_bytes(have)),
+                   "the CPU backend is for small models; plan a smaller model (e.g. "
+                   "schemas/examples/gpt-tiny.profile.json)");
+}
+
+// The device's dense peak in the compute dtype, or 0 (the cpu, or a GPU missing from the table).
+double peak_flops_of(const DeviceInfo& d, const std::string& dtype) {
+  if (d.backend != "cuda") return 0;
+  return (dtype == "bf16" ? d.peak_bf16_tflops : d.peak_fp32_tflops) * 1e12;
 }
 
 TokenData load_data(const TrainOptions& o, const GptConfig& model) {
@@ -113,9 +125,16 @@ TrainResult run(const schemas::Plan& plan, const std::string& sha, const TrainOp
   config.optimizer.sgd.weight_decay = o.weight_decay;
   config.optimizer.clip_norm = o.clip_norm;
   if (o.dtype == "bf16") config.compute = DType::bf16;
+  config.backend = o.device;
   config.validate();
-  check_host_fits(config, dtype_of<T>());
   const TokenData data = load_data(o, model);
+  std::string why;
+  if (!backend_available(o.device, &why))
+    throw UsageError(why, "train with --device cpu, or run on a machine with an NVIDIA GPU");
+  if (o.device == "cuda" && o.dtype == "double")
+    throw UsageError("the cuda backend computes in float or bf16, not double", "pass --dtype float or --dtype bf16");
+  check_fits(config, dtype_of<T>());
+  const DeviceInfo device = device_info(o.device);
   setup.id = {sha, plan.profile_sha256, std::string(schemas::to_string(plan.schedule)), o.dtype,
               data.label(), plan.depth, plan.width, o.seed};
   setup.options = o;
@@ -123,6 +142,8 @@ TrainResult run(const schemas::Plan& plan, const std::string& sha, const TrainOp
   setup.source = &source;
   setup.tokens_per_step = plan.global_batch * config.seq;
   setup.progress = o.quiet ? nullptr : out;
+  setup.flops_per_token = model_flops_per_token(plan);
+  setup.peak_flops = peak_flops_of(device, o.dtype);
   // The ranks are threads of this process; each runs train_rank with its own Comm, as a process would.
   const auto comms = make_threads_comms(config.ranks_total());
   std::optional<TrainResult> result;
@@ -131,6 +152,11 @@ TrainResult run(const schemas::Plan& plan, const std::string& sha, const TrainOp
     if (comm.rank() == 0) result = std::move(r);
   });
   if (!result) throw Error("rank 0 ended without a result");
+  result->device = device.name;
+  result->device_memory_bytes = device.backend == "cuda" ? device.memory_bytes : 0;
+  result->model_flops_per_token = setup.flops_per_token;
+  result->peak_flops = setup.peak_flops;
+  result->mfu = setup.peak_flops > 0 ? setup.flops_per_token * result->tokens_per_s / setup.peak_flops : 0.0;
   return std::move(*result);
 }
 
@@ -160,10 +186,26 @@ std::string resolve_train_dtype(const schemas::Plan& plan, const std::string& re
   return chosen;
 }
 
+double model_flops_per_token(const schemas::Plan& plan) {
+  const GptConfig model = model_of(plan);
+  int64_t params = 0;
+  for (int64_t l = 0; l < model.layer_count(); ++l) params += layout_numel(gpt_layer_layout(model, l));
+  return 6.0 * static_cast<double>(params) +
+         12.0 * static_cast<double>(model.blocks) * static_cast<double>(model.d_model) * static_cast<double>(model.seq_len);
+}
+
+std::string resolve_train_device(const schemas::Plan& plan, const std::string& requested) {
+  const std::string chosen = !requested.empty() ? requested : plan.cluster.device.name == "cpu" ? "cpu" : "cuda";
+  if (chosen != "cpu" && chosen != "cuda")
+    throw UsageError(fmt::format("--device must be cpu or cuda, got '{}'", chosen));
+  return chosen;
+}
+
 TrainResult train(const schemas::Plan& plan, const std::string& plan_sha256, const TrainOptions& options,
                   std::FILE* progress) {
   TrainOptions o = options;
   o.dtype = resolve_train_dtype(plan, options.dtype, nullptr);
+  o.device = resolve_train_device(plan, options.device);
   if (o.dtype == "double") return run<double>(plan, plan_sha256, o, progress);
   return run<float>(plan, plan_sha256, o, progress);
 }

@@ -1,5 +1,6 @@
-// `pd2bw train`'s engine: runs a plan's ranks as threads of this process on the CPU backend, feeds them
-// the data, reports progress and metrics per step, and writes and resumes checkpoints.
+// `pd2bw train`'s engine: runs a plan's ranks as threads of this process on the cpu or the cuda backend
+// (every stage on the one current GPU), feeds them the data, reports progress and metrics per step, and
+// writes and resumes checkpoints.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +23,7 @@ struct TrainOptions {
   uint64_t seed = 1234;        // weight initialisation and data order
   std::string dtype;            // compute dtype: "float", "double" or "bf16" (fp32 master weights,
                                // gradients and moments); empty: the plan's (resolve_train_dtype)
+  std::string device;          // backend: "cpu" or "cuda"; empty: the plan's (resolve_train_device)
   std::string log_path;        // JSONL metrics, one record per step ("" = none)
   std::string checkpoint_dir;  // where checkpoints go ("" = none)
   int64_t checkpoint_every = 0;  // steps between checkpoints (0: only at the end when a dir is given)
@@ -43,7 +45,21 @@ struct TrainResult {
                                       // microbatch (replica 0)
   std::vector<double> step_ms;        // wall time of each step after the first of this run (update to update)
   double step_ms_median = 0;          // median of step_ms (0 when fewer than two steps ran)
+  std::string device;                 // "cpu" or the GPU's name
+  int64_t device_memory_bytes = 0;    // the GPU's memory (0 on the cpu)
+  double model_flops_per_token = 0;   // 6 x parameters + 12 x layers x d_model x sequence
+  double peak_flops = 0;              // the device's dense peak FLOP/s in the compute dtype (0: unknown, cpu)
+  double mfu = 0;                     // model_flops_per_token x tokens_per_s / peak_flops (0 without a peak)
 };
+
+// Model FLOPs of one token's forward and backward (the convention of the PyTorch and llm.c numbers
+// pd2bw is compared with): 6 x parameters (a tied table once) + 12 x blocks x d_model x seq.
+double model_flops_per_token(const schemas::Plan& plan);
+
+// The backend `pd2bw train` runs on: `requested` ("cpu" or "cuda") when given, else the device the plan
+// was made for: "cpu" when its device is named "cpu", "cuda" for any other (a GPU's name). Throws
+// UsageError for another name.
+std::string resolve_train_device(const schemas::Plan& plan, const std::string& requested);
 
 // The compute dtype `pd2bw train` uses: `requested` when given ("float", "double", "bf16"), else the
 // plan's model dtype (fp32 -> "float", bf16 -> "bf16"). *note (when not null) receives a sentence for
@@ -52,7 +68,9 @@ struct TrainResult {
 std::string resolve_train_dtype(const schemas::Plan& plan, const std::string& requested, std::string* note);
 
 // Trains the model the plan describes (plan.model; layers = blocks + 2) with the plan's schedule, split,
-// recompute flags, microbatches and rank table. `plan_sha256` identifies the plan in checkpoints.
+// recompute flags, microbatches and rank table, on options.device (resolve_train_device). A cuda run
+// that finds no usable device, or whose stages' weights, gradients and optimizer state cannot fit the
+// GPU, is refused with UsageError before anything starts. `plan_sha256` identifies the plan in checkpoints.
 // Progress lines go to `progress` (unless quiet). Throws UsageError / SchemaError for bad options, data
 // that does not fit the model, or a checkpoint that does not belong to this plan (all checked before
 // the first step; nothing is overwritten then); Error when training fails (e.g. the loss diverges).
