@@ -89,6 +89,13 @@ bool backend_available(std::string_view backend, std::string* why) {
   return false;
 }
 
+CopyBandwidth measure_copy_bandwidth(std::string_view backend, int64_t bytes, int reps) {
+#if PD2BW_HAVE_CUDA
+  if (backend == "cuda") return cuda::cuda_copy_bandwidth(bytes, reps);
+#endif
+  throw UsageError(fmt::format("no device copies to measure for the '{}' backend", backend));
+}
+
 DeviceInfo device_info(std::string_view backend) {
   if (backend == "cpu") {
     DeviceInfo d;

@@ -1,7 +1,10 @@
 // The registry's entry points into the CUDA backend (cuda_factory.hpp): making a backend, whether a
 // device is visible, and what the device is.
+#include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "cuda/cuda_backend.hpp"
 #include "cuda/cuda_factory.hpp"
@@ -68,6 +71,50 @@ DeviceInfo cuda_device_info() {
   d.peak_bf16_tflops = peak_tflops(d.name, "bf16");
   d.peak_fp32_tflops = peak_tflops(d.name, "fp32");
   return d;
+}
+
+namespace {
+
+// Median ms of `reps` runs of copy() on `stream`, timed with events after one untimed run.
+template <typename F>
+double median_copy_ms(cudaStream_t stream, int reps, F&& copy) {
+  EventHandle start = make_event(true), stop = make_event(true);
+  copy();
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    check(cudaEventRecord(start.get(), stream), "cudaEventRecord");
+    copy();
+    check(cudaEventRecord(stop.get(), stream), "cudaEventRecord");
+    check(cudaEventSynchronize(stop.get()), "cudaEventSynchronize");
+    float t = 0;
+    check(cudaEventElapsedTime(&t, start.get(), stop.get()), "cudaEventElapsedTime");
+    ms.push_back(static_cast<double>(t));
+  }
+  std::sort(ms.begin(), ms.end());
+  return std::max(1e-6, ms[ms.size() / 2]);
+}
+
+}  // namespace
+
+CopyBandwidth cuda_copy_bandwidth(int64_t bytes, int reps) {
+  std::string why;
+  if (!cuda_device_available(&why)) throw UsageError(why);
+  if (bytes <= 0 || reps <= 0) throw UsageError("copy bandwidth: bytes and repetitions must be > 0");
+  const auto n = static_cast<size_t>(bytes);
+  StreamHandle stream = make_stream();
+  DeviceMemory a = device_alloc(n, "cudaMalloc (copy bandwidth)"), b = device_alloc(n, "cudaMalloc (copy bandwidth)");
+  void* pinned = nullptr;
+  check(cudaMallocHost(&pinned, n), "cudaMallocHost (copy bandwidth)");
+  PinnedMemory host(pinned);
+  check(cudaMemsetAsync(a.get(), 0, n, stream.get()), "cudaMemsetAsync");
+  std::memset(pinned, 0, n);
+  const double d2d = median_copy_ms(stream.get(), reps, [&] {
+    check(cudaMemcpyAsync(b.get(), a.get(), n, cudaMemcpyDeviceToDevice, stream.get()), "cudaMemcpyAsync");
+  });
+  const double h2d = median_copy_ms(stream.get(), reps, [&] {
+    check(cudaMemcpyAsync(a.get(), pinned, n, cudaMemcpyHostToDevice, stream.get()), "cudaMemcpyAsync");
+  });
+  return {static_cast<double>(bytes) / (d2d * 1e-3) / 1e9, static_cast<double>(bytes) / (h2d * 1e-3) / 1e9};
 }
 
 }  // namespace pd2bw::executor::cuda

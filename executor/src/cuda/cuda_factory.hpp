@@ -17,6 +17,8 @@ std::unique_ptr<Backend> make_cuda_backend();
 bool cuda_device_available(std::string* why);
 // The current device. Throws like make_cuda_backend.
 DeviceInfo cuda_device_info();
+// measure_copy_bandwidth (device.hpp) on the current device.
+CopyBandwidth cuda_copy_bandwidth(int64_t bytes, int reps);
 // The process-wide device transfer of the threads transport.
 DeviceTransfer& cuda_device_transfer();
 

@@ -31,6 +31,16 @@ bool backend_available(std::string_view backend, std::string* why = nullptr);
 // for an unknown name, or "no CUDA device: ..." when the cuda backend cannot run here.
 DeviceInfo device_info(std::string_view backend);
 
+// Copy bandwidths of the device `backend` runs on, in GB/s (1e9 bytes/s): a device-to-device copy of
+// `bytes` (bytes copied per second; each is read once and written once) and a copy of `bytes` from
+// page-locked host memory, each the median of `reps` copies timed with events. Throws UsageError for a
+// backend without a device (the cpu) or when none is visible, Error when the memory cannot be had.
+struct CopyBandwidth {
+  double device_to_device_gbps = 0;
+  double host_to_device_gbps = 0;
+};
+CopyBandwidth measure_copy_bandwidth(std::string_view backend, int64_t bytes, int reps);
+
 // The dense peak of a device name and compute dtype ("bf16" or "fp32") in TFLOP/s from the table, or 0.
 double peak_tflops(std::string_view device_name, std::string_view dtype);
 
