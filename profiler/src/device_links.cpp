@@ -83,12 +83,7 @@ double measure_device_allreduce_ms(const std::string& backend, int64_t bytes, in
       throw;
     }
   });
-  std::vector<double> samples;
-  for (int64_t i = kWarmup; i < rounds; ++i) {
-    const auto& round = per_rank[static_cast<size_t>(i)];
-    samples.push_back(*std::max_element(round.begin(), round.end()));
-  }
-  return summarize(samples).median;
+  return median_of_slowest(per_rank, kWarmup);
 }
 
 }  // namespace pd2bw::profiler::detail

@@ -20,6 +20,8 @@ struct Spread {
 };
 // Throws pd2bw::Error for an empty sample set.
 Spread summarize(std::vector<double> samples);
+// The median over rounds [skip, ...) of each round's slowest rank: per_round[round][rank] in ms.
+double median_of_slowest(const std::vector<std::vector<double>>& per_round, int64_t skip);
 
 // The backend the layers are measured on and the dtype they compute in.
 struct Target {

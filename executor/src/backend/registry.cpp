@@ -89,7 +89,7 @@ bool backend_available(std::string_view backend, std::string* why) {
   return false;
 }
 
-CopyBandwidth measure_copy_bandwidth(std::string_view backend, int64_t bytes, int reps) {
+CopyBandwidth measure_copy_bandwidth(std::string_view backend, [[maybe_unused]] int64_t bytes, [[maybe_unused]] int reps) {
 #if PD2BW_HAVE_CUDA
   if (backend == "cuda") return cuda::cuda_copy_bandwidth(bytes, reps);
 #endif

@@ -96,18 +96,40 @@ __device__ __forceinline__ void store_row(T* dst, int64_t ld, int row, int t, in
     if (d0 + dd < hd) dst[static_cast<int64_t>(row) * ld + d0 + dd] = from_float<T>(v[dd] * scale);
 }
 
-// Block (x, y): query rows [x * kRows, ...) of (batch, head) = (y / h, y % h).
+// Where this thread's row sits. Block (x, y) holds rows [x * kRows, ...) of (batch, head) =
+// (y / h, y % h); its threads are the rows' TPR-lane groups. qkv and dqkv rows are 3C apart, out and
+// dout rows C; the head's columns start at head * hd in each.
+struct Place {
+  int b, head, sub, row;
+  int64_t ld;           // 3C
+  int64_t qkv_offset;   // of (batch b, row 0, head) in qkv / dqkv
+  int64_t out_offset;   // of (batch b, row 0, head) in out / dout
+};
+
+template <int TPR>
+__device__ __forceinline__ Place place(int t, int c, int h, int hd) {
+  Place p;
+  p.b = static_cast<int>(blockIdx.y) / h;
+  p.head = static_cast<int>(blockIdx.y) % h;
+  p.sub = static_cast<int>(threadIdx.x) % TPR;
+  p.row = static_cast<int>(blockIdx.x) * kRows + static_cast<int>(threadIdx.x) / TPR;
+  p.ld = 3 * static_cast<int64_t>(c);
+  p.qkv_offset = static_cast<int64_t>(p.b) * t * p.ld + static_cast<int64_t>(p.head) * hd;
+  p.out_offset = static_cast<int64_t>(p.b) * t * c + static_cast<int64_t>(p.head) * hd;
+  return p;
+}
+
+// Query rows of one (batch, head); see Place.
 // qkv: (B, T, 3C), out: (B, T, C), lse: (B, H, T).
 template <typename T, int TPR>
 static __global__ void __launch_bounds__(kRows * TPR)
     attention_forward_kernel(const T* qkv, T* out, float* lse, int t, int c, int h, int hd, float scale) {
   __shared__ __align__(16) float ks[kTileFloats<TPR>];
   __shared__ __align__(16) float vs[kTileFloats<TPR>];
-  const int b = static_cast<int>(blockIdx.y) / h, head = static_cast<int>(blockIdx.y) % h;
-  const int sub = static_cast<int>(threadIdx.x) % TPR;
-  const int i = static_cast<int>(blockIdx.x) * kRows + static_cast<int>(threadIdx.x) / TPR;
-  const int64_t ld = 3 * static_cast<int64_t>(c);
-  const T* q_base = qkv + static_cast<int64_t>(b) * t * ld + static_cast<int64_t>(head) * hd;
+  const Place at = place<TPR>(t, c, h, hd);
+  const int sub = at.sub, i = at.row;
+  const int64_t ld = at.ld;
+  const T* q_base = qkv + at.qkv_offset;
   float q[kDpt], o[kDpt];
   load_row(q, q_base, ld, i, t, sub * kDpt, hd);
 #pragma unroll
@@ -143,9 +165,8 @@ static __global__ void __launch_bounds__(kRows * TPR)
     m = m_new;
   }
   if (i >= t) return;
-  T* out_base = out + static_cast<int64_t>(b) * t * c + static_cast<int64_t>(head) * hd;
-  store_row(out_base, c, i, t, sub * kDpt, hd, o, 1.0f / l);
-  if (sub == 0) lse[(static_cast<int64_t>(b) * h + head) * t + i] = m + logf(l);
+  store_row(out + at.out_offset, c, i, t, sub * kDpt, hd, o, 1.0f / l);
+  if (sub == 0) lse[(static_cast<int64_t>(at.b) * h + at.head) * t + i] = m + logf(l);
 }
 
 // One warp per row of (B, H, T): dsum = sum over the head's dims of dout * out.
@@ -173,19 +194,17 @@ static __global__ void __launch_bounds__(kRows * TPR)
                                  int c, int h, int hd, float scale) {
   __shared__ __align__(16) float ks[kTileFloats<TPR>];
   __shared__ __align__(16) float vs[kTileFloats<TPR>];
-  const int b = static_cast<int>(blockIdx.y) / h, head = static_cast<int>(blockIdx.y) % h;
-  const int sub = static_cast<int>(threadIdx.x) % TPR;
-  const int i = static_cast<int>(blockIdx.x) * kRows + static_cast<int>(threadIdx.x) / TPR;
-  const int64_t ld = 3 * static_cast<int64_t>(c);
-  const int64_t head_offset = static_cast<int64_t>(head) * hd;
-  const T* q_base = qkv + static_cast<int64_t>(b) * t * ld + head_offset;
-  const T* do_base = dout + static_cast<int64_t>(b) * t * c + head_offset;
+  const Place at = place<TPR>(t, c, h, hd);
+  const int sub = at.sub, i = at.row;
+  const int64_t ld = at.ld;
+  const T* q_base = qkv + at.qkv_offset;
+  const T* do_base = dout + at.out_offset;
   float q[kDpt], dov[kDpt], dq[kDpt];
   load_row(q, q_base, ld, i, t, sub * kDpt, hd);
   load_row(dov, do_base, c, i, t, sub * kDpt, hd);
 #pragma unroll
   for (int dd = 0; dd < kDpt; ++dd) dq[dd] = 0.0f;
-  const int64_t stat = (static_cast<int64_t>(b) * h + head) * t + i;
+  const int64_t stat = (static_cast<int64_t>(at.b) * h + at.head) * t + i;
   const float lse_i = i < t ? lse[stat] : 0.0f, d_i = i < t ? dsum[stat] : 0.0f;
   const int last = min(static_cast<int>(blockIdx.x) * kRows + kRows, t) - 1;
   for (int j0 = 0; j0 <= last; j0 += kTile) {
@@ -201,7 +220,7 @@ static __global__ void __launch_bounds__(kRows * TPR)
       axpy_tile<TPR>(dq, p * (dp - d_i), ks, jj, sub);
     }
   }
-  store_row(dqkv + static_cast<int64_t>(b) * t * ld + head_offset, ld, i, t, sub * kDpt, hd, dq, scale);
+  store_row(dqkv + at.qkv_offset, ld, i, t, sub * kDpt, hd, dq, scale);
 }
 
 // dK and dV of key rows [x * kRows, ...) over the queries that see them (i >= j):
@@ -213,15 +232,13 @@ static __global__ void __launch_bounds__(kRows * TPR)
   __shared__ __align__(16) float qs[kTileFloats<TPR>];
   __shared__ __align__(16) float dos[kTileFloats<TPR>];
   __shared__ float lse_s[kTile], d_s[kTile];
-  const int b = static_cast<int>(blockIdx.y) / h, head = static_cast<int>(blockIdx.y) % h;
-  const int sub = static_cast<int>(threadIdx.x) % TPR;
+  const Place at = place<TPR>(t, c, h, hd);  // at.row: this thread's key
+  const int sub = at.sub, j = at.row;
   const int first_key = static_cast<int>(blockIdx.x) * kRows;
-  const int j = first_key + static_cast<int>(threadIdx.x) / TPR;
-  const int64_t ld = 3 * static_cast<int64_t>(c);
-  const int64_t head_offset = static_cast<int64_t>(head) * hd;
-  const T* q_base = qkv + static_cast<int64_t>(b) * t * ld + head_offset;
-  const T* do_base = dout + static_cast<int64_t>(b) * t * c + head_offset;
-  const int64_t stat_base = (static_cast<int64_t>(b) * h + head) * t;
+  const int64_t ld = at.ld;
+  const T* q_base = qkv + at.qkv_offset;
+  const T* do_base = dout + at.out_offset;
+  const int64_t stat_base = (static_cast<int64_t>(at.b) * h + at.head) * t;
   float k[kDpt], v[kDpt], dk[kDpt], dv[kDpt];
   load_row(k, q_base + c, ld, j, t, sub * kDpt, hd);
   load_row(v, q_base + 2 * c, ld, j, t, sub * kDpt, hd);
@@ -247,7 +264,7 @@ static __global__ void __launch_bounds__(kRows * TPR)
       axpy_tile<TPR>(dk, p * (dp - d_s[ii]), qs, ii, sub);
     }
   }
-  T* dq_base = dqkv + static_cast<int64_t>(b) * t * ld + head_offset;
+  T* dq_base = dqkv + at.qkv_offset;
   store_row(dq_base + c, ld, j, t, sub * kDpt, hd, dk, scale);
   store_row(dq_base + 2 * c, ld, j, t, sub * kDpt, hd, dv, 1.0f);
 }

@@ -3,6 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
+#include <exception>
+#include <mutex>
+#include <thread>
 
 #include "pd2bw/error.hpp"
 #include "stage_state.hpp"
@@ -27,6 +31,36 @@ DType stage_compute(const PipelineConfig& cfg) {
   throw UsageError(fmt::format("compute dtype {} with {} master weights is not supported", to_string(c),
                                to_string(dtype_of<T>())),
                    "use bf16 over float masters, or the same dtype for both");
+}
+
+// Writes the initial weights of layers [begin, end) at their offsets. Each tensor draws from its own
+// seeded stream, so layers may be written by several threads with the same bits; a large stage (a
+// 1.3B model's are billions of draws) uses the machine's cores.
+template <typename T>
+void init_layers(const GptConfig& model, int64_t begin, int64_t end, uint64_t seed, const std::vector<int64_t>& offsets,
+                 const std::vector<int64_t>& sizes, std::span<T> init) {
+  constexpr size_t kSerialBelow = size_t{1} << 24;  // elements
+  std::atomic<int64_t> next{begin};
+  std::exception_ptr failure;
+  std::mutex mutex;
+  const auto work = [&] {
+    for (int64_t l = next++; l < end; l = next++) {
+      const auto pos = static_cast<size_t>(l - begin);
+      try {
+        init_gpt_layer<T>(model, l, seed, init.subspan(static_cast<size_t>(offsets[pos]), static_cast<size_t>(sizes[pos])));
+      } catch (...) {
+        const std::lock_guard<std::mutex> lock(mutex);
+        if (!failure) failure = std::current_exception();
+      }
+    }
+  };
+  const auto layers = static_cast<unsigned>(end - begin);
+  const unsigned threads = init.size() < kSerialBelow ? 1u : std::min(std::max(1u, std::thread::hardware_concurrency()), layers);
+  std::vector<std::thread> pool;
+  for (unsigned i = 1; i < threads; ++i) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  if (failure) std::rethrow_exception(failure);
 }
 
 }  // namespace
@@ -68,11 +102,7 @@ StageWorker<T>::Impl::Impl(const PipelineConfig& config, int64_t rank_)
     tied_copy = push_tensor(layout, "lm_head.weight", {cfg.model.vocab, cfg.model.d_model});
   numel = layout_numel(layout);
   std::vector<T> init(static_cast<size_t>(numel), T(0));
-  for (int64_t l = begin; l < end; ++l) {
-    const auto pos = static_cast<size_t>(l - begin);
-    init_gpt_layer<T>(cfg.model, l, cfg.seed, std::span<T>(init).subspan(static_cast<size_t>(offsets[pos]),
-                                                                         static_cast<size_t>(sizes[pos])));
-  }
+  init_layers(cfg.model, begin, end, cfg.seed, offsets, sizes, std::span<T>(init));
   if (tied_copy >= 0) {  // the copy starts as the embedding's token table (wte leads layer 0's buffer)
     std::vector<T> embedding_init(static_cast<size_t>(layout_numel(gpt_layer_layout(cfg.model, 0))));
     init_gpt_layer<T>(cfg.model, 0, cfg.seed, std::span<T>(embedding_init));
