@@ -166,9 +166,9 @@ int64_t resume(Comm& comm, StageWorker<T>& w, const TrainSetup& s) {
       if (st.step >= s.options.steps)
         throw UsageError(fmt::format("the checkpoint is at step {}, not before --steps {}", st.step, s.options.steps),
                          "raise --steps to train further");
-    } catch (...) {
+    } catch (const Error& e) {
       broadcast_status(comm, {0, 0});
-      throw;
+      throw JobStopped(e);
     }
     st.go = 1;
     broadcast_status(comm, st);
@@ -237,7 +237,7 @@ std::optional<TrainResult> train_rank(Comm& comm, const TrainSetup& s) {
     Status st{1, done};
     if (root && progress->diverged()) {
       broadcast_status(comm, {0, done});
-      throw Error(fmt::format("the loss is not finite at step {}", done), "lower --lr");
+      throw JobStopped(Error(fmt::format("the loss is not finite at step {}", done), "lower --lr"));
     }
     if (root)
       broadcast_status(comm, st);
