@@ -1,8 +1,8 @@
 // The `mpi` transport: one process per rank. A send copies the message and hands the copy to
 // MPI_Isend, so it returns at once and the transfer overlaps whatever the rank does next; the copies
 // are freed as their sends complete. A receive probes (polling, see Backoff) for the message, checks
-// its size and receives it. Messages above 1 GiB travel as several, since MPI counts are ints; MPI
-// keeps messages of one (source, tag) in order, which is all Comm promises.
+// its size and receives it. Messages above 1 GiB travel as several pieces, since MPI counts are ints;
+// MPI keeps messages of one (source, tag) in order, which is all Comm promises.
 #include <fmt/format.h>
 
 #include <sched.h>
@@ -26,15 +26,19 @@ void check(int rc, const char* what) {
   throw Error(fmt::format("{} failed: {}", what, std::string(text, static_cast<size_t>(std::max(length, 0)))));
 }
 
+// Spinning answers a message that is about to arrive within microseconds; a long wait (a neighbour
+// still computing) costs at most the sleep's length in latency and almost no CPU.
 void Backoff::pause() {
-  constexpr int64_t kSpins = 200, kYields = 2000;
-  ++polls_;
-  if (polls_ <= kSpins) return;
-  if (polls_ <= kSpins + kYields) {
+  using namespace std::chrono;
+  const auto now = steady_clock::now();
+  if (polls_++ == 0) start_ = now;
+  const auto waited = now - start_;
+  if (waited < microseconds(20)) return;
+  if (waited < microseconds(200)) {
     sched_yield();
     return;
   }
-  std::this_thread::sleep_for(std::chrono::microseconds(50));
+  std::this_thread::sleep_for(microseconds(40));
 }
 
 void wait(MPI_Request& request) {
@@ -47,16 +51,10 @@ void wait(MPI_Request& request) {
   }
 }
 
-namespace {
-
-constexpr size_t kChunkBytes = size_t{1} << 30;
-
 // Bytes of the piece of a `total`-byte message that starts at `offset` (a 0-byte message is one piece).
-int piece_bytes(size_t total, size_t offset) { return static_cast<int>(std::min(kChunkBytes, total - offset)); }
+int Port::piece(size_t total, size_t offset) const { return static_cast<int>(std::min(piece_bytes_, total - offset)); }
 
-}  // namespace
-
-Port::Port(MPI_Comm parent) {
+Port::Port(MPI_Comm parent, size_t piece_bytes) : piece_bytes_(std::clamp<size_t>(piece_bytes, 1, kPieceBytes)) {
   check(MPI_Comm_dup(parent, &comm_), "MPI_Comm_dup");
   check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   int rank = 0, size = 0;
@@ -87,7 +85,7 @@ void Port::send(int64_t dst, int64_t tag, const void* data, size_t bytes) {
   p.copy.assign(from, from + bytes);
   size_t offset = 0;
   do {
-    const int n = piece_bytes(bytes, offset);
+    const int n = piece(bytes, offset);
     MPI_Request& request = p.requests.emplace_back();
     check(MPI_Isend(p.copy.data() + offset, n, MPI_BYTE, static_cast<int>(dst), static_cast<int>(tag), comm_, &request),
           "MPI_Isend");
@@ -107,7 +105,7 @@ void Port::receive_pieces(int64_t src, int tag, void* data, size_t bytes) {
   auto* to = static_cast<std::byte*>(data);
   size_t offset = 0;
   do {
-    const int want = piece_bytes(bytes, offset);
+    const int want = piece(bytes, offset);
     const int got = probe(src, tag).first;
     if (got != want)
       throw Error(fmt::format("rank {}: message from rank {} (tag {}) has {} bytes, expected {}", rank_, src, tag, got, want));

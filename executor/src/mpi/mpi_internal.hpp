@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -21,14 +22,16 @@ namespace pd2bw::executor::mpi {
 // makes return errors (MPI_ERRORS_RETURN) instead of aborting, so that they surface as pd2bw errors.
 void check(int rc, const char* what);
 
-// Polls with a growing pause: spins at first (low latency), then yields, then sleeps 50 us between
-// tests, so a process waiting for a slow peer leaves the core to processes that share it.
+// Polls with a growing pause: spins for the first 20 us (low latency), yields until 200 us, then
+// sleeps 40 us between tests, so a process waiting for a slow peer leaves the core to processes that
+// share it.
 class Backoff {
  public:
   void pause();
 
  private:
   int64_t polls_ = 0;
+  std::chrono::steady_clock::time_point start_;
 };
 
 // Waits for `request` (polling with Backoff).
@@ -40,7 +43,9 @@ void wait(MPI_Request& request);
 // one (source, tag) arrive in order, and so do those of one source received with recv_any.
 class Port {
  public:
-  explicit Port(MPI_Comm parent);
+  // Messages above `piece_bytes` travel as several (MPI counts are ints); tests make it small.
+  static constexpr size_t kPieceBytes = size_t{1} << 30;
+  explicit Port(MPI_Comm parent, size_t piece_bytes = kPieceBytes);
   ~Port();  // waits (bounded) for its sends to complete
   Port(const Port&) = delete;
   Port& operator=(const Port&) = delete;
@@ -61,8 +66,10 @@ class Port {
   // Waits for the next message from src with `tag` (MPI_ANY_TAG: any); returns its size and tag.
   std::pair<int, int> probe(int64_t src, int tag);
   void receive_pieces(int64_t src, int tag, void* data, size_t bytes);
+  int piece(size_t total, size_t offset) const;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int64_t rank_ = 0, size_ = 0;
+  size_t piece_bytes_;
   std::deque<Pending> pending_;
 };
 

@@ -103,7 +103,7 @@ std::string per_node_text(const std::map<int64_t, int64_t>& counts) {
 void check_process_layout(const schemas::Plan& plan, const ProcessGroup& g) {
   const int64_t ranks = plan.depth * plan.width;
   if (g.size() != ranks)
-    throw UsageError(fmt::format("the plan has {} ranks ({} stages x {} replicas), but this job has {} processes", ranks,
+    throw UsageError(fmt::format("the plan has {} ranks ({} stages x {} replicas), but this job has {} process(es)", ranks,
                                  plan.depth, plan.width, g.size()),
                      fmt::format("start one process per rank: mpirun -np {} pd2bw train ...", ranks));
   const std::vector<int64_t> job_node = g.node_of_ranks();
