@@ -54,14 +54,23 @@ void wait(MPI_Request& request) {
 // Bytes of the piece of a `total`-byte message that starts at `offset` (a 0-byte message is one piece).
 int Port::piece(size_t total, size_t offset) const { return static_cast<int>(std::min(piece_bytes_, total - offset)); }
 
-Port::Port(MPI_Comm parent, size_t piece_bytes) : piece_bytes_(std::clamp<size_t>(piece_bytes, 1, kPieceBytes)) {
-  check(MPI_Comm_dup(parent, &comm_), "MPI_Comm_dup");
-  check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+Duplicate duplicate(MPI_Comm parent) {
+  Duplicate d;
+  check(MPI_Comm_dup(parent, &d.comm), "MPI_Comm_dup");
+  check(MPI_Comm_set_errhandler(d.comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   int rank = 0, size = 0;
-  check(MPI_Comm_rank(comm_, &rank), "MPI_Comm_rank");
-  check(MPI_Comm_size(comm_, &size), "MPI_Comm_size");
-  rank_ = rank;
-  size_ = size;
+  check(MPI_Comm_rank(d.comm, &rank), "MPI_Comm_rank");
+  check(MPI_Comm_size(d.comm, &size), "MPI_Comm_size");
+  d.rank = rank;
+  d.size = size;
+  return d;
+}
+
+Port::Port(MPI_Comm parent, size_t piece_bytes) : piece_bytes_(std::clamp<size_t>(piece_bytes, 1, kPieceBytes)) {
+  const Duplicate d = duplicate(parent);
+  comm_ = d.comm;
+  rank_ = d.rank;
+  size_ = d.size;
 }
 
 Port::~Port() {

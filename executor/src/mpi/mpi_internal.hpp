@@ -22,6 +22,14 @@ namespace pd2bw::executor::mpi {
 // makes return errors (MPI_ERRORS_RETURN) instead of aborting, so that they surface as pd2bw errors.
 void check(int rc, const char* what);
 
+// A duplicate of `parent` that returns errors instead of aborting, with this process's rank and the
+// communicator's size in it.
+struct Duplicate {
+  MPI_Comm comm = MPI_COMM_NULL;
+  int64_t rank = 0, size = 0;
+};
+Duplicate duplicate(MPI_Comm parent);
+
 // Polls with a growing pause: spins for the first 20 us (low latency), yields until 200 us, then
 // sleeps 40 us between tests, so a process waiting for a slow peer leaves the core to processes that
 // share it.

@@ -38,13 +38,10 @@ class MpiProcessGroup final : public ProcessGroup {
     if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
       throw Error("MPI_Init_thread failed", "check the launcher (mpirun, srun) and its environment");
     try {
-      check(MPI_Comm_dup(MPI_COMM_WORLD, &world_), "MPI_Comm_dup");
-      check(MPI_Comm_set_errhandler(world_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
-      int rank = 0, size = 0;
-      check(MPI_Comm_rank(world_, &rank), "MPI_Comm_rank");
-      check(MPI_Comm_size(world_, &size), "MPI_Comm_size");
-      rank_ = rank;
-      size_ = size;
+      const Duplicate d = duplicate(MPI_COMM_WORLD);
+      world_ = d.comm;
+      rank_ = d.rank;
+      size_ = d.size;
       char name[MPI_MAX_PROCESSOR_NAME] = {};
       int length = 0;
       check(MPI_Get_processor_name(name, &length), "MPI_Get_processor_name");
