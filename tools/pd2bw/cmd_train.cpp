@@ -126,8 +126,7 @@ void print_summary(const schemas::Plan& plan, const executor::TrainResult& r) {
                      "against the plan's total without its reserve)\n");
 }
 
-void run_train(const TrainFlags& flags) {
-  Launch launch = launch_for(flags.transport);
+void train_with(const TrainFlags& flags, Launch& launch) {
   std::string plan_sha256;
   const schemas::Plan plan = load_plan(flags.plan_path, &plan_sha256);
   TrainFlags f = flags;
@@ -147,6 +146,16 @@ void run_train(const TrainFlags& flags) {
   if (!result.has_results) return;
   if (talk) print_summary(plan, result);
   if (!f.report_path.empty()) schemas::write_text_file(f.report_path, report_json(plan, result));
+}
+
+void run_train(const TrainFlags& flags) {
+  Launch launch = launch_for(flags.transport);
+  try {
+    train_with(flags, launch);
+  } catch (const Error& e) {
+    if (!launch.group) throw;
+    throw ReportedError{report_error(e)};  // before MPI ends: then every process's message is out
+  }
 }
 
 }  // namespace

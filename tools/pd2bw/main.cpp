@@ -76,6 +76,8 @@ int main(int argc, char** argv) {
   try {
     run();
     return 0;
+  } catch (const pd2bw::cli::ReportedError& r) {
+    return r.code;
   } catch (const pd2bw::Error& e) {
     return pd2bw::cli::report_error(e);
   } catch (const std::bad_alloc&) {
