@@ -1,14 +1,17 @@
 // Internal building blocks of the profiler: sample statistics, one layer kind timed at one microbatch
-// size on a backend, one link message size timed between in-process ranks (host memory, links.cpp, or
-// device memory, device_links.cpp).
+// size on a backend, one link message size timed (host buffers on any Comm, links.cpp; device buffers
+// between in-process ranks on one GPU, device_links.cpp).
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "pd2bw/executor/backend.hpp"
+#include "pd2bw/executor/comm.hpp"
 #include "pd2bw/executor/gpt.hpp"
+#include "pd2bw/executor/process_group.hpp"
 #include "pd2bw/profiler/profiler.hpp"
 #include "pd2bw/schemas/profile.hpp"
 
@@ -50,6 +53,25 @@ LayerMeasurement measure_layer(const Target& target, const executor::GptConfig& 
 // Median time in ms of the runtime's update over `layout`'s parameters (AdamW, the trainer's default;
 // with bf16 compute also the cast of the master into the new version) after `warmup` untimed ones.
 double measure_update_ms(const Target& target, const executor::ParamLayout& layout, int64_t warmup, int64_t iters);
+
+// On any Comm: `reps` round trips of a `bytes` message between ranks `first` and `second` (both call
+// it; the others do not). Returns on `first` the median one-way time in ms (round trip / 2), 0 on `second`.
+double p2p_ms_on(executor::Comm& comm, int64_t first, int64_t second, int64_t bytes, int64_t reps);
+// On any Comm: `reps` rounds of the fixed-order allreduce_sum<float> of `bytes` over `group` (every
+// member calls it), each from a common start; returns on every member the median over rounds of the
+// slowest member's time in ms.
+double allreduce_ms_on(executor::Comm& comm, const executor::Group& group, int64_t bytes, int64_t reps);
+// The scalars of a level from its curves: p2p_gbps at the largest message, p2p_latency_ms at the
+// smallest, allreduce_busbw_gbps = 2(R-1)/R * bytes / time at the largest (R = allreduce_ranks).
+void derive_link_scalars(schemas::LinkLevel& level);
+// The links between the processes of a job (process_links.cpp): level "node" over the processes of
+// node 0, and level "cluster" over the first process of every node when there are several. Collective
+// over every process of `group`; the levels are complete on rank 0. `step` is called on every
+// process before each measurement with what is measured.
+std::vector<schemas::LinkLevel> measure_process_links(const ProfileOptions& options, executor::ProcessGroup& group,
+                                                      const std::function<void(const std::string&)>& step);
+// How many measurements measure_process_links makes in `group` (for progress).
+int64_t process_link_measurements(const ProfileOptions& options, const executor::ProcessGroup& group);
 
 // Median one-way time in ms of a `bytes` message between two in-process ranks (round trip / 2).
 double measure_p2p_ms(int64_t bytes, int64_t reps);

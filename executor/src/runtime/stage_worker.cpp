@@ -5,6 +5,7 @@
 #include <chrono>
 #include <optional>
 
+#include "fault.hpp"
 #include "pd2bw/error.hpp"
 #include "stage_state.hpp"
 
@@ -40,8 +41,10 @@ void StageWorker<T>::run(Comm& comm, const MicrobatchSource& data, int64_t first
   const auto& c = s.cfg;
   Backend& be = *s.backend;
   const auto ops = pipeline::stage_ops({c.schedule, c.depth, c.microbatches, steps, c.width}, s.stage, s.recompute);
+  int64_t entered = -1;  // the last step whose first op ran (for fault injection)
   for (const pipeline::Op& op : ops) {
     const int64_t step = first_step + op.step, k = op.microbatch;
+    if (step != entered) fault_point("step", s.rank, entered = step);
     const auto key = std::make_pair(step, k);
     const ConstView params = s.buffer_of(s.version_of_step(step)).cview();
     switch (op.kind) {

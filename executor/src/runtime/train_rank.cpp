@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 
+#include "fault.hpp"
 #include "pd2bw/error.hpp"
 #include "train_progress.hpp"
 
@@ -128,6 +129,7 @@ void save_checkpoint(Comm& comm, StageWorker<T>& w, const TrainSetup& s, int64_t
   const std::string& dir = s.options.checkpoint_dir;
   std::optional<CheckpointStage> mine;
   if (w.replica() == 0) mine = save_stage_shard(w, c, dir, step);
+  if (mine) fault_point("shard", comm.rank(), step);
   if (comm.rank() != 0) {
     if (mine) {
       ShardReport rep{mine->stage, {}};
@@ -148,6 +150,7 @@ void save_checkpoint(Comm& comm, StageWorker<T>& w, const TrainSetup& s, int64_t
     if (rep.stage != i) throw Error(fmt::format("rank {} reported the shard of stage {}, not {}", owner, rep.stage, i));
     stages.push_back({i, stage_file_name(i), std::string(rep.sha256.data(), rep.sha256.size())});
   }
+  fault_point("manifest", 0, step);
   write_checkpoint_manifest(s.id, dir, step, std::move(stages));
   if (s.progress) fmt::print(s.progress, "checkpoint: step {} written to {}\n", step, dir);
 }
@@ -163,9 +166,9 @@ int64_t resume(Comm& comm, StageWorker<T>& w, const TrainSetup& s) {
       if (st.step >= s.options.steps)
         throw UsageError(fmt::format("the checkpoint is at step {}, not before --steps {}", st.step, s.options.steps),
                          "raise --steps to train further");
-    } catch (...) {
+    } catch (const Error& e) {
       broadcast_status(comm, {0, 0});
-      throw;
+      throw JobStopped(e);
     }
     st.go = 1;
     broadcast_status(comm, st);
@@ -235,7 +238,7 @@ std::optional<TrainResult> train_rank(Comm& comm, const TrainSetup& s) {
     Status st{1, done};
     if (root && progress->diverged()) {
       broadcast_status(comm, {0, done});
-      throw Error(fmt::format("the loss is not finite at step {}", done), "lower --lr");
+      throw JobStopped(Error(fmt::format("the loss is not finite at step {}", done), "lower --lr"));
     }
     if (root)
       broadcast_status(comm, st);

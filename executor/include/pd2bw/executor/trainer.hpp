@@ -1,6 +1,6 @@
-// `pd2bw train`'s engine: runs a plan's ranks as threads of this process on the cpu or the cuda backend
-// (every stage on the one current GPU), feeds them the data, reports progress and metrics per step, and
-// writes and resumes checkpoints.
+// `pd2bw train`'s engine: runs a plan's ranks (as threads of this process, or one rank per process of a
+// multi-process job) on the cpu or the cuda backend (threads: every stage on the one current GPU), feeds
+// them the data, reports progress and metrics per step, and writes and resumes checkpoints.
 #pragma once
 
 #include <cstdint>
@@ -8,9 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "pd2bw/error.hpp"
 #include "pd2bw/schemas/plan.hpp"
 
 namespace pd2bw::executor {
+
+class ProcessGroup;
 
 struct TrainOptions {
   std::string data_path;       // empty: the built-in corpus; else an llm.c token file or any text file
@@ -23,7 +26,6 @@ struct TrainOptions {
   uint64_t seed = 1234;        // weight initialisation and data order
   std::string dtype;            // compute dtype: "float", "double" or "bf16" (fp32 master weights,
                                // gradients and moments); empty: the plan's (resolve_train_dtype)
-  std::string device;          // backend: "cpu" or "cuda"; empty: the plan's (resolve_train_device)
   std::string log_path;        // JSONL metrics, one record per step ("" = none)
   std::string checkpoint_dir;  // where checkpoints go ("" = none)
   int64_t checkpoint_every = 0;  // steps between checkpoints (0: only at the end when a dir is given)
@@ -32,6 +34,9 @@ struct TrainOptions {
                                // learning-rate schedule still spans `steps`, so a later --resume continues
                                // exactly as one uninterrupted run
   bool quiet = false;          // no progress lines
+  std::string transport = "threads";  // "threads": every rank a thread of this process; "mpi" or "nccl":
+                                      // this process is one rank of a ProcessGroup (process_group.hpp)
+  std::string device;                 // backend: "cpu" or "cuda"; empty: the plan's (resolve_train_device)
 };
 
 struct TrainResult {
@@ -50,7 +55,22 @@ struct TrainResult {
   double model_flops_per_token = 0;   // 6 x parameters + 12 x layers x d_model x sequence
   double peak_flops = 0;              // the device's dense peak FLOP/s in the compute dtype (0: unknown, cpu)
   double mfu = 0;                     // model_flops_per_token x tokens_per_s / peak_flops (0 without a peak)
+  bool has_results = true;            // false on the processes but rank 0's of a multi-process job: the
+                                      // fields above are then empty (rank 0 gathers and reports them)
 };
+
+// Thrown by train() on a process of a multi-process job that failed on its own after training began. The other processes cannot know and would wait for it forever, so the
+// caller reports it and ends the whole job (ProcessGroup::abort with code()).
+class RankFailure : public Error {
+ public:
+  using Error::Error;
+};
+
+// The compute dtype `pd2bw train` uses: `requested` when given ("float", "double", "bf16"), else the
+// plan's model dtype (fp32 -> "float", bf16 -> "bf16"). *note (when not null) receives a sentence for
+// the user when the plan's dtype was taken or overridden, and stays empty otherwise. Throws UsageError
+// for an unknown name, or for an fp16 plan without an explicit --dtype.
+std::string resolve_train_dtype(const schemas::Plan& plan, const std::string& requested, std::string* note);
 
 // Model FLOPs of one token's forward and backward (the convention of the PyTorch and llm.c numbers
 // pd2bw is compared with): 6 x parameters (a tied table once) + 12 x blocks x d_model x seq.
@@ -61,20 +81,24 @@ double model_flops_per_token(const schemas::Plan& plan);
 // UsageError for another name.
 std::string resolve_train_device(const schemas::Plan& plan, const std::string& requested);
 
-// The compute dtype `pd2bw train` uses: `requested` when given ("float", "double", "bf16"), else the
-// plan's model dtype (fp32 -> "float", bf16 -> "bf16"). *note (when not null) receives a sentence for
-// the user when the plan's dtype was taken or overridden, and stays empty otherwise. Throws UsageError
-// for an unknown name, or for an fp16 plan without an explicit --dtype.
-std::string resolve_train_dtype(const schemas::Plan& plan, const std::string& requested, std::string* note);
+// Checks that the job of `processes` can run `plan`: one process per rank, and two ranks on one node of
+// the plan exactly when their processes share a host. Throws UsageError naming both counts otherwise.
+// (train() checks this too; a caller may check before it prints anything.)
+void check_process_layout(const schemas::Plan& plan, const ProcessGroup& processes);
 
 // Trains the model the plan describes (plan.model; layers = blocks + 2) with the plan's schedule, split,
-// recompute flags, microbatches and rank table, on options.device (resolve_train_device). A cuda run
-// that finds no usable device, or whose stages' weights, gradients and optimizer state cannot fit the
-// GPU, is refused with UsageError before anything starts. `plan_sha256` identifies the plan in checkpoints.
-// Progress lines go to `progress` (unless quiet). Throws UsageError / SchemaError for bad options, data
-// that does not fit the model, or a checkpoint that does not belong to this plan (all checked before
-// the first step; nothing is overwritten then); Error when training fails (e.g. the loss diverges).
+// recompute flags, microbatches and rank table, on options.device (resolve_train_device); a cuda run
+// without a usable device, or whose stages' weights, gradients and optimizer state cannot fit the GPU
+// they share, is refused with UsageError before anything starts. `plan_sha256` identifies the plan in
+// checkpoints.
+// Progress lines go to `progress` (unless quiet; in a multi-process job rank 0 alone prints, logs and
+// reports). With options.transport "mpi" or "nccl", this process runs rank processes->rank() of the
+// plan: the job must have one process per rank, laid on nodes as the plan's rank table says; every
+// process checks its inputs and all agree before the first step. Throws UsageError / SchemaError for
+// bad options, data that does not fit the model, a job that does not match the plan, or a checkpoint
+// that does not belong to this plan (all checked before the first step; nothing is overwritten then);
+// Error when training fails (e.g. the loss diverges); RankFailure as described above.
 TrainResult train(const schemas::Plan& plan, const std::string& plan_sha256, const TrainOptions& options,
-                  std::FILE* progress);
+                  std::FILE* progress, ProcessGroup* processes = nullptr);
 
 }  // namespace pd2bw::executor
