@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "pd2bw/error.hpp"
@@ -35,6 +36,13 @@ class TrainProgress final : public LossSink {
     finish_step(step, sum / static_cast<double>(per_step_));
   }
 
+  // Adds "MFU x%" to each line: model FLOPs per token (6 x parameters + 12 x layers x width x sequence)
+  // times tokens per second over the device's peak FLOP/s. Off (the cpu's line) while peak_flops is 0.
+  void set_mfu(double flops_per_token, double peak_flops) {
+    flops_per_token_ = flops_per_token;
+    peak_flops_ = peak_flops;
+  }
+
   const std::vector<double>& losses() const { return losses_; }
   bool diverged() const { return diverged_; }  // a step's mean loss was not finite
   double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
@@ -46,13 +54,16 @@ class TrainProgress final : public LossSink {
     const auto done = static_cast<double>(losses_.size());
     const double tps = static_cast<double>(tokens_) * done / elapsed;
     const double eta = elapsed / done * static_cast<double>(total_ - first_ - static_cast<int64_t>(losses_.size()));
+    const double mfu = peak_flops_ > 0 ? flops_per_token_ * tps / peak_flops_ : 0.0;
+    const std::string mfu_text = peak_flops_ > 0 ? fmt::format(" | MFU {:4.1f}%", 100.0 * mfu) : std::string();
     if (out_)
-      fmt::print(out_, "step {:>5}/{} | loss {:.4f} | lr {:.2e} | {:>8.0f} tok/s | {:>7.1f} s elapsed | ETA {:.0f} s\n",
-                 step + 1, total_, loss, lr_.at(step), tps, elapsed, eta);
+      fmt::print(out_, "step {:>5}/{} | loss {:.4f} | lr {:.2e} | {:>8.0f} tok/s{} | {:>7.1f} s elapsed | ETA {:.0f} s\n",
+                 step + 1, total_, loss, lr_.at(step), tps, mfu_text, elapsed, eta);
     if (log_)
       fmt::print(log_, "{{\"step\": {}, \"loss\": {:.17g}, \"lr\": {:.17g}, \"tokens\": {}, \"tokens_per_s\": {:.1f}, "
-                       "\"elapsed_s\": {:.3f}}}\n",
-                 step + 1, loss, lr_.at(step), tokens_ * (step + 1), tps, elapsed);
+                       "\"elapsed_s\": {:.3f}{}}}\n",
+                 step + 1, loss, lr_.at(step), tokens_ * (step + 1), tps, elapsed,
+                 peak_flops_ > 0 ? fmt::format(", \"mfu\": {:.4f}", mfu) : std::string());
     if (log_) std::fflush(log_);
     if (!std::isfinite(loss)) diverged_ = true;
   }
@@ -67,6 +78,7 @@ class TrainProgress final : public LossSink {
   std::map<int64_t, std::map<std::pair<int64_t, int64_t>, double>> pending_;
   std::vector<double> losses_;
   bool diverged_ = false;
+  double flops_per_token_ = 0, peak_flops_ = 0;
 };
 
 }  // namespace pd2bw::executor

@@ -23,6 +23,8 @@ struct TrainSetup {
   const MicrobatchSource* source = nullptr;  // not owned; pure, shared by the ranks
   int64_t tokens_per_step = 0;               // global batch x sequence length
   std::FILE* progress = nullptr;             // rank 0's progress lines (null: none)
+  double flops_per_token = 0;                // model FLOPs of one token's forward and backward
+  double peak_flops = 0;                     // the device's peak FLOP/s for MFU (0: no MFU, e.g. the cpu)
 };
 
 // One rank's metrics as sent to rank 0 after each segment of steps.
