@@ -29,14 +29,15 @@ struct Launch {
   bool root() const { return !group || group->rank() == 0; }
 };
 
-// "auto": one process per rank when a launcher started several processes, else threads. A threads run
-// under a launcher would run the whole job once per process, so it is refused.
+// "auto": one process per rank when a launcher started several processes, else threads; the process
+// transport ("process" until the device is known, see process_transport) is settled once the plan is
+// read. A threads run under a launcher would run the whole job once per process, so it is refused.
 Launch launch_for(const std::string& requested) {
   const executor::LaunchEnvironment env = executor::detect_launch_environment();
   Launch l;
-  l.transport = requested == "auto" ? (env.world_size > 1 ? "mpi" : "threads") : requested;
-  if (l.transport != "threads" && l.transport != "mpi" && l.transport != "nccl")
+  if (requested != "auto" && requested != "threads" && requested != "mpi" && requested != "nccl")
     throw UsageError(fmt::format("--transport must be auto, threads, mpi or nccl, got '{}'", requested));
+  l.transport = requested == "auto" ? (env.world_size > 1 ? "process" : "threads") : requested;
   if (l.transport == "threads") {
     if (env.world_size > 1)
       throw UsageError(fmt::format("--transport threads runs every rank of the plan in this process, but {} started {} "
@@ -142,14 +143,21 @@ void print_summary(const schemas::Plan& plan, const executor::TrainResult& r) {
                r.model_flops_per_token / 1e6);
 }
 
+// The transport of a process per rank under --transport auto: nccl for GPU buffers where it is built,
+// else mpi (device buffers then go through host memory).
+std::string process_transport(const std::string& chosen, const std::string& device) {
+  if (chosen != "process") return chosen;
+  return device == "cuda" && executor::transport_built("nccl") ? "nccl" : "mpi";
+}
+
 void train_with(const TrainFlags& flags, Launch& launch) {
   std::string plan_sha256;
   const schemas::Plan plan = load_plan(flags.plan_path, &plan_sha256);
   TrainFlags f = flags;
-  f.o.transport = launch.transport;
   std::string note;
   f.o.dtype = executor::resolve_train_dtype(plan, flags.o.dtype, &note);
   f.o.device = executor::resolve_train_device(plan, flags.o.device);
+  launch.transport = f.o.transport = process_transport(launch.transport, f.o.device);
   if (launch.group) executor::check_process_layout(plan, *launch.group);
   const bool talk = launch.root() && !f.o.quiet;
   if (talk) print_header(plan, f, launch);
@@ -217,8 +225,9 @@ void add_train_command(CLI::App& app, Runner& run) {
   cmd->add_option("--report", f->report_path,
                   "Write a JSON summary: tokens/s, losses, per-stage peak memory next to the plan's prediction");
   cmd->add_option("--transport", f->transport,
-                  "How ranks exchange activations and gradients: auto (one process per rank over mpi when mpirun or "
-                  "srun started several processes, else threads) | threads (every rank a thread of this process) | "
+                  "How ranks exchange activations and gradients: auto (one process per rank when mpirun or srun "
+                  "started several processes, over nccl with --device cuda where it is built and mpi otherwise; "
+                  "else threads) | threads (every rank a thread of this process) | "
                   "mpi (one process per rank, host memory) | nccl (one process per rank and GPU)")
       ->capture_default_str();
   cmd->add_flag("-q,--quiet", o.quiet, "Print nothing but errors");

@@ -89,6 +89,17 @@ bool backend_available(std::string_view backend, std::string* why) {
   return false;
 }
 
+void select_device(std::string_view backend, [[maybe_unused]] int64_t index) {
+  if (backend == "cpu") {
+    if (index != 0) throw UsageError(fmt::format("the cpu backend has one device, 0; asked for {}", index));
+    return;
+  }
+#if PD2BW_HAVE_CUDA
+  if (backend == "cuda") return cuda::cuda_select_device(index);
+#endif
+  throw UsageError(fmt::format("no backend named '{}'; this build has: {}", backend, fmt::join(backend_names(), ", ")));
+}
+
 CopyBandwidth measure_copy_bandwidth(std::string_view backend, [[maybe_unused]] int64_t bytes, [[maybe_unused]] int reps) {
 #if PD2BW_HAVE_CUDA
   if (backend == "cuda") return cuda::cuda_copy_bandwidth(bytes, reps);

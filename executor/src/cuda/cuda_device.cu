@@ -50,6 +50,19 @@ bool cuda_device_available(std::string* why) {
 
 std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaBackend>(); }
 
+void cuda_select_device(int64_t index) {
+  std::string why;
+  if (!cuda_device_available(&why))
+    throw UsageError(why, "run on a machine with an NVIDIA GPU and its driver, or use --device cpu");
+  int count = 0;
+  check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+  if (index < 0 || index >= count)
+    throw UsageError("the plan puts this rank on GPU " + std::to_string(index) + ", but this node has " +
+                         std::to_string(count) + " GPU(s)",
+                     "plan with --gpus-per-node at most the GPUs each node has");
+  check(cudaSetDevice(static_cast<int>(index)), "cudaSetDevice");
+}
+
 DeviceInfo cuda_device_info() {
   std::string why;
   if (!cuda_device_available(&why))

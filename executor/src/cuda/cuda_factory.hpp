@@ -15,6 +15,8 @@ namespace pd2bw::executor::cuda {
 std::unique_ptr<Backend> make_cuda_backend();
 // Whether a CUDA device is visible; *why says why not.
 bool cuda_device_available(std::string* why);
+// select_device (device.hpp) for the cuda backend.
+void cuda_select_device(int64_t index);
 // The current device. Throws like make_cuda_backend.
 DeviceInfo cuda_device_info();
 // measure_copy_bandwidth (device.hpp) on the current device.

@@ -242,6 +242,7 @@ TrainResult run_process(const schemas::Plan& plan, const std::string& sha, const
   try {
     check_process_layout(plan, group);
     // One GPU per process with cuda (the rank's local device); the node's memory on the cpu.
+    if (o.device == "cuda") select_device("cuda", plan.ranks[static_cast<size_t>(group.rank())].local_device);
     p = prepare<T>(plan, sha, o, out, o.device == "cuda" ? std::vector<int64_t>{group.rank()} : ranks_on_node(group));
   } catch (const Error& e) {
     failed = e;

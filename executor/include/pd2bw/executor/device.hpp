@@ -31,6 +31,10 @@ bool backend_available(std::string_view backend, std::string* why = nullptr);
 // for an unknown name, or "no CUDA device: ..." when the cuda backend cannot run here.
 DeviceInfo device_info(std::string_view backend);
 
+// Makes device `index` of this node the one `backend` runs on from now on in this process (cuda: the
+// current device; the cpu has one device, 0). Throws UsageError when there is no such device.
+void select_device(std::string_view backend, int64_t index);
+
 // Copy bandwidths of the device `backend` runs on, in GB/s (1e9 bytes/s): a device-to-device copy of
 // `bytes` (bytes copied per second; each is read once and written once) and a copy of `bytes` from
 // page-locked host memory, each the median of `reps` copies timed with events. Throws UsageError for a
