@@ -12,6 +12,7 @@
 #include "pd2bw/error.hpp"
 #include "pd2bw/profiler/profiler.hpp"
 #include "pd2bw/schemas/common.hpp"
+#include "pd2bw/schemas/files.hpp"
 
 namespace pd2bw::cli {
 
@@ -96,6 +97,7 @@ void run_profile_command(ProfileCliOptions& o) {
   o.opts.link_max_bytes = schemas::parse_bytes(o.link_max_bytes, "--link-max-bytes");
   o.opts.command_line = command_line();
   profiler::validate_options(o.opts);  // before anything is printed
+  schemas::check_output_path(o.output, "-o");
   ProgressBar bar(o.quiet);
   const auto t0 = std::chrono::steady_clock::now();
   const schemas::Profile profile =
