@@ -156,6 +156,7 @@ OrderedJson layer_json(const LayerProfile& layer) {
 }  // namespace
 
 Profile profile_from_json(const Json& root) {
+  check_kind(root, kProfileKind);
   const ObjectReader r(root, "",
                        {"schema", "schema_version", "provenance", "model", "device", "microbatch_sizes", "layers",
                         "links"});
