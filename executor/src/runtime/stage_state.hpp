@@ -8,6 +8,8 @@
 #include <memory>
 #include <span>
 #include <optional>
+#include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -59,6 +61,7 @@ struct StageWorker<T>::Impl {
   double compute_ms = 0;           // backend clock in forward, recompute, backward
   int64_t computed_microbatches = 0;
   std::vector<double> update_end;  // steady-clock ms of each update's end, by step
+  std::map<int64_t, std::set<int64_t>> nonfinite_losses;  // last stage: step -> microbatches whose loss was not finite
 
   Impl(const PipelineConfig& config, int64_t rank);
   bool two_bw() const { return cfg.schedule == schemas::Schedule::two_bw; }
@@ -90,7 +93,14 @@ struct StageWorker<T>::Impl {
   // keep_input: leave mb.input intact (a recomputing stage runs the forward again from it).
   void forward(Microbatch& mb, int64_t step, ConstView params, LossSink* sink, int64_t k, bool keep_input);
   void backward(Microbatch& mb, ConstView params);
-  void update(Comm& comm, int64_t step);
+  // Applies (or, with skip_nonfinite, skips) the update of `step`; returns why it was skipped, or "".
+  // Throws Error when the step is not finite and may not be skipped, or the new weights are not finite.
+  std::string update(Comm& comm, int64_t step);
+  // The step's health, the same on every rank: per stage its gradient's sum of squares (scaled as the
+  // clip needs it), then the count of non-finite losses over all replicas (stage_health.cpp).
+  std::vector<double> step_health(Comm& comm, int64_t step, double scale);
+  // W(step + 1) = W(step), moments untouched, gradients cleared.
+  void skip_update(int64_t step);
 };
 
 // Message tags, compact enough for MPI (Comm takes [0, kMaxUserTag]; the job's reports use 8192 and up):

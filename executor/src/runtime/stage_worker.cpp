@@ -104,7 +104,7 @@ void StageWorker<T>::run(Comm& comm, const MicrobatchSource& data, int64_t first
         comm.allreduce_sum(s.stage_comm_group, s.host_span(s.grads));
         break;
       case pipeline::OpKind::update:
-        s.update(comm, step);
+        if (const std::string why = s.update(comm, step); !why.empty() && sink) sink->on_skip(step, why);
         if (s.update_end.size() <= static_cast<size_t>(step)) s.update_end.resize(static_cast<size_t>(step) + 1, 0.0);
         s.update_end[static_cast<size_t>(step)] = steady_ms();
         if (sink) sink->on_update(step);
