@@ -9,6 +9,7 @@
 #include "inputs.hpp"
 #include "pd2bw/executor/trainer.hpp"
 #include "pd2bw/schemas/common.hpp"
+#include "pd2bw/schemas/files.hpp"
 
 namespace pd2bw::cli {
 
@@ -35,6 +36,7 @@ std::string report_json(const schemas::Plan& plan, const executor::TrainResult& 
   j["step_ms_planned"] = plan.predictions.step_ms;
   j["step_ms_measured"] = r.step_ms_median;
   j["step_ms"] = r.step_ms;
+  j["skipped_steps"] = r.skipped_steps;
   auto& stages = j["stages"] = nlohmann::ordered_json::array();
   for (size_t i = 0; i < r.peak_bytes.size(); ++i) {
     const auto& mem = plan.stages[i].memory;
@@ -92,6 +94,8 @@ void run_train(const TrainFlags& flags) {
   TrainFlags f = flags;
   std::string note;
   f.o.dtype = executor::resolve_train_dtype(plan, flags.o.dtype, &note);
+  if (!f.report_path.empty()) schemas::check_output_path(f.report_path, "--report");
+  if (!f.o.log_path.empty()) schemas::check_output_path(f.o.log_path, "--log");
   if (!f.o.quiet) print_header(plan, f);
   if (!f.o.quiet && !note.empty()) fmt::print(stderr, "note: {}\n", note);
   const auto result = executor::train(plan, plan_sha256, f.o, stderr);
@@ -124,7 +128,8 @@ void add_train_command(CLI::App& app, Runner& run) {
   cmd->add_option("--log", o.log_path, "Write one JSON record per step (step, loss, lr, tokens, tokens_per_s, "
                                       "elapsed_s) to this file");
   cmd->add_option("--checkpoint-dir", o.checkpoint_dir,
-                  "Directory for checkpoints: one safetensors file per stage and manifest.json");
+                  "Directory for checkpoints: one step-NNNNNN/ directory per save (a safetensors file per stage and "
+                  "manifest.json), a 'latest' pointer and a lock that keeps out a second trainer");
   cmd->add_option("--checkpoint-every", o.checkpoint_every,
                   "Steps between checkpoints (0: one at the end when --checkpoint-dir is given)")
       ->capture_default_str();
@@ -132,7 +137,11 @@ void add_train_command(CLI::App& app, Runner& run) {
                   "Run at most this many steps now, then stop (for time-limited jobs; --resume continues, the "
                   "schedule still spans --steps)")
       ->capture_default_str();
-  cmd->add_flag("--resume", o.resume, "Continue bit-identically from the checkpoint in --checkpoint-dir");
+  cmd->add_option("--keep", o.keep, "Complete checkpoints kept after each save, newest first (>= 1)")
+      ->capture_default_str();
+  cmd->add_flag("--resume", o.resume, "Continue bit-identically from the newest complete checkpoint in --checkpoint-dir");
+  cmd->add_flag("--skip-nonfinite", o.skip_nonfinite,
+                "Skip a step whose loss or gradient is not finite (its update is not applied) instead of stopping");
   cmd->add_option("--report", f->report_path,
                   "Write a JSON summary: tokens/s, losses, per-stage peak memory next to the plan's prediction");
   cmd->add_flag("-q,--quiet", o.quiet, "Print nothing but errors");

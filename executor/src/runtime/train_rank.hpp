@@ -22,6 +22,7 @@ struct TrainSetup {
   TrainOptions options;
   const MicrobatchSource* source = nullptr;  // not owned; pure, shared by the ranks
   int64_t tokens_per_step = 0;               // global batch x sequence length
+  int64_t checkpoint_bytes = 0;              // about what one checkpoint takes (free-space check)
   std::FILE* progress = nullptr;             // rank 0's progress lines (null: none)
 };
 

@@ -7,13 +7,16 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <filesystem>
+#include <cmath>
 #include <optional>
+#include <utility>
 
+#include "pd2bw/checked.hpp"
 #include "pd2bw/error.hpp"
 #include "pd2bw/executor/data.hpp"
 #include "pd2bw/pipeline/memory.hpp"
 #include "pd2bw/schemas/common.hpp"
+#include "checkpoint_store.hpp"
 #include "train_rank.hpp"
 
 namespace pd2bw::executor {
@@ -44,8 +47,14 @@ GptConfig model_of(const schemas::Plan& plan) {
 
 void check_options(const TrainOptions& o) {
   if (o.steps < 1) throw UsageError(fmt::format("--steps must be >= 1, got {}", o.steps));
+  for (const auto& [value, flag] : {std::pair{o.lr, "--lr"}, {o.min_lr, "--min-lr"}, {o.weight_decay, "--weight-decay"},
+                                    {o.clip_norm, "--clip"}})
+    if (!std::isfinite(value)) throw UsageError(fmt::format("{} must be a finite number, got {}", flag, value));
   if (!(o.lr > 0)) throw UsageError("--lr must be > 0");
   if (o.min_lr < 0 || o.min_lr > o.lr) throw UsageError("--min-lr must be in [0, --lr]");
+  if (o.weight_decay < 0) throw UsageError(fmt::format("--weight-decay must be >= 0, got {}", o.weight_decay));
+  if (o.clip_norm < 0) throw UsageError(fmt::format("--clip must be >= 0 (0 turns it off), got {}", o.clip_norm));
+  if (o.keep < 1) throw UsageError(fmt::format("--keep must be >= 1, got {}", o.keep));
   if (o.warmup_steps < 0) throw UsageError("--warmup must be >= 0 steps");
   if (o.dtype != "float" && o.dtype != "double" && o.dtype != "bf16")
     throw UsageError(fmt::format("--dtype must be float, double or bf16, got '{}'", o.dtype));
@@ -53,10 +62,7 @@ void check_options(const TrainOptions& o) {
   if (o.stop_after < 0) throw UsageError("--stop-after must be >= 0 steps");
   if ((o.resume || o.checkpoint_every > 0) && o.checkpoint_dir.empty())
     throw UsageError("--resume and --checkpoint-every need --checkpoint-dir");
-  if (!o.resume && !o.checkpoint_dir.empty() &&
-      std::filesystem::exists(std::filesystem::path(o.checkpoint_dir) / std::string(kManifestFileName)))
-    throw UsageError(fmt::format("{} already holds a checkpoint", o.checkpoint_dir),
-                     "pass --resume to continue it, or choose another --checkpoint-dir");
+  // What the checkpoint directory holds, its lock and its free space are rank 0's to check (CheckpointStore).
 }
 
 // The CPU backend runs every rank in this process: refuse plans that cannot fit (threads, host memory)
@@ -70,12 +76,13 @@ void check_host_fits(const PipelineConfig& c, DType master) {
                      "plan for fewer devices to train on the CPU");
   const int64_t scalar = dtype_bytes(c.compute.value_or(master));
   const pipeline::MemoryFactors f = pipeline::memory_factors(c.schedule, c.optimizer.kind, scalar, dtype_bytes(master));
+  const char* what = "the host memory the plan needs";
   int64_t need = 0;
   for (int64_t i = 0; i < c.depth; ++i) {
     int64_t numel = 0;
     for (int64_t l = c.bounds[static_cast<size_t>(i)]; l < c.bounds[static_cast<size_t>(i + 1)]; ++l)
-      numel += layout_numel(gpt_layer_layout(c.model, l));
-    need += c.width * f.total(numel * scalar);
+      numel = checked_add(numel, layout_numel(gpt_layer_layout(c.model, l)), what);
+    need = checked_add(need, checked_mul(c.width, f.total(checked_mul(numel, scalar, what)), what), what);
   }
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   const int64_t have = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
@@ -112,6 +119,7 @@ TrainResult run(const schemas::Plan& plan, const std::string& sha, const TrainOp
   config.optimizer.adamw.weight_decay = o.weight_decay;
   config.optimizer.sgd.weight_decay = o.weight_decay;
   config.optimizer.clip_norm = o.clip_norm;
+  config.optimizer.skip_nonfinite = o.skip_nonfinite;
   if (o.dtype == "bf16") config.compute = DType::bf16;
   config.validate();
   check_host_fits(config, dtype_of<T>());
@@ -121,8 +129,9 @@ TrainResult run(const schemas::Plan& plan, const std::string& sha, const TrainOp
   setup.options = o;
   const DataSource source(data, o.seed, config.microbatch_size, config.seq);
   setup.source = &source;
-  setup.tokens_per_step = plan.global_batch * config.seq;
+  setup.tokens_per_step = checked_mul(plan.global_batch, config.seq, "the tokens per step");
   setup.progress = o.quiet ? nullptr : out;
+  if (!o.checkpoint_dir.empty()) setup.checkpoint_bytes = checkpoint_bytes(config, static_cast<int64_t>(sizeof(T)));
   // The ranks are threads of this process; each runs train_rank with its own Comm, as a process would.
   const auto comms = make_threads_comms(config.ranks_total());
   std::optional<TrainResult> result;
