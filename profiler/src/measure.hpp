@@ -3,9 +3,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
+#include "pd2bw/executor/comm.hpp"
 #include "pd2bw/executor/gpt.hpp"
+#include "pd2bw/executor/process_group.hpp"
 #include "pd2bw/profiler/profiler.hpp"
 #include "pd2bw/schemas/profile.hpp"
 
@@ -32,6 +36,25 @@ LayerMeasurement measure_layer(const executor::GptConfig& config, executor::GptL
 // Median time in ms of one AdamW step (the trainer's default optimizer, float, out of place as 2BW
 // updates) over `layout`'s parameters, after `warmup` untimed steps.
 double measure_update_ms(const executor::ParamLayout& layout, int64_t warmup, int64_t iters);
+
+// On any Comm: `reps` round trips of a `bytes` message between ranks `first` and `second` (both call
+// it; the others do not). Returns on `first` the median one-way time in ms (round trip / 2), 0 on `second`.
+double p2p_ms_on(executor::Comm& comm, int64_t first, int64_t second, int64_t bytes, int64_t reps);
+// On any Comm: `reps` rounds of the fixed-order allreduce_sum<float> of `bytes` over `group` (every
+// member calls it), each from a common start; returns on every member the median over rounds of the
+// slowest member's time in ms.
+double allreduce_ms_on(executor::Comm& comm, const executor::Group& group, int64_t bytes, int64_t reps);
+// The scalars of a level from its curves: p2p_gbps at the largest message, p2p_latency_ms at the
+// smallest, allreduce_busbw_gbps = 2(R-1)/R * bytes / time at the largest (R = allreduce_ranks).
+void derive_link_scalars(schemas::LinkLevel& level);
+// The links between the processes of a job (process_links.cpp): level "node" over the processes of
+// node 0, and level "cluster" over the first process of every node when there are several. Collective
+// over every process of `group`; the levels are complete on rank 0. `step` is called on every
+// process before each measurement with what is measured.
+std::vector<schemas::LinkLevel> measure_process_links(const ProfileOptions& options, executor::ProcessGroup& group,
+                                                      const std::function<void(const std::string&)>& step);
+// How many measurements measure_process_links makes in `group` (for progress).
+int64_t process_link_measurements(const ProfileOptions& options, const executor::ProcessGroup& group);
 
 // Median one-way time in ms of a `bytes` message between two in-process ranks (round trip / 2).
 double measure_p2p_ms(int64_t bytes, int64_t reps);

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "measure.hpp"
 #include "pd2bw/error.hpp"
@@ -157,12 +158,7 @@ schemas::LinkLevel measure_links(const ProfileOptions& o, Progress& progress) {
     progress.step(fmt::format("allreduce {}", schemas::format_bytes(bytes)));
     level.allreduce_curve.push_back({bytes, detail::measure_allreduce_ms(bytes, o.link_ranks, reps(bytes))});
   }
-  const schemas::LinkPoint& p2p_large = level.p2p_curve.back();
-  const schemas::LinkPoint& ar_large = level.allreduce_curve.back();
-  const auto r = static_cast<double>(o.link_ranks);
-  level.p2p_gbps = static_cast<double>(p2p_large.bytes) / (p2p_large.ms * 1e-3) / 1e9;
-  level.p2p_latency_ms = level.p2p_curve.front().ms;
-  level.allreduce_busbw_gbps = 2 * (r - 1) / r * static_cast<double>(ar_large.bytes) / (ar_large.ms * 1e-3) / 1e9;
+  detail::derive_link_scalars(level);
   return level;
 }
 
@@ -183,7 +179,55 @@ std::string method_notes(const ProfileOptions& o) {
       o.warmup, o.iters, o.blocks, o.blocks - 1, o.link_ranks, o.link_ranks);
 }
 
+std::string process_link_notes(const ProfileOptions& o, const executor::ProcessGroup& g) {
+  return fmt::format(
+      " Links: {} processes on {} node(s) under a launcher, over the mpi transport (MPI_Isend of a copy, "
+      "MPI_Recv after a probe); level node between the processes of node 0 (p2p: ranks 0 and 1; allreduce: "
+      "all of them), level cluster (when the job spans nodes) between the first process of each node. p2p is "
+      "the median round trip / 2; allreduce the median (slowest member from a common start) of "
+      "Comm::allreduce_sum (float); busbw = 2(R-1)/R * bytes / time at the largest size. --link-ranks does "
+      "not apply: R is the level's process count. Message sizes {} to {}.",
+      g.size(), g.nodes(), schemas::format_bytes(o.link_min_bytes), schemas::format_bytes(o.link_max_bytes));
+}
+
+schemas::Profile assemble(const ProfileOptions& o, LayerPart layers, std::vector<schemas::LinkLevel> links,
+                          const std::string& link_notes) {
+  schemas::Profile p;
+  p.model = {"gpt", model_name(o), o.blocks, o.d_model, o.heads, o.seq_len, o.vocab, schemas::DType::fp32,
+             o.tie_embeddings};
+  p.device = {"cpu", physical_memory_bytes()};
+  p.microbatch_sizes = o.microbatches;
+  p.layers = std::move(layers.layers);
+  p.links = std::move(links);
+  p.provenance.tool = "pd2bw profile";
+  p.provenance.version = std::string(schemas::pd2bw_version());
+  p.provenance.git_sha = std::string(schemas::pd2bw_git_sha());
+  p.provenance.command_line = o.command_line.empty() ? "pd2bw profile" : o.command_line;
+  p.provenance.notes = method_notes(o) + link_notes + layers.notes;
+  if (o.tie_embeddings)
+    p.provenance.notes += " Tied embeddings: the head's param_bytes counts its copy of the token table.";
+  return p;
+}
+
+int64_t layer_measurements(const ProfileOptions& o) {
+  constexpr int64_t kinds = 3;  // embedding, block, head
+  return kinds * (static_cast<int64_t>(o.microbatches.size()) + 1);
+}
+
 }  // namespace
+
+namespace detail {
+
+void derive_link_scalars(schemas::LinkLevel& level) {
+  const schemas::LinkPoint& p2p_large = level.p2p_curve.back();
+  const schemas::LinkPoint& ar_large = level.allreduce_curve.back();
+  const auto r = static_cast<double>(level.allreduce_ranks);
+  level.p2p_gbps = static_cast<double>(p2p_large.bytes) / (p2p_large.ms * 1e-3) / 1e9;
+  level.p2p_latency_ms = level.p2p_curve.front().ms;
+  level.allreduce_busbw_gbps = 2 * (r - 1) / r * static_cast<double>(ar_large.bytes) / (ar_large.ms * 1e-3) / 1e9;
+}
+
+}  // namespace detail
 
 void validate_options(const ProfileOptions& o) {
   validate_device(o);
@@ -220,28 +264,31 @@ schemas::Profile run_profile(const ProfileOptions& o, const ProgressFn& progress
   validate_options(o);
   const GptConfig cfg = gpt_config(o);
   cfg.validate();
-  constexpr int64_t kinds = 3;  // embedding, block, head
-  Progress progress(progress_fn,
-                    kinds * (static_cast<int64_t>(o.microbatches.size()) + 1) +
-                        2 * static_cast<int64_t>(link_message_sizes(o).size()));
-
-  schemas::Profile p;
-  p.model = {"gpt", model_name(o), o.blocks, o.d_model, o.heads, o.seq_len, o.vocab, schemas::DType::fp32,
-             o.tie_embeddings};
-  p.device = {"cpu", physical_memory_bytes()};
-  p.microbatch_sizes = o.microbatches;
+  Progress progress(progress_fn, layer_measurements(o) + 2 * static_cast<int64_t>(link_message_sizes(o).size()));
   LayerPart layers = measure_layers(o, cfg, progress);
-  p.layers = std::move(layers.layers);
-  p.links.push_back(measure_links(o, progress));
-  p.provenance.tool = "pd2bw profile";
-  p.provenance.version = std::string(schemas::pd2bw_version());
-  p.provenance.git_sha = std::string(schemas::pd2bw_git_sha());
-  p.provenance.command_line = o.command_line.empty() ? "pd2bw profile" : o.command_line;
-  p.provenance.notes = method_notes(o) + layers.notes;
-  if (o.tie_embeddings)
-    p.provenance.notes += " Tied embeddings: the head's param_bytes counts its copy of the token table.";
+  std::vector<schemas::LinkLevel> links{measure_links(o, progress)};
   progress.finish();
-  return p;
+  return assemble(o, std::move(layers), std::move(links), "");
+}
+
+std::optional<schemas::Profile> run_profile_in_job(const ProfileOptions& o, const ProgressFn& progress_fn,
+                                                   executor::ProcessGroup& group) {
+  validate_options(o);
+  const GptConfig cfg = gpt_config(o);
+  cfg.validate();
+  const bool root = group.rank() == 0;
+  const ProgressFn none;
+  Progress progress(root ? progress_fn : none, layer_measurements(o) + detail::process_link_measurements(o, group));
+  LayerPart layers;
+  if (root) layers = measure_layers(o, cfg, progress);
+  group.barrier();  // the others sleep here while rank 0 has the machine to itself
+  auto links = detail::measure_process_links(o, group, [&](const std::string& what) { progress.step(what); });
+  if (!root) return std::nullopt;
+  if (links.empty())
+    throw UsageError("the job has one process, so there is no link between processes to measure",
+                     "run pd2bw profile without mpirun to measure the in-process links");
+  progress.finish();
+  return assemble(o, std::move(layers), std::move(links), process_link_notes(o, group));
 }
 
 }  // namespace pd2bw::profiler

@@ -1,5 +1,6 @@
-// `pd2bw train`: runs 2BW (or Flush / GPipe) training from a plan on the CPU backend, every rank a thread
-// of this process, with a progress line per step, JSONL metrics and checkpoints.
+// `pd2bw train`: runs 2BW (or Flush / GPipe) training from a plan on the CPU backend, with every rank a
+// thread of this process or, under mpirun / srun, one process per rank; a progress line per step (rank
+// 0), JSONL metrics and checkpoints.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -7,6 +8,7 @@
 
 #include "cli.hpp"
 #include "inputs.hpp"
+#include "pd2bw/executor/process_group.hpp"
 #include "pd2bw/executor/trainer.hpp"
 #include "pd2bw/schemas/common.hpp"
 #include "pd2bw/schemas/files.hpp"
@@ -17,8 +19,40 @@ namespace {
 
 struct TrainFlags {
   std::string plan_path, report_path;
+  std::string transport = "auto";
   executor::TrainOptions o;
 };
+
+// How this run's ranks talk: the transport, and the process group when each rank is a process.
+struct Launch {
+  std::string transport;
+  std::unique_ptr<executor::ProcessGroup> group;
+  bool root() const { return !group || group->rank() == 0; }
+};
+
+// "auto": one process per rank when a launcher started several processes, else threads. A threads run
+// under a launcher would run the whole job once per process, so it is refused.
+Launch launch_for(const std::string& requested) {
+  const executor::LaunchEnvironment env = executor::detect_launch_environment();
+  Launch l;
+  l.transport = requested == "auto" ? (env.world_size > 1 ? "mpi" : "threads") : requested;
+  if (l.transport != "threads" && l.transport != "mpi" && l.transport != "nccl")
+    throw UsageError(fmt::format("--transport must be auto, threads, mpi or nccl, got '{}'", requested));
+  if (l.transport == "threads") {
+    if (env.world_size > 1)
+      throw UsageError(fmt::format("--transport threads runs every rank of the plan in this process, but {} started {} "
+                                   "processes",
+                                   env.launcher, env.world_size),
+                       "drop --transport (under mpirun each process then runs one rank), or start one process");
+    return l;
+  }
+  if (l.transport == "nccl" && executor::transport_built("mpi") && !executor::transport_built("nccl"))
+    throw UsageError("this pd2bw was built without NCCL (the nccl transport needs the CUDA toolkit and nccl.h)",
+                     "use --transport mpi, or build where CUDA and NCCL are installed");
+  l.group = executor::join_process_group();
+  if (l.group->size() > 1) set_error_context(fmt::format("rank {}: ", l.group->rank()));
+  return l;
+}
 
 // Machine-readable summary of the run next to the plan's predictions (for benchmarks and scripts).
 std::string report_json(const schemas::Plan& plan, const executor::TrainResult& r) {
@@ -50,14 +84,20 @@ std::string report_json(const schemas::Plan& plan, const executor::TrainResult& 
   return j.dump(2) + "\n";
 }
 
-void print_header(const schemas::Plan& plan, const TrainFlags& f) {
+std::string ranks_text(const schemas::Plan& plan, const Launch& l) {
+  const int64_t ranks = plan.depth * plan.width;
+  if (!l.group) return fmt::format("{} ranks as threads", ranks);
+  return fmt::format("{} ranks as processes ({}, {} node(s))", ranks, l.transport, l.group->nodes());
+}
+
+void print_header(const schemas::Plan& plan, const TrainFlags& f, const Launch& l) {
   const auto& m = plan.model;
   const auto& o = f.o;
   fmt::print(stderr, "model: {} ({} blocks, d_model {}, {} heads, vocab {}, seq {}), {} on the CPU\n", m.name, m.blocks,
              m.d_model, m.heads, m.vocab, m.seq_len, o.dtype);
-  fmt::print(stderr, "plan: {} | {} b={} m={} d={} w={} | {} ranks as threads | global batch {} sequences\n",
-             f.plan_path, schemas::to_string(plan.schedule), plan.microbatch_size, plan.microbatches_per_step,
-             plan.depth, plan.width, plan.depth * plan.width, plan.global_batch);
+  fmt::print(stderr, "plan: {} | {} b={} m={} d={} w={} | {} | global batch {} sequences\n", f.plan_path,
+             schemas::to_string(plan.schedule), plan.microbatch_size, plan.microbatches_per_step, plan.depth, plan.width,
+             ranks_text(plan, l), plan.global_batch);
   fmt::print(stderr, "optimizer: {} lr {:g} -> {:g} (warm-up {} steps, cosine), clip {:g}, seed {}; data: {}\n",
              schemas::to_string(plan.optimizer), o.lr, o.min_lr, o.warmup_steps, o.clip_norm, o.seed,
              o.data_path.empty() ? "built-in corpus" : o.data_path);
@@ -88,25 +128,46 @@ void print_summary(const schemas::Plan& plan, const executor::TrainResult& r) {
                      "against the plan's total without its reserve)\n");
 }
 
-void run_train(const TrainFlags& flags) {
+void train_with(const TrainFlags& flags, Launch& launch) {
   std::string plan_sha256;
   const schemas::Plan plan = load_plan(flags.plan_path, &plan_sha256);
   TrainFlags f = flags;
+  f.o.transport = launch.transport;
   std::string note;
   f.o.dtype = executor::resolve_train_dtype(plan, flags.o.dtype, &note);
-  if (!f.report_path.empty()) schemas::check_output_path(f.report_path, "--report");
-  if (!f.o.log_path.empty()) schemas::check_output_path(f.o.log_path, "--log");
-  if (!f.o.quiet) print_header(plan, f);
-  if (!f.o.quiet && !note.empty()) fmt::print(stderr, "note: {}\n", note);
-  const auto result = executor::train(plan, plan_sha256, f.o, stderr);
-  if (!f.o.quiet) print_summary(plan, result);
+  if (launch.group) executor::check_process_layout(plan, *launch.group);
+  // Rank 0 writes both (a multi-process job whose rank 0 stops here is ended by its launcher).
+  if (launch.root() && !f.report_path.empty()) schemas::check_output_path(f.report_path, "--report");
+  if (launch.root() && !f.o.log_path.empty()) schemas::check_output_path(f.o.log_path, "--log");
+  const bool talk = launch.root() && !f.o.quiet;
+  if (talk) print_header(plan, f, launch);
+  if (talk && !note.empty()) fmt::print(stderr, "note: {}\n", note);
+  executor::TrainResult result;
+  try {
+    result = executor::train(plan, plan_sha256, f.o, stderr, launch.group.get());
+  } catch (const executor::RankFailure& e) {
+    launch.group->abort(report_error(e));  // the other processes would wait for this one forever
+  }
+  if (!result.has_results) return;
+  if (talk) print_summary(plan, result);
   if (!f.report_path.empty()) schemas::write_text_file(f.report_path, report_json(plan, result));
+}
+
+void run_train(const TrainFlags& flags) {
+  Launch launch = launch_for(flags.transport);
+  try {
+    train_with(flags, launch);
+  } catch (const Error& e) {
+    if (!launch.group) throw;
+    throw ReportedError{report_error(e)};  // before MPI ends: then every process's message is out
+  }
 }
 
 }  // namespace
 
 void add_train_command(CLI::App& app, Runner& run) {
-  auto* cmd = app.add_subcommand("train", "Train the plan's model with its schedule (CPU backend, ranks as threads)");
+  auto* cmd = app.add_subcommand("train", "Train the plan's model with its schedule (CPU backend; ranks as threads, or "
+                                          "one process per rank under mpirun / srun)");
   auto f = std::make_shared<TrainFlags>();
   auto& o = f->o;
   cmd->add_option("--plan", f->plan_path, "Plan JSON from 'pd2bw plan' (its model, stages, schedule and ranks)")
@@ -144,6 +205,11 @@ void add_train_command(CLI::App& app, Runner& run) {
                 "Skip a step whose loss or gradient is not finite (its update is not applied) instead of stopping");
   cmd->add_option("--report", f->report_path,
                   "Write a JSON summary: tokens/s, losses, per-stage peak memory next to the plan's prediction");
+  cmd->add_option("--transport", f->transport,
+                  "How ranks exchange activations and gradients: auto (one process per rank over mpi when mpirun or "
+                  "srun started several processes, else threads) | threads (every rank a thread of this process) | "
+                  "mpi (one process per rank, host memory) | nccl (one process per rank and GPU)")
+      ->capture_default_str();
   cmd->add_flag("-q,--quiet", o.quiet, "Print nothing but errors");
   cmd->callback([f, &run] { run = [f] { run_train(*f); }; });
 }

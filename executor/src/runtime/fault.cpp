@@ -78,7 +78,7 @@ void fault_point(std::string_view point, int64_t rank, int64_t step) {
   if (fired.exchange(true)) return;
   switch (f->action) {
     case FaultAction::throw_error:
-      throw Error(fmt::format("rank {}: injected fault '{}' at step {} (PD2BW_FAULT)", rank, point, step));
+      throw Error(fmt::format("injected fault (PD2BW_FAULT={}:{}:{})", point, rank, step));
     case FaultAction::exit_now:
       std::fflush(nullptr);
       std::_Exit(1);

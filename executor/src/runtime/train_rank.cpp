@@ -189,7 +189,8 @@ std::vector<CheckpointStage> collect_shards(Comm& comm, const PipelineConfig& c,
 }
 
 // Every stage's replica-0 rank writes its shard; rank 0 commits the checkpoint once all are durable and
-// then tells every rank to go on or stop. Returns false on a rank told to stop (rank 0 throws instead).
+// then tells every rank to go on or stop. Returns false on a rank told to stop (rank 0 throws JobStopped
+// instead).
 template <typename T>
 bool save_checkpoint(Comm& comm, StageWorker<T>& w, const TrainSetup& s, int64_t step, CheckpointStore* store,
                      MetricsLog* log) {
@@ -210,50 +211,66 @@ bool save_checkpoint(Comm& comm, StageWorker<T>& w, const TrainSetup& s, int64_t
   std::vector<CheckpointStage> stages;
   try {
     stages = collect_shards(comm, s.config, mine, step);
-  } catch (...) {
+  } catch (const Error& e) {
     stop_all();
-    throw;
+    throw JobStopped(e);
   }
   try {
     if (log) log->sync();
     store->commit(step, std::move(stages));
   } catch (const Error& e) {
     stop_all();
-    throw Error(fmt::format("the checkpoint of step {} was not written: {}; the earlier checkpoints are intact", step,
-                            e.what()),
-                e.hint());
-  } catch (...) {
+    throw JobStopped(Error(fmt::format("the checkpoint of step {} was not written: {}; the earlier checkpoints are "
+                                       "intact",
+                                       step, e.what()),
+                           e.hint()));
+  } catch (const std::exception& e) {
     stop_all();
-    throw;
+    throw JobStopped(Error(fmt::format("the checkpoint of step {} was not written: internal error: {}", step, e.what())));
   }
   broadcast_status(comm, {1, step, 0});
   if (s.progress) fmt::print(s.progress, "checkpoint: step {} written to {}\n", step, at);
   return true;
 }
 
-// Rank 0 takes the resume point from the store and says go (with the step) or stop; then every rank
-// loads its own shard and tells rank 0, which starts nothing before all are loaded. Returns the steps
-// done, or -1 to stop.
-template <typename T>
-int64_t resume(Comm& comm, StageWorker<T>& w, const TrainSetup& s, const CheckpointStore* store) {
-  Status st;
-  if (comm.rank() == 0) {
-    try {
+// Rank 0 alone owns the checkpoint directory (its lock) and the metrics log: it opens both before any
+// rank allocates its stage (the store checks the directory and finds the step to resume), then tells
+// every rank to go on, with that step, or to stop (and throws JobStopped with the reason).
+Status start_job(Comm& comm, const TrainSetup& s, std::unique_ptr<CheckpointStore>& store,
+                 std::unique_ptr<MetricsLog>& log) {
+  const TrainOptions& o = s.options;
+  Status st{1, 0, 0};
+  if (comm.rank() != 0) {
+    comm.recv(0, kStatusTag, one_mut(st));
+    return st;
+  }
+  try {
+    if (!o.checkpoint_dir.empty())
+      store = std::make_unique<CheckpointStore>(o.checkpoint_dir, s.id, o.resume, o.keep, s.checkpoint_bytes);
+    if (o.resume) {
       const ResumePoint& p = store->resume_point();
-      if (p.step >= s.options.steps)
-        throw UsageError(fmt::format("the checkpoint is at step {}, not before --steps {}", p.step, s.options.steps),
+      if (p.step >= o.steps)
+        throw UsageError(fmt::format("the checkpoint is at step {}, not before --steps {}", p.step, o.steps),
                          "raise --steps to train further");
       st = {1, p.step, p.legacy ? 1 : 0};
-      if (s.progress) fmt::print(s.progress, "{}\n", p.note);
-    } catch (...) {
-      broadcast_status(comm, {0, 0, 0});
-      throw;
     }
-    broadcast_status(comm, st);
-  } else {
-    comm.recv(0, kStatusTag, one_mut(st));
-    if (!st.go) return -1;
+    if (!o.log_path.empty()) log = std::make_unique<MetricsLog>(o.log_path, o.resume, st.step);
+  } catch (const Error& e) {
+    broadcast_status(comm, {0, 0, 0});
+    throw JobStopped(e);
+  } catch (const std::exception& e) {
+    broadcast_status(comm, {0, 0, 0});
+    throw JobStopped(Error(fmt::format("internal error: {}", e.what())));
   }
+  broadcast_status(comm, st);
+  if (o.resume && s.progress) fmt::print(s.progress, "{}\n", store->resume_point().note);
+  return st;
+}
+
+// Every rank loads its own shard of the checkpoint rank 0 chose and tells rank 0, which starts nothing
+// before all are loaded. Returns the steps done.
+template <typename T>
+int64_t load_checkpoint(Comm& comm, StageWorker<T>& w, const TrainSetup& s, const Status& st) {
   const std::string& dir = s.options.checkpoint_dir;
   load_stage_shard(w, s.config, st.legacy ? dir : step_directory(dir, st.step));
   fault_point("resume", comm.rank(), st.step);
@@ -290,19 +307,14 @@ std::optional<TrainResult> train_rank(Comm& comm, const TrainSetup& s) {
   const auto& c = s.config;
   const TrainOptions& o = s.options;
   const bool root = comm.rank() == 0;
-  // Rank 0 alone owns the checkpoint directory (its lock) and the metrics log; both are checked before
-  // this rank allocates its stage.
   std::unique_ptr<CheckpointStore> store;
   std::unique_ptr<MetricsLog> log;
-  if (root && !o.checkpoint_dir.empty())
-    store = std::make_unique<CheckpointStore>(o.checkpoint_dir, s.id, o.resume, o.keep, s.checkpoint_bytes);
-  if (root && !o.log_path.empty() && !o.resume) log = std::make_unique<MetricsLog>(o.log_path, false, 0);
+  const Status start = start_job(comm, s, store, log);
+  if (!start.go) return std::nullopt;
   StageWorker<T> worker(c, comm.rank(), comm);
-  int64_t done = o.resume ? resume(comm, worker, s, store.get()) : 0;
-  if (done < 0) return std::nullopt;
+  int64_t done = o.resume ? load_checkpoint(comm, worker, s, start) : 0;
   std::unique_ptr<TrainProgress> progress;
   if (root) {
-    if (!o.log_path.empty() && o.resume) log = std::make_unique<MetricsLog>(o.log_path, true, done);
     progress = std::make_unique<TrainProgress>(c.microbatches * c.width, s.tokens_per_step, done, o.steps, c.optimizer.lr,
                                                o.quiet ? nullptr : s.progress, log.get());
   }

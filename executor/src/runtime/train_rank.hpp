@@ -34,6 +34,14 @@ struct RankMetrics {
   double compute_ms = 0;      // thread CPU ms of forward (+ recompute) + backward per microbatch
 };
 
+// Thrown by rank 0 alone when it stops the job for a reason it found (a checkpoint directory that is
+// locked, full or does not match, a save that failed) after telling every other rank to stop: unlike a
+// failure of one rank, nobody waits.
+class JobStopped : public Error {
+ public:
+  explicit JobStopped(const Error& why) : Error(why.what(), why.hint(), why.code()) {}
+};
+
 // Runs rank comm.rank() of the job to the end (or --stop-after). Returns the result on rank 0 and
 // nullopt elsewhere, also when rank 0 stopped the job (rank 0 then throws the reason). Throws like
 // train(); a failure on this rank leaves aborting the others to the launcher (run_on_threads).

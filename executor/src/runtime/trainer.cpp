@@ -1,19 +1,23 @@
-// The training loop behind `pd2bw train`: checks everything first, then runs the plan's ranks as threads
-// of this process, each rank's work being train_rank (train_rank.cpp) over its own Comm.
+// The training loop behind `pd2bw train`: checks everything first, then runs the plan's ranks, either as
+// threads of this process or as this process's one rank of a multi-process job; each rank's work is
+// train_rank (train_rank.cpp) over its own Comm.
 #include "pd2bw/executor/trainer.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <optional>
 #include <utility>
 
 #include "pd2bw/checked.hpp"
 #include "pd2bw/error.hpp"
 #include "pd2bw/executor/data.hpp"
+#include "pd2bw/executor/process_group.hpp"
 #include "pd2bw/pipeline/memory.hpp"
 #include "pd2bw/schemas/common.hpp"
 #include "checkpoint_store.hpp"
@@ -65,33 +69,75 @@ void check_options(const TrainOptions& o) {
   // What the checkpoint directory holds, its lock and its free space are rank 0's to check (CheckpointStore).
 }
 
-// The CPU backend runs every rank in this process: refuse plans that cannot fit (threads, host memory)
+// The CPU backend runs the ranks `here` on this machine: refuse plans that cannot fit in its memory
 // before allocating anything. Counts the static terms of the memory model (1 or 2 weight versions,
-// gradients, optimizer moments; everything in the scalar type, so no master copy) of every stage's replicas.
-void check_host_fits(const PipelineConfig& c, DType master) {
-  constexpr int64_t kMaxThreads = 256;
-  if (c.ranks_total() > kMaxThreads)
-    throw UsageError(fmt::format("the plan has {} ranks; the CPU backend runs at most {} as threads of one process",
-                                 c.ranks_total(), kMaxThreads),
-                     "plan for fewer devices to train on the CPU");
+// gradients, optimizer moments; everything in the scalar type, so no master copy) of each rank's stage.
+void check_host_fits(const PipelineConfig& c, DType master, const std::vector<int64_t>& here) {
   const int64_t scalar = dtype_bytes(c.compute.value_or(master));
   const pipeline::MemoryFactors f = pipeline::memory_factors(c.schedule, c.optimizer.kind, scalar, dtype_bytes(master));
   const char* what = "the host memory the plan needs";
+  std::vector<int64_t> stage_of(static_cast<size_t>(c.ranks_total()));
+  for (int64_t i = 0; i < c.depth; ++i)
+    for (const int64_t r : c.ranks[static_cast<size_t>(i)]) stage_of[static_cast<size_t>(r)] = i;
   int64_t need = 0;
-  for (int64_t i = 0; i < c.depth; ++i) {
+  for (const int64_t r : here) {
+    const auto i = static_cast<size_t>(stage_of[static_cast<size_t>(r)]);
     int64_t numel = 0;
-    for (int64_t l = c.bounds[static_cast<size_t>(i)]; l < c.bounds[static_cast<size_t>(i + 1)]; ++l)
+    for (int64_t l = c.bounds[i]; l < c.bounds[i + 1]; ++l)
       numel = checked_add(numel, layout_numel(gpt_layer_layout(c.model, l)), what);
-    need = checked_add(need, checked_mul(c.width, f.total(checked_mul(numel, scalar, what)), what), what);
+    need = checked_add(need, f.total(checked_mul(numel, scalar, what)), what);
   }
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   const int64_t have = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
   if (have > 0 && need > have)
     throw UsageError(fmt::format("training a {}-block GPT on the CPU needs at least {} of host memory for weights, gradients "
-                                 "and optimizer state; this machine has {}",
-                                 c.model.blocks, schemas::format_bytes(need), schemas::format_bytes(have)),
+                                 "and optimizer state on this machine ({} ranks); it has {}",
+                                 c.model.blocks, schemas::format_bytes(need), here.size(), schemas::format_bytes(have)),
                      "the CPU backend is for small models; plan a smaller model (e.g. "
                      "schemas/examples/gpt-tiny.profile.json)");
+}
+
+// Ranks per node as "4" or "2, 2, 1" (by node).
+std::string per_node_text(const std::map<int64_t, int64_t>& counts) {
+  std::vector<int64_t> n;
+  for (const auto& [node, count] : counts) n.push_back(count);
+  const bool same = std::all_of(n.begin(), n.end(), [&](int64_t x) { return x == n.front(); });
+  return same ? fmt::format("{} rank(s) on each of {} node(s)", n.front(), n.size())
+              : fmt::format("{} rank(s) on nodes 0..{}", fmt::join(n, ", "), n.size() - 1);
+}
+
+}  // namespace
+
+void check_process_layout(const schemas::Plan& plan, const ProcessGroup& g) {
+  const int64_t ranks = plan.depth * plan.width;
+  if (g.size() != ranks)
+    throw UsageError(fmt::format("the plan has {} ranks ({} stages x {} replicas), but this job has {} process(es)", ranks,
+                                 plan.depth, plan.width, g.size()),
+                     fmt::format("start one process per rank: mpirun -np {} pd2bw train ...", ranks));
+  const std::vector<int64_t> job_node = g.node_of_ranks();
+  std::map<int64_t, int64_t> plan_to_job, job_to_plan, plan_count, job_count;
+  bool same = true;
+  for (int64_t r = 0; r < ranks; ++r) {
+    const int64_t pn = plan.ranks[static_cast<size_t>(r)].node, jn = job_node[static_cast<size_t>(r)];
+    same = same && plan_to_job.emplace(pn, jn).first->second == jn && job_to_plan.emplace(jn, pn).first->second == pn;
+    ++plan_count[pn];
+    ++job_count[jn];
+  }
+  if (!same)
+    throw UsageError(fmt::format("the plan puts {}, but this job runs {}", per_node_text(plan_count), per_node_text(job_count)),
+                     "start as many processes on each node as the plan puts ranks there (e.g. mpirun --map-by "
+                     "ppr:N:node), or plan for the nodes you have (pd2bw plan --nodes, --gpus-per-node)");
+}
+
+namespace {
+
+// The ranks whose processes share this process's node.
+std::vector<int64_t> ranks_on_node(const ProcessGroup& g) {
+  std::vector<int64_t> here;
+  const auto node_of = g.node_of_ranks();
+  for (size_t r = 0; r < node_of.size(); ++r)
+    if (node_of[r] == g.node()) here.push_back(static_cast<int64_t>(r));
+  return here;
 }
 
 TokenData load_data(const TrainOptions& o, const GptConfig& model) {
@@ -105,13 +151,20 @@ TokenData load_data(const TrainOptions& o, const GptConfig& model) {
   return data;
 }
 
+// Everything a rank needs, checked; the data outlives the ranks that read it.
+struct Prepared {
+  TokenData data;
+  std::unique_ptr<DataSource> source;
+  TrainSetup setup;
+};
+
+// `here`: the ranks whose workers share this machine's memory (every rank when they are threads).
 template <typename T>
-TrainResult run(const schemas::Plan& plan, const std::string& sha, const TrainOptions& o, std::FILE* out) {
+std::unique_ptr<Prepared> prepare(const schemas::Plan& plan, const std::string& sha, const TrainOptions& o, std::FILE* out,
+                                  const std::vector<int64_t>& here) {
   check_options(o);
   const GptConfig model = model_of(plan);
-  TrainSetup setup;
-  PipelineConfig& config = setup.config;
-  config = pipeline_from_plan(plan, model);
+  PipelineConfig config = pipeline_from_plan(plan, model);
   config.seed = o.seed;
   config.optimizer.kind = plan.optimizer;
   config.optimizer.lr = {o.lr, o.min_lr, std::min(o.warmup_steps, o.steps), o.steps};
@@ -122,25 +175,87 @@ TrainResult run(const schemas::Plan& plan, const std::string& sha, const TrainOp
   config.optimizer.skip_nonfinite = o.skip_nonfinite;
   if (o.dtype == "bf16") config.compute = DType::bf16;
   config.validate();
-  check_host_fits(config, dtype_of<T>());
-  const TokenData data = load_data(o, model);
+  check_host_fits(config, dtype_of<T>(), here);
+  auto p = std::make_unique<Prepared>(Prepared{load_data(o, model), nullptr, {}});
+  TrainSetup& setup = p->setup;
+  setup.config = std::move(config);
   setup.id = {sha, plan.profile_sha256, std::string(schemas::to_string(plan.schedule)), o.dtype,
-              data.label(), plan.depth, plan.width, o.seed};
+              p->data.label(), plan.depth, plan.width, o.seed};
   setup.options = o;
-  const DataSource source(data, o.seed, config.microbatch_size, config.seq);
-  setup.source = &source;
-  setup.tokens_per_step = checked_mul(plan.global_batch, config.seq, "the tokens per step");
+  p->source = std::make_unique<DataSource>(p->data, o.seed, setup.config.microbatch_size, setup.config.seq);
+  setup.source = p->source.get();
+  setup.tokens_per_step = checked_mul(plan.global_batch, setup.config.seq, "the tokens per step");
   setup.progress = o.quiet ? nullptr : out;
-  if (!o.checkpoint_dir.empty()) setup.checkpoint_bytes = checkpoint_bytes(config, static_cast<int64_t>(sizeof(T)));
-  // The ranks are threads of this process; each runs train_rank with its own Comm, as a process would.
-  const auto comms = make_threads_comms(config.ranks_total());
+  if (!o.checkpoint_dir.empty())
+    setup.checkpoint_bytes = checkpoint_bytes(setup.config, static_cast<int64_t>(sizeof(T)));
+  return p;
+}
+
+// The ranks are threads of this process; each runs train_rank with its own Comm, as a process would.
+template <typename T>
+TrainResult run_threads(const schemas::Plan& plan, const std::string& sha, const TrainOptions& o, std::FILE* out) {
+  std::vector<int64_t> all(static_cast<size_t>(plan.depth * plan.width));
+  for (size_t r = 0; r < all.size(); ++r) all[r] = static_cast<int64_t>(r);
+  constexpr size_t kMaxThreads = 256;
+  if (all.size() > kMaxThreads)
+    throw UsageError(fmt::format("the plan has {} ranks; the CPU backend runs at most {} as threads of one process",
+                                 all.size(), kMaxThreads),
+                     "plan for fewer devices, or run one process per rank under mpirun");
+  const auto p = prepare<T>(plan, sha, o, out, all);
+  const auto comms = make_threads_comms(p->setup.config.ranks_total());
   std::optional<TrainResult> result;
   run_on_threads(comms, [&](Comm& comm) {
-    auto r = train_rank<T>(comm, setup);
+    auto r = train_rank<T>(comm, p->setup);
     if (comm.rank() == 0) result = std::move(r);
   });
   if (!result) throw Error("rank 0 ended without a result");
   return std::move(*result);
+}
+
+// This process is one rank of a multi-process job. Every process checks its inputs, then all agree
+// before any starts, so that a check failing on one process (a file missing on its node) stops all.
+template <typename T>
+TrainResult run_process(const schemas::Plan& plan, const std::string& sha, const TrainOptions& o, std::FILE* out,
+                        ProcessGroup& group) {
+  std::unique_ptr<Prepared> p;
+  std::optional<Error> failed;
+  try {
+    check_process_layout(plan, group);
+    p = prepare<T>(plan, sha, o, out, ranks_on_node(group));
+  } catch (const Error& e) {
+    failed = e;
+  } catch (const std::exception& e) {
+    failed = Error(e.what());
+  }
+  if (!group.all_agree(!failed)) {
+    if (failed) throw *failed;
+    throw UsageError("another process of the job failed its checks before training", "its message says why");
+  }
+  const auto& rank = plan.ranks[static_cast<size_t>(group.rank())];
+  std::optional<TrainResult> result;
+  try {
+    const auto comm = group.make_comm(o.transport, rank.local_device);
+    result = train_rank<T>(*comm, p->setup);
+  } catch (const JobStopped&) {
+    throw;  // rank 0 has told every rank to stop
+  } catch (const Error& e) {
+    throw RankFailure(e.what(), e.hint(), e.code());
+  } catch (const std::exception& e) {
+    throw RankFailure(fmt::format("internal error: {}", e.what()));
+  }
+  if (result) return std::move(*result);
+  TrainResult none;
+  none.has_results = false;
+  return none;
+}
+
+template <typename T>
+TrainResult run(const schemas::Plan& plan, const std::string& sha, const TrainOptions& o, std::FILE* out,
+                ProcessGroup* group) {
+  if (o.transport == "threads") return run_threads<T>(plan, sha, o, out);
+  if (group == nullptr)
+    throw UsageError(fmt::format("--transport {} runs one process per rank; start them with mpirun or srun", o.transport));
+  return run_process<T>(plan, sha, o, out, *group);
 }
 
 }  // namespace
@@ -170,11 +285,11 @@ std::string resolve_train_dtype(const schemas::Plan& plan, const std::string& re
 }
 
 TrainResult train(const schemas::Plan& plan, const std::string& plan_sha256, const TrainOptions& options,
-                  std::FILE* progress) {
+                  std::FILE* progress, ProcessGroup* processes) {
   TrainOptions o = options;
   o.dtype = resolve_train_dtype(plan, options.dtype, nullptr);
-  if (o.dtype == "double") return run<double>(plan, plan_sha256, o, progress);
-  return run<float>(plan, plan_sha256, o, progress);
+  if (o.dtype == "double") return run<double>(plan, plan_sha256, o, progress, processes);
+  return run<float>(plan, plan_sha256, o, progress, processes);
 }
 
 }  // namespace pd2bw::executor

@@ -1,5 +1,6 @@
-// `pd2bw train`'s engine: runs a plan's ranks as threads of this process on the CPU backend, feeds them
-// the data, reports progress and metrics per step, and writes and resumes checkpoints.
+// `pd2bw train`'s engine: runs a plan's ranks (as threads of this process, or one rank per process of a
+// multi-process job), feeds them the data, reports progress and metrics per step, and writes and
+// resumes checkpoints.
 #pragma once
 
 #include <cstdint>
@@ -7,9 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "pd2bw/error.hpp"
 #include "pd2bw/schemas/plan.hpp"
 
 namespace pd2bw::executor {
+
+class ProcessGroup;
 
 struct TrainOptions {
   std::string data_path;       // empty: the built-in corpus; else an llm.c token file or any text file
@@ -33,6 +37,8 @@ struct TrainOptions {
                                // learning-rate schedule still spans `steps`, so a later --resume continues
                                // exactly as one uninterrupted run
   bool quiet = false;          // no progress lines
+  std::string transport = "threads";  // "threads": every rank a thread of this process; "mpi" or "nccl":
+                                      // this process is one rank of a ProcessGroup (process_group.hpp)
 };
 
 struct TrainResult {
@@ -47,6 +53,15 @@ struct TrainResult {
   std::vector<double> step_ms;        // wall time of each step after the first of this run (update to update)
   double step_ms_median = 0;          // median of step_ms (0 when fewer than two steps ran)
   std::vector<int64_t> skipped_steps; // steps skipped for a non-finite loss or gradient (1-based)
+  bool has_results = true;            // false on the processes but rank 0's of a multi-process job: the
+                                      // fields above are then empty (rank 0 gathers and reports them)
+};
+
+// Thrown by train() on a process of a multi-process job that failed on its own after training began. The other processes cannot know and would wait for it forever, so the
+// caller reports it and ends the whole job (ProcessGroup::abort with code()).
+class RankFailure : public Error {
+ public:
+  using Error::Error;
 };
 
 // The compute dtype `pd2bw train` uses: `requested` when given ("float", "double", "bf16"), else the
@@ -55,12 +70,21 @@ struct TrainResult {
 // for an unknown name, or for an fp16 plan without an explicit --dtype.
 std::string resolve_train_dtype(const schemas::Plan& plan, const std::string& requested, std::string* note);
 
+// Checks that the job of `processes` can run `plan`: one process per rank, and two ranks on one node of
+// the plan exactly when their processes share a host. Throws UsageError naming both counts otherwise.
+// (train() checks this too; a caller may check before it prints anything.)
+void check_process_layout(const schemas::Plan& plan, const ProcessGroup& processes);
+
 // Trains the model the plan describes (plan.model; layers = blocks + 2) with the plan's schedule, split,
 // recompute flags, microbatches and rank table. `plan_sha256` identifies the plan in checkpoints.
-// Progress lines go to `progress` (unless quiet). Throws UsageError / SchemaError for bad options, data
-// that does not fit the model, or a checkpoint that does not belong to this plan (all checked before
-// the first step; nothing is overwritten then); Error when training fails (e.g. the loss diverges).
+// Progress lines go to `progress` (unless quiet; in a multi-process job rank 0 alone prints, logs and
+// reports). With options.transport "mpi" or "nccl", this process runs rank processes->rank() of the
+// plan: the job must have one process per rank, laid on nodes as the plan's rank table says; every
+// process checks its inputs and all agree before the first step. Throws UsageError / SchemaError for
+// bad options, data that does not fit the model, a job that does not match the plan, or a checkpoint
+// that does not belong to this plan (all checked before the first step; nothing is overwritten then);
+// Error when training fails (e.g. the loss diverges); RankFailure as described above.
 TrainResult train(const schemas::Plan& plan, const std::string& plan_sha256, const TrainOptions& options,
-                  std::FILE* progress);
+                  std::FILE* progress, ProcessGroup* processes = nullptr);
 
 }  // namespace pd2bw::executor

@@ -5,10 +5,15 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "pd2bw/schemas/profile.hpp"
+
+namespace pd2bw::executor {
+class ProcessGroup;
+}
 
 namespace pd2bw::profiler {
 
@@ -58,5 +63,15 @@ using ProgressFn = std::function<void(double fraction, const std::string& what)>
 // scalars derived from them. Blocks the calling thread for the whole run; starts link_ranks threads
 // for the link part. Throws pd2bw::UsageError for bad options, pd2bw::Error if a measurement fails.
 schemas::Profile run_profile(const ProfileOptions& options, const ProgressFn& progress);
+
+// run_profile as one process of a multi-process job (mpirun, srun), called by every process: rank 0
+// times the layers while the others wait, then every process takes part in measuring the links between
+// processes: level "node" over the processes of node 0 (p2p between ranks 0 and 1, allreduce over all
+// of them), and level "cluster" over the first process of each node when the job spans nodes; each
+// level's allreduce_ranks is its process count (link_ranks does not apply). Returns the profile on rank
+// 0 and nullopt on the others. Throws as run_profile; UsageError when the job has a single process.
+// A failure on one process leaves the others waiting: the caller ends the job (ProcessGroup::abort).
+std::optional<schemas::Profile> run_profile_in_job(const ProfileOptions& options, const ProgressFn& progress,
+                                                   executor::ProcessGroup& group);
 
 }  // namespace pd2bw::profiler
