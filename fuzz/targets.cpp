@@ -1,6 +1,7 @@
 // The fuzz targets' bodies (targets.hpp).
 #include "targets.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -38,11 +39,15 @@ void round_trip(const uint8_t* data, size_t size, Parse parse, Dump dump) {
   }
 }
 
+// Byte counts the planner targets draw or take: up to 1 TiB each, far beyond any device, while sums of a
+// few thousand of them stay inside int64.
+constexpr int64_t kValueCap = int64_t{1} << 40;
+
 // Sizes and times the planner target explores: beyond these the planner's own checked arithmetic
 // answers (with a clear error), which is not what this target searches for.
 bool realistic(const schemas::Profile& p) {
   if (p.layers.size() > 64 || p.microbatch_sizes.size() > 4) return false;
-  constexpr int64_t kBytes = int64_t{1} << 40;
+  constexpr int64_t kBytes = kValueCap;
   constexpr double kMs = 1e6;
   for (const auto& l : p.layers) {
     if (l.param_bytes > kBytes || l.optimizer_bytes > kBytes || l.update_ms > kMs) return false;
@@ -73,6 +78,85 @@ schemas::Cluster small_cluster() {
   return c;
 }
 
+// Values drawn from the fuzzer's bytes (zeros once they run out).
+class Draw {
+ public:
+  Draw(const uint8_t* data, size_t size) : data_(data), size_(size) {}
+  uint64_t bits() {
+    uint64_t v = 0;
+    for (int i = 0; i < 8 && at_ < size_; ++i) v |= static_cast<uint64_t>(data_[at_++]) << (8 * i);
+    return v;
+  }
+  int64_t in(int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(bits() % static_cast<uint64_t>(hi - lo + 1)); }
+  // A byte count in [1, cap]: of any magnitude, so sums near the cap are reached as often as small ones.
+  int64_t bytes(int64_t cap) {
+    const int64_t magnitude = in(0, 62);
+    const int64_t top = std::min(cap, magnitude >= 62 ? cap : (int64_t{1} << magnitude));
+    return in(1, std::max<int64_t>(top, 1));
+  }
+  double ms() { return 1e-3 + static_cast<double>(in(0, 1000000)) * 1e-3; }
+
+ private:
+  const uint8_t* data_;
+  size_t size_;
+  size_t at_ = 0;
+};
+
+schemas::Profile drawn_profile(Draw& d, int64_t cap) {
+  schemas::Profile p;
+  p.model = {"gpt", "fuzz", 1, 64, 4, 64, 256, d.in(0, 1) ? schemas::DType::bf16 : schemas::DType::fp32, false};
+  p.device = {"fuzz", d.bytes(cap)};
+  for (int64_t b = 1; b <= 16; b *= 2)
+    if (d.in(0, 1) || (b == 16 && p.microbatch_sizes.empty())) p.microbatch_sizes.push_back(b);
+  const int64_t layers = d.in(1, 32);
+  for (int64_t l = 0; l < layers; ++l) {
+    schemas::LayerProfile layer;
+    layer.name = "layer." + std::to_string(l);
+    layer.kind = "block";
+    layer.param_bytes = d.bytes(cap);
+    if (d.in(0, 1)) layer.optimizer_bytes = d.bytes(cap);
+    for (const int64_t b : p.microbatch_sizes) {
+      schemas::LayerTiming t;
+      t.microbatch = b;
+      t.fwd_ms = d.ms();
+      t.bwd_ms = d.ms();
+      t.input_bytes = d.bytes(cap);
+      t.output_bytes = d.bytes(cap);
+      t.stash_bytes = d.bytes(cap);
+      layer.per_microbatch.push_back(t);
+    }
+    p.layers.push_back(std::move(layer));
+  }
+  return p;
+}
+
+// Searches, re-ranks by simulation and builds a plan; the plan must read back. Error: said, not a crash.
+void plan_and_check(const schemas::Profile& profile, const schemas::Cluster& cluster, int64_t global_batch) {
+  schemas::Plan plan;
+  try {
+    planner::Constraints k;
+    k.global_batch = global_batch;
+    k.reserve_bytes = 0;
+    const planner::CostModel model(profile, cluster, k);
+    planner::SearchOptions so;
+    so.top_k = 2;
+    so.threads = 1;
+    planner::SearchResult result = planner::search(model, so);
+    if (!result.feasible()) return;
+    planner::rank_by_simulation(model, result, 1);
+    plan = planner::build_plan(model, result, std::string(64, 'a'), {"fuzz", "0", "unknown", "", ""});
+  } catch (const pd2bw::Error&) {
+    return;  // an infeasible or unplannable profile, said with a message
+  }
+  if (!std::isfinite(plan.predictions.step_ms) || plan.predictions.step_ms <= 0) broken("a plan's step time is not > 0");
+  try {
+    (void)schemas::parse_plan(schemas::dump_plan(plan));
+  } catch (const pd2bw::Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    broken("the plan reader rejects a plan the planner wrote");
+  }
+}
+
 }  // namespace
 
 void profile_reader(const uint8_t* data, size_t size) {
@@ -94,30 +178,24 @@ void plan_search(const uint8_t* data, size_t size) {
   } catch (const pd2bw::Error&) {
     return;
   }
-  if (!realistic(profile)) return;
-  schemas::Plan plan;
+  if (realistic(profile)) plan_and_check(profile, small_cluster(), 16);
+}
+
+void plan_values(const uint8_t* data, size_t size) {
+  Draw d(data, size);
+  const int64_t cap = kValueCap;
+  const schemas::Profile drawn = drawn_profile(d, cap);
+  schemas::Profile profile;
   try {
-    planner::Constraints k;
-    k.global_batch = 16;
-    k.reserve_bytes = 0;
-    const planner::CostModel model(profile, small_cluster(), k);
-    planner::SearchOptions so;
-    so.top_k = 2;
-    so.threads = 1;
-    planner::SearchResult result = planner::search(model, so);
-    if (!result.feasible()) return;
-    planner::rank_by_simulation(model, result, 1);
-    plan = planner::build_plan(model, result, std::string(64, 'a'), {"fuzz", "0", "unknown", "", ""});
+    profile = schemas::parse_profile(schemas::dump_profile(drawn));  // what a profile file could hold
   } catch (const pd2bw::Error&) {
-    return;  // an infeasible or unplannable profile, said with a message
+    return;
   }
-  if (!std::isfinite(plan.predictions.step_ms) || plan.predictions.step_ms <= 0) broken("a plan's step time is not > 0");
-  try {
-    (void)schemas::parse_plan(schemas::dump_plan(plan));
-  } catch (const pd2bw::Error& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    broken("the plan reader rejects a plan the planner wrote");
-  }
+  schemas::Cluster cluster;
+  cluster.device = {"fuzz", d.bytes(cap)};
+  cluster.levels = {level("node", d.in(1, 8), static_cast<double>(d.in(1, 1000)), d.ms()),
+                    level("cluster", d.in(1, 4), static_cast<double>(d.in(1, 1000)), d.ms())};
+  plan_and_check(profile, cluster, d.in(1, 64));
 }
 
 Target target_named(std::string_view name) {
@@ -125,6 +203,7 @@ Target target_named(std::string_view name) {
   if (name == "cluster_reader") return cluster_reader;
   if (name == "plan_reader") return plan_reader;
   if (name == "plan_search") return plan_search;
+  if (name == "plan_values") return plan_values;
   return nullptr;
 }
 

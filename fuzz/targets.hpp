@@ -21,6 +21,11 @@ void plan_reader(const uint8_t* data, size_t size);
 // found must dump to text the plan reader accepts.
 void plan_search(const uint8_t* data, size_t size);
 
+// A profile (up to 32 layers, byte counts up to 1 TiB) and a cluster drawn from the bytes, not parsed, so
+// the planner meets every combination of sizes and times the reader accepts; the same search, replay
+// and plan checks as plan_search.
+void plan_values(const uint8_t* data, size_t size);
+
 // The target of a name ("profile_reader", ...), or nullptr.
 using Target = void (*)(const uint8_t*, size_t);
 Target target_named(std::string_view name);

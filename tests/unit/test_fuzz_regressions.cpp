@@ -43,7 +43,7 @@ TEST_CASE("every fuzz target takes its seeds and every saved failure") {
   std::vector<fs::path> seeds = files_in(src / "schemas" / "examples");
   for (const fs::path& p : files_in(src / "tests" / "schema" / "fixtures")) seeds.push_back(p);
   REQUIRE(seeds.size() >= 6);
-  for (const char* target : {"profile_reader", "cluster_reader", "plan_reader", "plan_search"}) {
+  for (const char* target : {"profile_reader", "cluster_reader", "plan_reader", "plan_search", "plan_values"}) {
     CAPTURE(target);
     replay(target, seeds);
     replay(target, files_in(src / "fuzz" / "regressions" / target));
