@@ -64,7 +64,7 @@ def check(ws, case):
     env = dict(os.environ, UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1", PD2BW_FAULT="")
     try:
         r = subprocess.run([ws.pd2bw, *case.argv], capture_output=True, text=True, timeout=TIMEOUT_S, env=env,
-                           stdin=subprocess.DEVNULL)
+                           input="")
     except subprocess.TimeoutExpired:
         return f"no answer within {TIMEOUT_S} s (a hang)"
     err = r.stderr
