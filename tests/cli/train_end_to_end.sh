@@ -87,5 +87,9 @@ expect_exit 2 "error:" -- "$PD2BW" train --plan "$PLAN" --dtype half
 expect_exit 2 "error:" -- "$PD2BW" train --plan "$TMP/missing.json"
 expect_exit 2 "error:" -- "$PD2BW" train --plan "$P"
 "$PD2BW" plan --nodes 8 --gpus-per-node 8 --device-memory 16GiB -o "$TMP/big.json" -q
-expect_exit 2 "host memory" -- "$PD2BW" train --plan "$TMP/big.json" --steps 1
+expect_exit 2 "host memory" -- "$PD2BW" train --plan "$TMP/big.json" --steps 1 --device cpu
+# A GPU's plan trains on cuda by default; here that is refused before anything starts (no device, no cuda
+# in this build, or 64 ranks that cannot share one GPU).
+expect_exit 2 "GPU|CUDA|cuda" -- "$PD2BW" train --plan "$TMP/big.json" --steps 1
+expect_exit 2 "must be cpu or cuda" -- "$PD2BW" train --plan "$PLAN" --steps 1 --device tpu
 finish

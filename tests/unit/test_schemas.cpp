@@ -444,6 +444,31 @@ TEST_CASE("writer output matches the golden fixtures") {
   }
 }
 
+TEST_CASE("a profile's device keeps the optional GPU measurements; a cluster written from it leaves them out") {
+  s::Profile p = sample_profile();
+  p.device = {"NVIDIA H200", int64_t{140} << 30, "580.159.04", "13.0", "9.0", 132, 2072.75, 55.5};
+  const std::string text = s::dump_profile(p);
+  const s::Profile back = s::parse_profile(text);
+  CHECK(back.device.driver_version == "580.159.04");
+  CHECK(back.device.cuda_version == "13.0");
+  CHECK(back.device.compute_capability == "9.0");
+  CHECK(back.device.multiprocessors == 132);
+  CHECK(back.device.device_copy_gbps == 2072.75);
+  CHECK(back.device.host_to_device_gbps == 55.5);
+  CHECK(s::dump_profile(back) == text);
+  CHECK(text.find("\"schema_version\": \"1.1.0\"") != std::string::npos);  // 1.1's keys: a 1.1 file
+  CHECK(s::dump_profile(sample_profile()).find("\"schema_version\": \"1.0.0\"") != std::string::npos);
+  CHECK(s::dump_profile(sample_profile()).find("driver_version") == std::string::npos);  // absent when not measured
+  s::Cluster c = sample_cluster();
+  c.device = p.device;  // as `pd2bw plan` copies the profile's device
+  const std::string cluster_text = s::dump_cluster(c);
+  CHECK(cluster_text.find("driver_version") == std::string::npos);
+  CHECK(s::parse_cluster(cluster_text).device.name == "NVIDIA H200");
+  auto j = nlohmann::json::parse(text);
+  j["device"]["multiprocessors"] = 0;
+  check_prefix(schema_error_of([&] { s::parse_profile(j.dump()); }), "/device/multiprocessors: must be > 0");
+}
+
 TEST_CASE("version stamp") {
   CHECK(!s::pd2bw_version().empty());
   CHECK(!s::pd2bw_git_sha().empty());

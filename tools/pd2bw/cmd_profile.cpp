@@ -1,6 +1,6 @@
-// `pd2bw profile`: times the executor's GPT layers and the links on this machine (in-process ranks, or
-// under mpirun / srun the links between the job's processes) and writes a profile.json for `pd2bw plan`,
-// with a progress bar and a summary table on stderr.
+// `pd2bw profile`: times the executor's GPT layers and the links on this machine (its CPU, or its GPU
+// with --device cuda; in-process ranks, or under mpirun / srun the links between the job's processes)
+// and writes a profile.json for `pd2bw plan`, with a progress bar and a summary table on stderr.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -76,8 +76,16 @@ class ProgressBar {
 };
 
 void print_summary(const schemas::Profile& p, double seconds, bool processes) {
-  fmt::print(stderr, "model: {} ({} blocks, d_model {}, {} heads, seq {}, vocab {}), fp32 on the CPU; {:.1f} s\n",
-             p.model.name, p.model.blocks, p.model.d_model, p.model.heads, p.model.seq_len, p.model.vocab, seconds);
+  const bool gpu = p.device.name != "cpu";
+  fmt::print(stderr, "model: {} ({} blocks, d_model {}, {} heads, seq {}, vocab {}), {} on {}; {:.1f} s\n", p.model.name,
+             p.model.blocks, p.model.d_model, p.model.heads, p.model.seq_len, p.model.vocab,
+             schemas::to_string(p.model.dtype), gpu ? p.device.name : std::string("the CPU"), seconds);
+  if (gpu)
+    fmt::print(stderr, "device: {}, {}, {} SMs, compute capability {}, driver {}, CUDA {}; copies {:.0f} GB/s on the "
+                       "device, {:.1f} GB/s from pinned host memory\n",
+               p.device.name, schemas::format_bytes(p.device.memory_bytes), p.device.multiprocessors,
+               p.device.compute_capability, p.device.driver_version, p.device.cuda_version, p.device.device_copy_gbps,
+               p.device.host_to_device_gbps);
   fmt::print(stderr, "{:<10} {:>4} {:>10} {:>10} {:>10} {:>16} {:>16}\n", "layer", "b", "fwd ms", "bwd ms",
              "recomp ms", "stash computed", "stash measured");
   for (const schemas::LayerProfile* l : {&p.layers.front(), &p.layers[1], &p.layers.back()}) {
@@ -157,7 +165,9 @@ void add_options(CLI::App* cmd, ProfileCliOptions& o) {
   cmd->add_option("--microbatch", o.microbatches,
                   "Microbatch sizes to time, samples, comma-separated and strictly increasing")
       ->capture_default_str();
-  cmd->add_option("--device", p.device, "cpu | cuda (cuda is not built yet)")->capture_default_str();
+  cmd->add_option("--device", p.device,
+                  "cpu | cuda (the current GPU: layers timed with CUDA events, links between stages sharing it)")
+      ->capture_default_str();
   cmd->add_option("--dtype", p.dtype, "Compute dtype: fp32 | bf16 (bf16 needs cuda)")->capture_default_str();
   cmd->add_option("--warmup", p.warmup, "Untimed forward+backward runs per layer and microbatch")
       ->capture_default_str();

@@ -1,6 +1,6 @@
-// `pd2bw train`: runs 2BW (or Flush / GPipe) training from a plan on the CPU backend, with every rank a
-// thread of this process or, under mpirun / srun, one process per rank; a progress line per step (rank
-// 0), JSONL metrics and checkpoints.
+// `pd2bw train`: runs 2BW (or Flush / GPipe) training from a plan on the cpu or the cuda backend, with
+// every rank a thread of this process (all on one GPU with cuda) or, under mpirun / srun, one process
+// per rank; a progress line per step (rank 0), JSONL metrics and checkpoints.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -71,6 +71,11 @@ std::string report_json(const schemas::Plan& plan, const executor::TrainResult& 
   j["step_ms_measured"] = r.step_ms_median;
   j["step_ms"] = r.step_ms;
   j["skipped_steps"] = r.skipped_steps;
+  j["device"] = r.device;
+  j["device_memory_bytes"] = r.device_memory_bytes;
+  j["model_flops_per_token"] = r.model_flops_per_token;
+  j["peak_flops"] = r.peak_flops;
+  j["mfu"] = r.mfu;
   auto& stages = j["stages"] = nlohmann::ordered_json::array();
   for (size_t i = 0; i < r.peak_bytes.size(); ++i) {
     const auto& mem = plan.stages[i].memory;
@@ -93,8 +98,8 @@ std::string ranks_text(const schemas::Plan& plan, const Launch& l) {
 void print_header(const schemas::Plan& plan, const TrainFlags& f, const Launch& l) {
   const auto& m = plan.model;
   const auto& o = f.o;
-  fmt::print(stderr, "model: {} ({} blocks, d_model {}, {} heads, vocab {}, seq {}), {} on the CPU\n", m.name, m.blocks,
-             m.d_model, m.heads, m.vocab, m.seq_len, o.dtype);
+  fmt::print(stderr, "model: {} ({} blocks, d_model {}, {} heads, vocab {}, seq {}), {} on {}\n", m.name, m.blocks,
+             m.d_model, m.heads, m.vocab, m.seq_len, o.dtype, o.device == "cuda" ? "the GPU (cuda)" : "the CPU");
   fmt::print(stderr, "plan: {} | {} b={} m={} d={} w={} | {} | global batch {} sequences\n", f.plan_path,
              schemas::to_string(plan.schedule), plan.microbatch_size, plan.microbatches_per_step, plan.depth, plan.width,
              ranks_text(plan, l), plan.global_batch);
@@ -123,9 +128,20 @@ void print_summary(const schemas::Plan& plan, const executor::TrainResult& r) {
                err(r.compute_ms[i], s.compute_ms), schemas::format_bytes(planned), schemas::format_bytes(r.peak_bytes[i]),
                err(static_cast<double>(r.peak_bytes[i]), static_cast<double>(planned)), r.versions[i]);
   }
-  fmt::print(stderr, "  (compute: backend compute time per microbatch (cpu: thread CPU time); memory: the stage "
-                     "arena's peak (weights, gradients, optimizer state, stashes, boundary and scratch buffers) "
-                     "against the plan's total without its reserve)\n");
+  fmt::print(stderr, "  (compute: backend compute time per microbatch (cpu: thread CPU time; cuda: CUDA events); memory: "
+                     "the stage arena's peak (weights, gradients, optimizer state, stashes, boundary and scratch "
+                     "buffers) against the plan's total without its reserve)\n");
+  if (r.device_memory_bytes <= 0) return;
+  int64_t arenas = 0;
+  for (int64_t b : r.peak_bytes) arenas += b;
+  fmt::print(stderr, "  device: {} with {}; the stage arenas' peaks add up to {} ({:.1f}%; outside them: the CUDA "
+                     "context, 32 MiB of cuBLASLt workspace per stage and the messages between stages)\n",
+             r.device, schemas::format_bytes(r.device_memory_bytes), schemas::format_bytes(arenas),
+             100.0 * static_cast<double>(arenas) / static_cast<double>(r.device_memory_bytes));
+  if (r.peak_flops > 0)
+    fmt::print(stderr, "  MFU: {:.1f}% ({:.1f} model TFLOP/s of a {:.0f} TFLOP/s dense peak; {:.0f} MFLOP per token)\n",
+               100.0 * r.mfu, r.model_flops_per_token * r.tokens_per_s / 1e12, r.peak_flops / 1e12,
+               r.model_flops_per_token / 1e6);
 }
 
 void train_with(const TrainFlags& flags, Launch& launch) {
@@ -135,6 +151,7 @@ void train_with(const TrainFlags& flags, Launch& launch) {
   f.o.transport = launch.transport;
   std::string note;
   f.o.dtype = executor::resolve_train_dtype(plan, flags.o.dtype, &note);
+  f.o.device = executor::resolve_train_device(plan, flags.o.device);
   if (launch.group) executor::check_process_layout(plan, *launch.group);
   // Rank 0 writes both (a multi-process job whose rank 0 stops here is ended by its launcher).
   if (launch.root() && !f.report_path.empty()) schemas::check_output_path(f.report_path, "--report");
@@ -166,8 +183,8 @@ void run_train(const TrainFlags& flags) {
 }  // namespace
 
 void add_train_command(CLI::App& app, Runner& run) {
-  auto* cmd = app.add_subcommand("train", "Train the plan's model with its schedule (CPU backend; ranks as threads, or "
-                                          "one process per rank under mpirun / srun)");
+  auto* cmd = app.add_subcommand("train", "Train the plan's model with its schedule (cpu or cuda backend; ranks as "
+                                          "threads, or one process per rank under mpirun / srun)");
   auto f = std::make_shared<TrainFlags>();
   auto& o = f->o;
   cmd->add_option("--plan", f->plan_path, "Plan JSON from 'pd2bw plan' (its model, stages, schedule and ranks)")
@@ -186,6 +203,10 @@ void add_train_command(CLI::App& app, Runner& run) {
   cmd->add_option("--dtype", o.dtype,
                   "Compute dtype: float | double | bf16 (bf16 keeps fp32 master weights, gradients and moments). "
                   "Default: the plan's model dtype (fp32 -> float, bf16 -> bf16)");
+  cmd->add_option("--device", o.device,
+                  "Backend: cpu | cuda (with ranks as threads, all stages share the current GPU and pass activations "
+                  "by device copies; one process per rank uses its rank's local GPU). Default: the device the plan "
+                  "was made for: cpu for a plan whose device is 'cpu', cuda for a GPU's");
   cmd->add_option("--log", o.log_path, "Write one JSON record per step (step, loss, lr, tokens, tokens_per_s, "
                                       "elapsed_s) to this file");
   cmd->add_option("--checkpoint-dir", o.checkpoint_dir,

@@ -47,9 +47,13 @@ std::vector<double> StageWorker<T>::Impl::step_health(Comm& comm, int64_t step, 
   const int64_t counted = tied_copy >= 0 ? tied_copy : numel;
   health[static_cast<size_t>(stage)] = backend->sum_of_squares(grads.view().slice(0, counted)) * scale * scale;
   if (last) {
-    const auto it = nonfinite_losses.find(step);
-    std::vector<double> bad{it == nonfinite_losses.end() ? 0.0 : static_cast<double>(it->second.size())};
-    if (it != nonfinite_losses.end()) nonfinite_losses.erase(it);
+    // Every microbatch's forward (and recompute) wrote its loss into the step's slots by now.
+    std::vector<double> bad{0.0};
+    if (const auto it = losses.find(step); it != losses.end()) {
+      std::vector<double> values(static_cast<size_t>(cfg.microbatches));
+      backend->to_host(it->second.values.view(), values.data());
+      for (const double v : values) bad[0] += std::isfinite(v) ? 0.0 : 1.0;
+    }
     if (cfg.width > 1) comm.allreduce_sum(stage_comm_group, std::span<double>(bad));
     health.back() = bad[0];
   }

@@ -48,6 +48,13 @@ class TrainProgress final : public LossSink {
     finish_step(step, sum / static_cast<double>(per_step_));
   }
 
+  // Adds "MFU x%" to each line: model FLOPs per token (6 x parameters + 12 x layers x width x sequence)
+  // times tokens per second over the device's peak FLOP/s. Off (the cpu's line) while peak_flops is 0.
+  void set_mfu(double flops_per_token, double peak_flops) {
+    flops_per_token_ = flops_per_token;
+    peak_flops_ = peak_flops;
+  }
+
   const std::vector<double>& losses() const { return losses_; }
   // Steps skipped for a non-finite loss or gradient (1-based, as the progress lines count).
   const std::vector<int64_t>& skipped_steps() const { return skipped_list_; }
@@ -63,15 +70,18 @@ class TrainProgress final : public LossSink {
     const auto done = static_cast<double>(losses_.size());
     const double tps = static_cast<double>(tokens_) * done / elapsed;
     const double eta = elapsed / done * static_cast<double>(total_ - first_ - static_cast<int64_t>(losses_.size()));
+    const double mfu = peak_flops_ > 0 ? flops_per_token_ * tps / peak_flops_ : 0.0;
+    const std::string mfu_text = peak_flops_ > 0 ? fmt::format(" | MFU {:4.1f}%", 100.0 * mfu) : std::string();
     if (out_)
-      fmt::print(out_, "step {:>5}/{} | loss {:.4f} | lr {:.2e} | {:>8.0f} tok/s | {:>7.1f} s elapsed | ETA {:.0f} s{}\n",
-                 step + 1, total_, std::isnan(loss) ? std::fabs(loss) : loss, lr_.at(step), tps, elapsed, eta,
+      fmt::print(out_, "step {:>5}/{} | loss {:.4f} | lr {:.2e} | {:>8.0f} tok/s{} | {:>7.1f} s elapsed | ETA {:.0f} s{}\n",
+                 step + 1, total_, std::isnan(loss) ? std::fabs(loss) : loss, lr_.at(step), tps, mfu_text, elapsed, eta,
                  skipped ? fmt::format(" | skipped, not finite: {}", skip->second) : std::string());
     if (log_)
       log_->append(fmt::format("{{\"step\": {}, \"loss\": {}, \"lr\": {}, \"tokens\": {}, \"tokens_per_s\": {}, "
-                               "\"elapsed_s\": {}, \"skipped\": {}}}",
+                               "\"elapsed_s\": {}, \"skipped\": {}{}}}",
                                step + 1, json_number(loss), json_number(lr_.at(step)), tokens_ * (step + 1),
-                               json_number(tps, 1), json_number(elapsed, 3), skipped ? "true" : "false"));
+                               json_number(tps, 1), json_number(elapsed, 3), skipped ? "true" : "false",
+                               peak_flops_ > 0 ? fmt::format(", \"mfu\": {}", json_number(mfu, 4)) : std::string()));
     if (log_) fault_point("log", 0, step);
     if (skipped) skipped_.erase(skip);
   }
@@ -87,6 +97,7 @@ class TrainProgress final : public LossSink {
   std::map<int64_t, std::string> skipped_;
   std::vector<double> losses_;
   std::vector<int64_t> skipped_list_;
+  double flops_per_token_ = 0, peak_flops_ = 0;
 };
 
 }  // namespace pd2bw::executor

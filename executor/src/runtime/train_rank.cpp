@@ -317,6 +317,7 @@ std::optional<TrainResult> train_rank(Comm& comm, const TrainSetup& s) {
   if (root) {
     progress = std::make_unique<TrainProgress>(c.microbatches * c.width, s.tokens_per_step, done, o.steps, c.optimizer.lr,
                                                o.quiet ? nullptr : s.progress, log.get());
+    progress->set_mfu(s.flops_per_token, s.peak_flops);
   }
   RankLosses losses(comm, c, progress.get());
   Gathered gathered;

@@ -24,6 +24,8 @@ struct TrainSetup {
   int64_t tokens_per_step = 0;               // global batch x sequence length
   int64_t checkpoint_bytes = 0;              // about what one checkpoint takes (free-space check)
   std::FILE* progress = nullptr;             // rank 0's progress lines (null: none)
+  double flops_per_token = 0;                // model FLOPs of one token's forward and backward
+  double peak_flops = 0;                     // the device's peak FLOP/s for MFU (0: no MFU, e.g. the cpu)
 };
 
 // One rank's metrics as sent to rank 0 after each segment of steps.

@@ -1,12 +1,10 @@
 // The training loop behind `pd2bw train`: checks everything first, then runs the plan's ranks, either as
-// threads of this process or as this process's one rank of a multi-process job; each rank's work is
-// train_rank (train_rank.cpp) over its own Comm.
+// threads of this process (on the cpu, or all on the current GPU) or as this process's one rank of a
+// multi-process job; each rank's work is train_rank (train_rank.cpp) over its own Comm.
 #include "pd2bw/executor/trainer.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -17,6 +15,7 @@
 #include "pd2bw/checked.hpp"
 #include "pd2bw/error.hpp"
 #include "pd2bw/executor/data.hpp"
+#include "pd2bw/executor/device.hpp"
 #include "pd2bw/executor/process_group.hpp"
 #include "pd2bw/pipeline/memory.hpp"
 #include "pd2bw/schemas/common.hpp"
@@ -69,10 +68,10 @@ void check_options(const TrainOptions& o) {
   // What the checkpoint directory holds, its lock and its free space are rank 0's to check (CheckpointStore).
 }
 
-// The CPU backend runs the ranks `here` on this machine: refuse plans that cannot fit in its memory
-// before allocating anything. Counts the static terms of the memory model (1 or 2 weight versions,
-// gradients, optimizer moments; everything in the scalar type, so no master copy) of each rank's stage.
-void check_host_fits(const PipelineConfig& c, DType master, const std::vector<int64_t>& here) {
+// The ranks `here` share one memory (the cpu: this machine's; cuda: one GPU's): refuse plans that cannot
+// fit in it before allocating anything. Counts the static terms of the memory model (1 or 2 weight
+// versions, gradients, optimizer moments, the master copy for bf16) of each rank's stage.
+void check_fits(const PipelineConfig& c, DType master, const std::vector<int64_t>& here) {
   const int64_t scalar = dtype_bytes(c.compute.value_or(master));
   const pipeline::MemoryFactors f = pipeline::memory_factors(c.schedule, c.optimizer.kind, scalar, dtype_bytes(master));
   const char* what = "the host memory the plan needs";
@@ -87,14 +86,24 @@ void check_host_fits(const PipelineConfig& c, DType master, const std::vector<in
       numel = checked_add(numel, layout_numel(gpt_layer_layout(c.model, l)), what);
     need = checked_add(need, f.total(checked_mul(numel, scalar, what)), what);
   }
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-  const int64_t have = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
-  if (have > 0 && need > have)
-    throw UsageError(fmt::format("training a {}-block GPT on the CPU needs at least {} of host memory for weights, gradients "
-                                 "and optimizer state on this machine ({} ranks); it has {}",
-                                 c.model.blocks, schemas::format_bytes(need), here.size(), schemas::format_bytes(have)),
-                     "the CPU backend is for small models; plan a smaller model (e.g. "
-                     "schemas/examples/gpt-tiny.profile.json)");
+  const int64_t have = device_info(c.backend).memory_bytes;
+  if (have <= 0 || need <= have) return;
+  if (c.backend == "cuda")
+    throw UsageError(fmt::format("{} rank(s) share one GPU here, and their weights, gradients and optimizer state alone "
+                                 "need {}; the GPU has {}",
+                                 here.size(), schemas::format_bytes(need), schemas::format_bytes(have)),
+                     "plan fewer stages and replicas per GPU, or run one process per GPU");
+  throw UsageError(fmt::format("training a {}-block GPT on the CPU needs at least {} of host memory for weights, gradients "
+                               "and optimizer state on this machine ({} ranks); it has {}",
+                               c.model.blocks, schemas::format_bytes(need), here.size(), schemas::format_bytes(have)),
+                   "the CPU backend is for small models; plan a smaller model (e.g. "
+                   "schemas/examples/gpt-tiny.profile.json)");
+}
+
+// The device's dense peak in the compute dtype, or 0 (the cpu, or a GPU missing from the table).
+double peak_flops_of(const DeviceInfo& d, const std::string& dtype) {
+  if (d.backend != "cuda") return 0;
+  return (dtype == "bf16" ? d.peak_bf16_tflops : d.peak_fp32_tflops) * 1e12;
 }
 
 // Ranks per node as "4" or "2, 2, 1" (by node).
@@ -156,9 +165,21 @@ struct Prepared {
   TokenData data;
   std::unique_ptr<DataSource> source;
   TrainSetup setup;
+  DeviceInfo device;
+
+  // The device and the MFU in rank 0's result.
+  void describe(TrainResult& r) const {
+    r.device = device.name;
+    r.device_memory_bytes = device.backend == "cuda" ? device.memory_bytes : 0;
+    r.model_flops_per_token = setup.flops_per_token;
+    r.peak_flops = setup.peak_flops;
+    r.mfu = setup.peak_flops > 0 ? setup.flops_per_token * r.tokens_per_s / setup.peak_flops : 0.0;
+  }
 };
 
-// `here`: the ranks whose workers share this machine's memory (every rank when they are threads).
+// `here`: the ranks whose workers share this process's memory (the cpu: the machine's, every rank when
+// they are threads; cuda: one GPU's). The data is checked before the device, so that a plan for a GPU
+// with data that does not fit its model says so on any machine.
 template <typename T>
 std::unique_ptr<Prepared> prepare(const schemas::Plan& plan, const std::string& sha, const TrainOptions& o, std::FILE* out,
                                   const std::vector<int64_t>& here) {
@@ -174,9 +195,16 @@ std::unique_ptr<Prepared> prepare(const schemas::Plan& plan, const std::string& 
   config.optimizer.clip_norm = o.clip_norm;
   config.optimizer.skip_nonfinite = o.skip_nonfinite;
   if (o.dtype == "bf16") config.compute = DType::bf16;
+  config.backend = o.device;
   config.validate();
-  check_host_fits(config, dtype_of<T>(), here);
-  auto p = std::make_unique<Prepared>(Prepared{load_data(o, model), nullptr, {}});
+  auto p = std::make_unique<Prepared>(Prepared{load_data(o, model), nullptr, {}, {}});
+  std::string why;
+  if (!backend_available(o.device, &why))
+    throw UsageError(why, "train with --device cpu, or run on a machine with an NVIDIA GPU");
+  if (o.device == "cuda" && o.dtype == "double")
+    throw UsageError("the cuda backend computes in float or bf16, not double", "pass --dtype float or --dtype bf16");
+  check_fits(config, dtype_of<T>(), here);
+  p->device = device_info(o.device);
   TrainSetup& setup = p->setup;
   setup.config = std::move(config);
   setup.id = {sha, plan.profile_sha256, std::string(schemas::to_string(plan.schedule)), o.dtype,
@@ -188,6 +216,8 @@ std::unique_ptr<Prepared> prepare(const schemas::Plan& plan, const std::string& 
   setup.progress = o.quiet ? nullptr : out;
   if (!o.checkpoint_dir.empty())
     setup.checkpoint_bytes = checkpoint_bytes(setup.config, static_cast<int64_t>(sizeof(T)));
+  setup.flops_per_token = model_flops_per_token(plan);
+  setup.peak_flops = peak_flops_of(p->device, o.dtype);
   return p;
 }
 
@@ -198,7 +228,7 @@ TrainResult run_threads(const schemas::Plan& plan, const std::string& sha, const
   for (size_t r = 0; r < all.size(); ++r) all[r] = static_cast<int64_t>(r);
   constexpr size_t kMaxThreads = 256;
   if (all.size() > kMaxThreads)
-    throw UsageError(fmt::format("the plan has {} ranks; the CPU backend runs at most {} as threads of one process",
+    throw UsageError(fmt::format("the plan has {} ranks; pd2bw train runs at most {} as threads of one process",
                                  all.size(), kMaxThreads),
                      "plan for fewer devices, or run one process per rank under mpirun");
   const auto p = prepare<T>(plan, sha, o, out, all);
@@ -209,6 +239,7 @@ TrainResult run_threads(const schemas::Plan& plan, const std::string& sha, const
     if (comm.rank() == 0) result = std::move(r);
   });
   if (!result) throw Error("rank 0 ended without a result");
+  p->describe(*result);
   return std::move(*result);
 }
 
@@ -221,7 +252,8 @@ TrainResult run_process(const schemas::Plan& plan, const std::string& sha, const
   std::optional<Error> failed;
   try {
     check_process_layout(plan, group);
-    p = prepare<T>(plan, sha, o, out, ranks_on_node(group));
+    // One GPU per process with cuda (the rank's local device); the node's memory on the cpu.
+    p = prepare<T>(plan, sha, o, out, o.device == "cuda" ? std::vector<int64_t>{group.rank()} : ranks_on_node(group));
   } catch (const Error& e) {
     failed = e;
   } catch (const std::exception& e) {
@@ -243,7 +275,10 @@ TrainResult run_process(const schemas::Plan& plan, const std::string& sha, const
   } catch (const std::exception& e) {
     throw RankFailure(fmt::format("internal error: {}", e.what()));
   }
-  if (result) return std::move(*result);
+  if (result) {
+    p->describe(*result);
+    return std::move(*result);
+  }
   TrainResult none;
   none.has_results = false;
   return none;
@@ -284,10 +319,26 @@ std::string resolve_train_dtype(const schemas::Plan& plan, const std::string& re
   return chosen;
 }
 
+double model_flops_per_token(const schemas::Plan& plan) {
+  const GptConfig model = model_of(plan);
+  int64_t params = 0;
+  for (int64_t l = 0; l < model.layer_count(); ++l) params += layout_numel(gpt_layer_layout(model, l));
+  return 6.0 * static_cast<double>(params) +
+         12.0 * static_cast<double>(model.blocks) * static_cast<double>(model.d_model) * static_cast<double>(model.seq_len);
+}
+
+std::string resolve_train_device(const schemas::Plan& plan, const std::string& requested) {
+  const std::string chosen = !requested.empty() ? requested : plan.cluster.device.name == "cpu" ? "cpu" : "cuda";
+  if (chosen != "cpu" && chosen != "cuda")
+    throw UsageError(fmt::format("--device must be cpu or cuda, got '{}'", chosen));
+  return chosen;
+}
+
 TrainResult train(const schemas::Plan& plan, const std::string& plan_sha256, const TrainOptions& options,
                   std::FILE* progress, ProcessGroup* processes) {
   TrainOptions o = options;
   o.dtype = resolve_train_dtype(plan, options.dtype, nullptr);
+  o.device = resolve_train_device(plan, options.device);
   if (o.dtype == "double") return run<double>(plan, plan_sha256, o, progress, processes);
   return run<float>(plan, plan_sha256, o, progress, processes);
 }

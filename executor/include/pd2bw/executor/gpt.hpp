@@ -110,7 +110,8 @@ struct BlockStash {
   Buffer x;                        // (N, C) block input
   Buffer ln1, ln1_mean, ln1_rstd;  // (N, C), (N), (N)
   Buffer qkv;                      // (N, 3C)
-  Buffer probs;                    // (B, H, S, S)
+  Buffer attn_stash;               // the backend's attention_stash: (B, H, S, S) probabilities on the
+                                   // cpu, (B, H, S) fp32 log-sum-exp on cuda
   Buffer attn;                     // (N, C) attention output before c_proj
   Buffer x1;                       // (N, C) residual stream after attention
   Buffer ln2, ln2_mean, ln2_rstd;  // (N, C), (N), (N)

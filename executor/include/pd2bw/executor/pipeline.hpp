@@ -108,11 +108,12 @@ class StageWorker {
   int64_t replica() const;
   int64_t steps_done() const;               // optimizer updates applied so far
   const ParamLayout& layout() const;        // the stage's parameters (its layers' layouts, in order)
-  // The weights of `version` (which must be held: the newest, or the one before it for 2BW), in host
-  // memory of a host-visible backend. With bf16 compute the newest version is the fp32 master and the
-  // older one is its bf16 copy widened to T (exactly), valid until the next call.
+  // The weights of `version` (which must be held: the newest, or the one before it for 2BW): the stage's
+  // own buffer on a host-visible backend (cpu), else a host copy of it, valid until the next call for
+  // that version (writing to a copy changes nothing). With bf16 compute the newest version is the fp32
+  // master and the older one is its bf16 copy widened to T (exactly), valid until the next call.
   std::span<T> weights(int64_t version);
-  std::span<T> moment1();                   // AdamW m, or SGD momentum
+  std::span<T> moment1();                   // AdamW m, or SGD momentum (a host copy likewise)
   std::span<T> moment2();                   // AdamW v (empty for SGD)
   // Restores the state after `steps` updates: for 2BW the weights of versions steps - 1 and steps (the
   // first must be empty when steps == 0), else of version steps.

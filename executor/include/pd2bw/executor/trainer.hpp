@@ -1,6 +1,6 @@
 // `pd2bw train`'s engine: runs a plan's ranks (as threads of this process, or one rank per process of a
-// multi-process job), feeds them the data, reports progress and metrics per step, and writes and
-// resumes checkpoints.
+// multi-process job) on the cpu or the cuda backend (threads: every stage on the one current GPU), feeds
+// them the data, reports progress and metrics per step, and writes and resumes checkpoints.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +39,7 @@ struct TrainOptions {
   bool quiet = false;          // no progress lines
   std::string transport = "threads";  // "threads": every rank a thread of this process; "mpi" or "nccl":
                                       // this process is one rank of a ProcessGroup (process_group.hpp)
+  std::string device;                 // backend: "cpu" or "cuda"; empty: the plan's (resolve_train_device)
 };
 
 struct TrainResult {
@@ -53,6 +54,11 @@ struct TrainResult {
   std::vector<double> step_ms;        // wall time of each step after the first of this run (update to update)
   double step_ms_median = 0;          // median of step_ms (0 when fewer than two steps ran)
   std::vector<int64_t> skipped_steps; // steps skipped for a non-finite loss or gradient (1-based)
+  std::string device;                 // "cpu" or the GPU's name
+  int64_t device_memory_bytes = 0;    // the GPU's memory (0 on the cpu)
+  double model_flops_per_token = 0;   // 6 x parameters + 12 x layers x d_model x sequence
+  double peak_flops = 0;              // the device's dense peak FLOP/s in the compute dtype (0: unknown, cpu)
+  double mfu = 0;                     // model_flops_per_token x tokens_per_s / peak_flops (0 without a peak)
   bool has_results = true;            // false on the processes but rank 0's of a multi-process job: the
                                       // fields above are then empty (rank 0 gathers and reports them)
 };
@@ -70,13 +76,25 @@ class RankFailure : public Error {
 // for an unknown name, or for an fp16 plan without an explicit --dtype.
 std::string resolve_train_dtype(const schemas::Plan& plan, const std::string& requested, std::string* note);
 
+// Model FLOPs of one token's forward and backward (the convention of the PyTorch and llm.c numbers
+// pd2bw is compared with): 6 x parameters (a tied table once) + 12 x blocks x d_model x seq.
+double model_flops_per_token(const schemas::Plan& plan);
+
+// The backend `pd2bw train` runs on: `requested` ("cpu" or "cuda") when given, else the device the plan
+// was made for: "cpu" when its device is named "cpu", "cuda" for any other (a GPU's name). Throws
+// UsageError for another name.
+std::string resolve_train_device(const schemas::Plan& plan, const std::string& requested);
+
 // Checks that the job of `processes` can run `plan`: one process per rank, and two ranks on one node of
 // the plan exactly when their processes share a host. Throws UsageError naming both counts otherwise.
 // (train() checks this too; a caller may check before it prints anything.)
 void check_process_layout(const schemas::Plan& plan, const ProcessGroup& processes);
 
 // Trains the model the plan describes (plan.model; layers = blocks + 2) with the plan's schedule, split,
-// recompute flags, microbatches and rank table. `plan_sha256` identifies the plan in checkpoints.
+// recompute flags, microbatches and rank table, on options.device (resolve_train_device); a cuda run
+// without a usable device, or whose stages' weights, gradients and optimizer state cannot fit the GPU
+// they share, is refused with UsageError before anything starts. `plan_sha256` identifies the plan in
+// checkpoints.
 // Progress lines go to `progress` (unless quiet; in a multi-process job rank 0 alone prints, logs and
 // reports). With options.transport "mpi" or "nccl", this process runs rank processes->rank() of the
 // plan: the job must have one process per rank, laid on nodes as the plan's rank table says; every
