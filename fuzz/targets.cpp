@@ -61,6 +61,13 @@ bool realistic(const schemas::Profile& p) {
   return true;
 }
 
+schemas::DeviceDesc device(int64_t memory_bytes) {
+  schemas::DeviceDesc d;
+  d.name = "fuzz";
+  d.memory_bytes = memory_bytes;
+  return d;
+}
+
 schemas::ClusterLevel level(const char* name, int64_t size, double gbps, double latency_ms) {
   schemas::ClusterLevel l;
   l.name = name;
@@ -73,7 +80,7 @@ schemas::ClusterLevel level(const char* name, int64_t size, double gbps, double 
 
 schemas::Cluster small_cluster() {
   schemas::Cluster c;
-  c.device = {"fuzz", int64_t{16} << 30};
+  c.device = device(int64_t{16} << 30);
   c.levels = {level("node", 4, 100.0, 0.005), level("cluster", 2, 10.0, 0.01)};
   return c;
 }
@@ -105,7 +112,7 @@ class Draw {
 schemas::Profile drawn_profile(Draw& d, int64_t cap) {
   schemas::Profile p;
   p.model = {"gpt", "fuzz", 1, 64, 4, 64, 256, d.in(0, 1) ? schemas::DType::bf16 : schemas::DType::fp32, false};
-  p.device = {"fuzz", d.bytes(cap)};
+  p.device = device(d.bytes(cap));
   for (int64_t b = 1; b <= 16; b *= 2)
     if (d.in(0, 1) || (b == 16 && p.microbatch_sizes.empty())) p.microbatch_sizes.push_back(b);
   const int64_t layers = d.in(1, 32);
@@ -192,7 +199,7 @@ void plan_values(const uint8_t* data, size_t size) {
     return;
   }
   schemas::Cluster cluster;
-  cluster.device = {"fuzz", d.bytes(cap)};
+  cluster.device = device(d.bytes(cap));
   cluster.levels = {level("node", d.in(1, 8), static_cast<double>(d.in(1, 1000)), d.ms()),
                     level("cluster", d.in(1, 4), static_cast<double>(d.in(1, 1000)), d.ms())};
   plan_and_check(profile, cluster, d.in(1, 64));
