@@ -6,10 +6,18 @@
 # resumes bit-identically once there is room; a full disk under the metrics log fails the run too.
 source "$(dirname "$0")/lib.bash"
 PY="${PD2BW_PYTHON:-/usr/bin/python3}"
-P="$SRC/schemas/examples/gpt-tiny.profile.json"
+# The tiny example with a smaller model (2 blocks, d_model 32, 32 tokens) keeps the many runs quick; two
+# stages, one replica.
+P="$TMP/micro.profile.json"
+"$PY" - "$SRC/schemas/examples/gpt-tiny.profile.json" "$P" <<'PYEOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["model"].update(blocks=2, d_model=32, heads=2, seq_len=32)
+d["layers"] = d["layers"][:3] + d["layers"][-1:]
+json.dump(d, open(sys.argv[2], "w"))
+PYEOF
 PLAN="$TMP/plan.json"
-"$PD2BW" plan --profile "$P" --nodes 1 --gpus-per-node 2 --device-memory 4MiB --reserve 0 --global-batch 8 \
-  -o "$PLAN" -q
+"$PD2BW" plan --profile "$P" --nodes 1 --gpus-per-node 2 --depth 2 --width 1 --global-batch 8 -o "$PLAN" -q
 train() { "$PD2BW" train --plan "$PLAN" --checkpoint-every 2 "$@"; }
 same_losses() {
   "$PY" - "$1" "$2" <<'PYEOF'
@@ -78,13 +86,13 @@ if [ "$(id -u)" != 0 ]; then
 fi
 MNT="$TMP/mnt"
 mkdir "$MNT"
-if ! mount -t tmpfs -o size=6m tmpfs "$MNT" 2>"$TMP/mount.err"; then
+if ! mount -t tmpfs -o size=1m tmpfs "$MNT" 2>"$TMP/mount.err"; then
   echo "skip: cannot mount a tmpfs here: $(cat "$TMP/mount.err")"
   finish
   exit 77
 fi
 trap 'umount "$MNT" 2>"$TMP/umount.err"; rm -rf "$TMP"' EXIT
-# Room for one checkpoint (about 3.8 MB here) but not for a second one beside it.
+# Room for one checkpoint (about 0.7 MB here) but not for a second one beside it.
 expect_exit 1 "the checkpoint of step 4 was not written: .*No space left on device; the earlier checkpoints are intact" -- \
   train --steps 8 --checkpoint-dir "$MNT/ck" --log "$TMP/full.jsonl"
 [ "$(cd "$MNT/ck" && echo step-*)" = "step-000002" ] && [ "$(cat "$MNT/ck/latest")" = step-000002 ] && ok ||
@@ -95,7 +103,7 @@ sha_before="$(sha256sum "$MNT"/ck/step-000002/* | sha256sum)"
 mount -o remount,ro "$MNT"
 expect_exit 2 "cannot lock the checkpoint directory .*Read-only file system" -- \
   train --steps 8 --checkpoint-dir "$MNT/ck" --resume --log "$TMP/full.jsonl"
-mount -o remount,rw,size=24m "$MNT"
+mount -o remount,rw,size=8m "$MNT"
 [ "$(sha256sum "$MNT"/ck/step-000002/* | sha256sum)" = "$sha_before" ] && ok || fail "the read-only run changed the checkpoint"
 # With room again, the run resumes from the last good checkpoint and ends as the uninterrupted run.
 expect_exit 0 "resume: step-000002" -- train --steps 8 --checkpoint-dir "$MNT/ck" --resume --log "$TMP/full.jsonl"
@@ -104,7 +112,7 @@ cmp -s "$MNT/ck/step-000008/stage-001.safetensors" "$TMP/ck/step-000008/stage-00
   cmp -s "$MNT/ck/step-000008/stage-001.safetensors" "$TMP/flat/step-000014/stage-001.safetensors" 2>"$TMP/cmp.err" &&
   fail "impossible: two different steps have the same weights" || ok
 # Less room than one checkpoint: refused before the first step.
-umount "$MNT" && mount -t tmpfs -o size=1m tmpfs "$MNT"
+umount "$MNT" && mount -t tmpfs -o size=256k tmpfs "$MNT"
 expect_exit 2 "has .* free, but one checkpoint of this run takes about" -- train --steps 2 --checkpoint-dir "$MNT/ck"
 # A full disk under the metrics log fails the run (exit 1) instead of losing records.
 umount "$MNT" && mount -t tmpfs -o size=4k tmpfs "$MNT"
