@@ -6,16 +6,9 @@
 # resumes bit-identically once there is room; a full disk under the metrics log fails the run too.
 source "$(dirname "$0")/lib.bash"
 PY="${PD2BW_PYTHON:-/usr/bin/python3}"
-# The tiny example with a smaller model (2 blocks, d_model 32, 32 tokens) keeps the many runs quick; two
-# stages, one replica.
+# A small model keeps the many runs quick; two stages, one replica.
 P="$TMP/micro.profile.json"
-"$PY" - "$SRC/schemas/examples/gpt-tiny.profile.json" "$P" <<'PYEOF'
-import json, sys
-d = json.load(open(sys.argv[1]))
-d["model"].update(blocks=2, d_model=32, heads=2, seq_len=32)
-d["layers"] = d["layers"][:3] + d["layers"][-1:]
-json.dump(d, open(sys.argv[2], "w"))
-PYEOF
+micro_profile "$P"
 PLAN="$TMP/plan.json"
 "$PD2BW" plan --profile "$P" --nodes 1 --gpus-per-node 2 --depth 2 --width 1 --global-batch 8 -o "$PLAN" -q
 train() { "$PD2BW" train --plan "$PLAN" --checkpoint-every 2 "$@"; }

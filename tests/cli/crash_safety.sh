@@ -7,17 +7,10 @@
 # holds the last checkpoint committed before it.
 source "$(dirname "$0")/lib.bash"
 PY="${PD2BW_PYTHON:-/usr/bin/python3}"
-# The tiny example's timings and sizes with a smaller model (2 blocks, d_model 32, 32 tokens), so the many
-# runs stay quick; planned as d = 2 stages x w = 2 replicas: ranks [[0, 1], [2, 3]], and rank 2 writes
-# stage 1's shard.
+# A small model keeps the many runs quick; planned as d = 2 stages x w = 2 replicas: ranks [[0, 1],
+# [2, 3]], and rank 2 writes stage 1's shard.
 P="$TMP/micro.profile.json"
-"$PY" - "$SRC/schemas/examples/gpt-tiny.profile.json" "$P" <<'PYEOF'
-import json, sys
-d = json.load(open(sys.argv[1]))
-d["model"].update(blocks=2, d_model=32, heads=2, seq_len=32)
-d["layers"] = d["layers"][:3] + d["layers"][-1:]
-json.dump(d, open(sys.argv[2], "w"))
-PYEOF
+micro_profile "$P"
 PLAN="$TMP/plan.json"
 "$PD2BW" plan --profile "$P" --nodes 1 --gpus-per-node 4 --depth 2 --width 2 --global-batch 8 -o "$PLAN" -q
 "$PY" -c "import json,sys; p=json.load(open(sys.argv[1])); assert [s['ranks'] for s in p['stages']] == [[0, 1], [2, 3]], p['stages']" \
