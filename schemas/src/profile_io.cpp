@@ -188,6 +188,7 @@ OrderedJson profile_device_json(const DeviceDesc& d) {
 }  // namespace
 
 Profile profile_from_json(const Json& root) {
+  check_kind(root, kProfileKind);
   const ObjectReader r(root, "",
                        {"schema", "schema_version", "provenance", "model", "device", "microbatch_sizes", "layers",
                         "links"});

@@ -208,7 +208,8 @@ TEST_CASE("bad inputs name the offending JSON pointer") {
       {"zero layers", P::profile, set("/layers", json::array()), "/layers: must have at least one layer"},
       {"unknown major", P::profile, set("/schema_version", "2.0.0"), "/schema_version: schema version 2.0.0"},
       {"not semver", P::profile, set("/schema_version", "1.0"), "/schema_version: \"1.0\" is not a version"},
-      {"wrong kind", P::profile, set("/schema", "pd2bw.plan"), "/schema: expected \"pd2bw.profile\""},
+      {"wrong kind", P::profile, set("/schema", "pd2bw.plan"), "/schema: this is a plan (pd2bw.plan), not a profile"},
+      {"unknown kind", P::profile, set("/schema", "pd2bw.other"), "/schema: expected \"pd2bw.profile\""},
       {"bad dtype", P::profile, set("/model/dtype", "fp8"), "/model/dtype: unknown dtype"},
       {"model zero", P::profile, set("/model/blocks", 0), "/model/blocks: must be > 0"},
       {"device zero memory", P::profile, set("/device/memory_bytes", 0), "/device/memory_bytes: must be > 0"},
@@ -261,7 +262,9 @@ TEST_CASE("bad inputs name the offending JSON pointer") {
       {"alternative time", P::plan, set("/alternatives/0/step_ms", -1.0), "/alternatives/0/step_ms: must be > 0"},
       {"memory negative", P::plan, set("/stages/1/memory/stash_bytes", -5), "/stages/1/memory/stash_bytes: must be >= 0"},
       {"missing memory key", P::plan, set("/stages/1/memory/dominant", kErase), "/stages/1/memory/dominant: missing"},
-      {"plan kind", P::plan, set("/schema", "pd2bw.cluster"), "/schema: expected \"pd2bw.plan\""},
+      {"plan kind", P::plan, set("/schema", "pd2bw.cluster"), "/schema: this is a cluster (pd2bw.cluster), not a plan"},
+      {"manifest as plan", P::plan, set("/schema", "pd2bw.checkpoint"),
+       "/schema: this is a checkpoint manifest (pd2bw.checkpoint), not a plan"},
   };
   for (const BadCase& c : cases) {
     SUBCASE(c.name) {

@@ -15,6 +15,7 @@
 #include "pd2bw/executor/process_group.hpp"
 #include "pd2bw/profiler/profiler.hpp"
 #include "pd2bw/schemas/common.hpp"
+#include "pd2bw/schemas/files.hpp"
 
 namespace pd2bw::cli {
 
@@ -128,7 +129,9 @@ void run_profile_command(ProfileCliOptions& o) {
   o.opts.link_max_bytes = schemas::parse_bytes(o.link_max_bytes, "--link-max-bytes");
   o.opts.command_line = command_line();
   profiler::validate_options(o.opts);  // before anything is printed
-  const bool in_job = executor::detect_launch_environment().world_size > 1;
+  const executor::LaunchEnvironment launch = executor::detect_launch_environment();
+  const bool in_job = launch.world_size > 1;
+  if (launch.world_rank == 0) schemas::check_output_path(o.output, "-o");  // rank 0 writes it
   const auto t0 = std::chrono::steady_clock::now();
   std::optional<schemas::Profile> profile;
   if (in_job) {

@@ -11,6 +11,7 @@
 #include "pd2bw/executor/process_group.hpp"
 #include "pd2bw/executor/trainer.hpp"
 #include "pd2bw/schemas/common.hpp"
+#include "pd2bw/schemas/files.hpp"
 
 namespace pd2bw::cli {
 
@@ -70,6 +71,7 @@ std::string report_json(const schemas::Plan& plan, const executor::TrainResult& 
   j["step_ms_planned"] = plan.predictions.step_ms;
   j["step_ms_measured"] = r.step_ms_median;
   j["step_ms"] = r.step_ms;
+  j["skipped_steps"] = r.skipped_steps;
   j["device"] = r.device;
   j["device_memory_bytes"] = r.device_memory_bytes;
   j["model_flops_per_token"] = r.model_flops_per_token;
@@ -159,6 +161,9 @@ void train_with(const TrainFlags& flags, Launch& launch) {
   f.o.device = executor::resolve_train_device(plan, flags.o.device);
   launch.transport = f.o.transport = process_transport(launch.transport, f.o.device);
   if (launch.group) executor::check_process_layout(plan, *launch.group);
+  // Rank 0 writes both (a multi-process job whose rank 0 stops here is ended by its launcher).
+  if (launch.root() && !f.report_path.empty()) schemas::check_output_path(f.report_path, "--report");
+  if (launch.root() && !f.o.log_path.empty()) schemas::check_output_path(f.o.log_path, "--log");
   const bool talk = launch.root() && !f.o.quiet;
   if (talk) print_header(plan, f, launch);
   if (talk && !note.empty()) fmt::print(stderr, "note: {}\n", note);
@@ -213,7 +218,8 @@ void add_train_command(CLI::App& app, Runner& run) {
   cmd->add_option("--log", o.log_path, "Write one JSON record per step (step, loss, lr, tokens, tokens_per_s, "
                                       "elapsed_s) to this file");
   cmd->add_option("--checkpoint-dir", o.checkpoint_dir,
-                  "Directory for checkpoints: one safetensors file per stage and manifest.json");
+                  "Directory for checkpoints: one step-NNNNNN/ directory per save (a safetensors file per stage and "
+                  "manifest.json), a 'latest' pointer and a lock that keeps out a second trainer");
   cmd->add_option("--checkpoint-every", o.checkpoint_every,
                   "Steps between checkpoints (0: one at the end when --checkpoint-dir is given)")
       ->capture_default_str();
@@ -221,7 +227,11 @@ void add_train_command(CLI::App& app, Runner& run) {
                   "Run at most this many steps now, then stop (for time-limited jobs; --resume continues, the "
                   "schedule still spans --steps)")
       ->capture_default_str();
-  cmd->add_flag("--resume", o.resume, "Continue bit-identically from the checkpoint in --checkpoint-dir");
+  cmd->add_option("--keep", o.keep, "Complete checkpoints kept after each save, newest first (>= 1)")
+      ->capture_default_str();
+  cmd->add_flag("--resume", o.resume, "Continue bit-identically from the newest complete checkpoint in --checkpoint-dir");
+  cmd->add_flag("--skip-nonfinite", o.skip_nonfinite,
+                "Skip a step whose loss or gradient is not finite (its update is not applied) instead of stopping");
   cmd->add_option("--report", f->report_path,
                   "Write a JSON summary: tokens/s, losses, per-stage peak memory next to the plan's prediction");
   cmd->add_option("--transport", f->transport,

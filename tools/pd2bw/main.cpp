@@ -8,6 +8,7 @@
 #include <exception>
 
 #include "cli.hpp"
+#include "flag_checks.hpp"
 #include "pd2bw/error.hpp"
 #include "pd2bw/executor/backend.hpp"
 #include "pd2bw/executor/process_group.hpp"
@@ -57,6 +58,7 @@ int main(int argc, char** argv) {
   pd2bw::cli::add_simulate_command(app, run);
   pd2bw::cli::add_train_command(app, run);
   pd2bw::cli::add_validate_command(app, run);
+  pd2bw::cli::add_strict_number_checks(app);
   app.footer("Units: sizes accept B, KiB, MiB, GiB, TiB (binary) and KB, MB, GB, TB (decimal); "
              "bandwidths are GB/s (1e9 bytes/s); times are ms.\nExit codes: 0 ok, 1 runtime error, "
              "2 bad usage or input, 3 no feasible plan.");

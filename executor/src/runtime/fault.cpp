@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -17,7 +18,7 @@ namespace pd2bw::executor {
 
 namespace {
 
-enum class FaultAction { throw_error, exit_now, kill_self };
+enum class FaultAction { throw_error, exit_now, kill_self, stop_self };
 
 struct Fault {
   std::string point;
@@ -49,6 +50,7 @@ std::optional<Fault> parse(const std::string& spec) {
     if (parts[3] == "throw") f.action = FaultAction::throw_error;
     else if (parts[3] == "exit") f.action = FaultAction::exit_now;
     else if (parts[3] == "kill") f.action = FaultAction::kill_self;
+    else if (parts[3] == "stop") f.action = FaultAction::stop_self;
     else return std::nullopt;
   }
   return f;
@@ -59,7 +61,7 @@ const std::optional<Fault>& configured() {
     const char* env = std::getenv("PD2BW_FAULT");
     if (env == nullptr || *env == '\0') return std::optional<Fault>{};
     auto f = parse(env);
-    if (!f) std::fprintf(stderr, "pd2bw: warning: ignoring PD2BW_FAULT='%s' (want POINT:RANK:STEP[:throw|exit|kill])\n", env);
+    if (!f) std::fprintf(stderr, "pd2bw: warning: ignoring PD2BW_FAULT='%s' (want POINT:RANK:STEP[:throw|exit|kill|stop])\n", env);
     return f;
   }();
   return fault;
@@ -70,6 +72,10 @@ const std::optional<Fault>& configured() {
 void fault_point(std::string_view point, int64_t rank, int64_t step) {
   const auto& f = configured();
   if (!f || f->point != point || f->step != step || (f->rank >= 0 && f->rank != rank)) return;
+  // Once per process: a point may be passed more than once for the same step (a stage's ops of two
+  // steps interleave), and a stopped run must not stop again when continued.
+  static std::atomic<bool> fired{false};
+  if (fired.exchange(true)) return;
   switch (f->action) {
     case FaultAction::throw_error:
       throw Error(fmt::format("injected fault (PD2BW_FAULT={}:{}:{})", point, rank, step));
@@ -80,6 +86,10 @@ void fault_point(std::string_view point, int64_t rank, int64_t step) {
       std::fflush(nullptr);
       ::kill(::getpid(), SIGKILL);
       std::_Exit(137);  // not reached
+    case FaultAction::stop_self:
+      std::fflush(nullptr);
+      ::kill(::getpid(), SIGSTOP);  // continues where it stopped on SIGCONT
+      return;
   }
 }
 

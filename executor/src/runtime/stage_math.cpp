@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <exception>
 #include <mutex>
 #include <thread>
 
 #include "pd2bw/error.hpp"
+#include "stage_health.hpp"
 #include "stage_state.hpp"
 
 namespace pd2bw::executor {
@@ -268,18 +270,21 @@ void StageWorker<T>::Impl::backward(Microbatch& mb, ConstView p) {
 // W(step + 1) from W(step) and the step's gradient (computed with version_of_step(step)), averaged over
 // the replicas and clipped by the global norm over all stages of this replica. With a master copy the
 // optimizer updates it in place and the new version's compute buffer receives its cast, once.
+// First the non-finite guard (stage_health.cpp): every rank judges the same health vector, so all stop
+// or all skip together.
 template <typename T>
-void StageWorker<T>::Impl::update(Comm& comm, int64_t step) {
+std::string StageWorker<T>::Impl::update(Comm& comm, int64_t step) {
   const auto& opt = cfg.optimizer;
   double scale = 1.0 / static_cast<double>(cfg.width);
   if (cfg.model.tie_embeddings && cfg.depth > 1 && (first || last)) exchange_tied_grad(comm, step);
-  if (opt.clip_norm > 0) {
-    // The head's copy of a tied table is counted once, on the embedding's stage (the copy is last).
-    const int64_t counted = tied_copy >= 0 ? tied_copy : numel;
-    std::vector<double> ss{backend->sum_of_squares(grads.view().slice(0, counted)) * scale * scale};
-    comm.allreduce_sum(replica_comm_group, std::span<double>(ss));
-    scale *= clip_factor(ss[0], opt.clip_norm);
+  const std::vector<double> health = step_health(comm, step, scale);
+  if (const std::string why = nonfinite_verdict(health, cfg.depth); !why.empty()) {
+    if (!opt.skip_nonfinite) throw nonfinite_error(step, why, why.find(" and ") == std::string::npos ? "is" : "are");
+    skip_update(step);
+    resolve_times();
+    return why;
   }
+  if (opt.clip_norm > 0) scale *= clip_factor(health_gradient_sum(health, cfg.depth), opt.clip_norm);
   Buffer& dst = buffer_of(step + 1);
   if (dst.empty()) {
     dst = backend->alloc(compute, numel);
@@ -292,10 +297,15 @@ void StageWorker<T>::Impl::update(Comm& comm, int64_t step) {
     backend->adamw_step(opt.adamw, layout, lr, step + 1, scale, in, grads.view(), m1.view(), m2.view(), out);
   else
     backend->sgd_step(opt.sgd, layout, lr, scale, in, grads.view(), m1.view(), out);
+  if (!std::isfinite(backend->sum_of_squares(mixed ? master.cview() : dst.cview())))
+    throw nonfinite_error(step, fmt::format("stage {}'s weights after the update", stage), "are");
+  if (!std::isfinite(backend->sum_of_squares(m1.cview())) || (!m2.empty() && !std::isfinite(backend->sum_of_squares(m2.cview()))))
+    throw nonfinite_error(step, fmt::format("stage {}'s optimizer state after the update", stage));
   if (mixed) backend->copy(master.view(), dst.view());
   backend->fill_zero(grads.view());
   steps_done = step + 1;
   resolve_times();
+  return {};
 }
 
 // Microbatch k's loss of `step` goes to slot k of that step's buffer; report: hand it to the sink later.

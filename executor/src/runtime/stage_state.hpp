@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -114,7 +115,14 @@ struct StageWorker<T>::Impl {
   // report_loss: the last stage reports this forward's loss at the step's update (report_losses).
   void forward(Microbatch& mb, int64_t step, ConstView params, bool report_loss, int64_t k, bool keep_input);
   void backward(Microbatch& mb, ConstView params);
-  void update(Comm& comm, int64_t step);
+  // Applies (or, with skip_nonfinite, skips) the update of `step`; returns why it was skipped, or "".
+  // Throws Error when the step is not finite and may not be skipped, or the new weights are not finite.
+  std::string update(Comm& comm, int64_t step);
+  // The step's health, the same on every rank: per stage its gradient's sum of squares (scaled as the
+  // clip needs it), then the count of non-finite losses over all replicas (stage_health.cpp).
+  std::vector<double> step_health(Comm& comm, int64_t step, double scale);
+  // W(step + 1) = W(step), moments untouched, gradients cleared.
+  void skip_update(int64_t step);
 };
 
 // Message tags, compact enough for MPI (Comm takes [0, kMaxUserTag]; the job's reports use 8192 and up):

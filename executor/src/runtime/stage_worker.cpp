@@ -102,8 +102,9 @@ void StageWorker<T>::run(Comm& comm, const MicrobatchSource& data, int64_t first
         s.allreduce_grads(comm);
         break;
       case pipeline::OpKind::update:
-        s.update(comm, step);
+        const std::string skipped = s.update(comm, step);
         s.report_losses(step, sink);
+        if (!skipped.empty() && sink) sink->on_skip(step, skipped);
         if (s.update_end.size() <= static_cast<size_t>(step)) s.update_end.resize(static_cast<size_t>(step) + 1, 0.0);
         s.update_end[static_cast<size_t>(step)] = steady_ms();
         if (sink) sink->on_update(step);

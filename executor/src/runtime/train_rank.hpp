@@ -22,6 +22,7 @@ struct TrainSetup {
   TrainOptions options;
   const MicrobatchSource* source = nullptr;  // not owned; pure, shared by the ranks
   int64_t tokens_per_step = 0;               // global batch x sequence length
+  int64_t checkpoint_bytes = 0;              // about what one checkpoint takes (free-space check)
   std::FILE* progress = nullptr;             // rank 0's progress lines (null: none)
   double flops_per_token = 0;                // model FLOPs of one token's forward and backward
   double peak_flops = 0;                     // the device's peak FLOP/s for MFU (0: no MFU, e.g. the cpu)
@@ -35,8 +36,9 @@ struct RankMetrics {
   double compute_ms = 0;      // thread CPU ms of forward (+ recompute) + backward per microbatch
 };
 
-// Thrown by rank 0 alone when it stops the job for a reason it found (a checkpoint that does not match,
-// a diverged loss) after telling every other rank to stop: unlike a failure of one rank, nobody waits.
+// Thrown by rank 0 alone when it stops the job for a reason it found (a checkpoint directory that is
+// locked, full or does not match, a save that failed) after telling every other rank to stop: unlike a
+// failure of one rank, nobody waits.
 class JobStopped : public Error {
  public:
   explicit JobStopped(const Error& why) : Error(why.what(), why.hint(), why.code()) {}

@@ -7,16 +7,19 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <filesystem>
+#include <cmath>
 #include <map>
 #include <optional>
+#include <utility>
 
+#include "pd2bw/checked.hpp"
 #include "pd2bw/error.hpp"
 #include "pd2bw/executor/data.hpp"
 #include "pd2bw/executor/device.hpp"
 #include "pd2bw/executor/process_group.hpp"
 #include "pd2bw/pipeline/memory.hpp"
 #include "pd2bw/schemas/common.hpp"
+#include "checkpoint_store.hpp"
 #include "train_rank.hpp"
 
 namespace pd2bw::executor {
@@ -47,8 +50,14 @@ GptConfig model_of(const schemas::Plan& plan) {
 
 void check_options(const TrainOptions& o) {
   if (o.steps < 1) throw UsageError(fmt::format("--steps must be >= 1, got {}", o.steps));
+  for (const auto& [value, flag] : {std::pair{o.lr, "--lr"}, {o.min_lr, "--min-lr"}, {o.weight_decay, "--weight-decay"},
+                                    {o.clip_norm, "--clip"}})
+    if (!std::isfinite(value)) throw UsageError(fmt::format("{} must be a finite number, got {}", flag, value));
   if (!(o.lr > 0)) throw UsageError("--lr must be > 0");
   if (o.min_lr < 0 || o.min_lr > o.lr) throw UsageError("--min-lr must be in [0, --lr]");
+  if (o.weight_decay < 0) throw UsageError(fmt::format("--weight-decay must be >= 0, got {}", o.weight_decay));
+  if (o.clip_norm < 0) throw UsageError(fmt::format("--clip must be >= 0 (0 turns it off), got {}", o.clip_norm));
+  if (o.keep < 1) throw UsageError(fmt::format("--keep must be >= 1, got {}", o.keep));
   if (o.warmup_steps < 0) throw UsageError("--warmup must be >= 0 steps");
   if (o.dtype != "float" && o.dtype != "double" && o.dtype != "bf16")
     throw UsageError(fmt::format("--dtype must be float, double or bf16, got '{}'", o.dtype));
@@ -56,10 +65,7 @@ void check_options(const TrainOptions& o) {
   if (o.stop_after < 0) throw UsageError("--stop-after must be >= 0 steps");
   if ((o.resume || o.checkpoint_every > 0) && o.checkpoint_dir.empty())
     throw UsageError("--resume and --checkpoint-every need --checkpoint-dir");
-  if (!o.resume && !o.checkpoint_dir.empty() &&
-      std::filesystem::exists(std::filesystem::path(o.checkpoint_dir) / std::string(kManifestFileName)))
-    throw UsageError(fmt::format("{} already holds a checkpoint", o.checkpoint_dir),
-                     "pass --resume to continue it, or choose another --checkpoint-dir");
+  // What the checkpoint directory holds, its lock and its free space are rank 0's to check (CheckpointStore).
 }
 
 // The ranks `here` share one memory (the cpu: this machine's; cuda: one GPU's): refuse plans that cannot
@@ -68,6 +74,7 @@ void check_options(const TrainOptions& o) {
 void check_fits(const PipelineConfig& c, DType master, const std::vector<int64_t>& here) {
   const int64_t scalar = dtype_bytes(c.compute.value_or(master));
   const pipeline::MemoryFactors f = pipeline::memory_factors(c.schedule, c.optimizer.kind, scalar, dtype_bytes(master));
+  const char* what = "the host memory the plan needs";
   std::vector<int64_t> stage_of(static_cast<size_t>(c.ranks_total()));
   for (int64_t i = 0; i < c.depth; ++i)
     for (const int64_t r : c.ranks[static_cast<size_t>(i)]) stage_of[static_cast<size_t>(r)] = i;
@@ -75,8 +82,9 @@ void check_fits(const PipelineConfig& c, DType master, const std::vector<int64_t
   for (const int64_t r : here) {
     const auto i = static_cast<size_t>(stage_of[static_cast<size_t>(r)]);
     int64_t numel = 0;
-    for (int64_t l = c.bounds[i]; l < c.bounds[i + 1]; ++l) numel += layout_numel(gpt_layer_layout(c.model, l));
-    need += f.total(numel * scalar);
+    for (int64_t l = c.bounds[i]; l < c.bounds[i + 1]; ++l)
+      numel = checked_add(numel, layout_numel(gpt_layer_layout(c.model, l)), what);
+    need = checked_add(need, f.total(checked_mul(numel, scalar, what)), what);
   }
   const int64_t have = device_info(c.backend).memory_bytes;
   if (have <= 0 || need <= have) return;
@@ -185,6 +193,7 @@ std::unique_ptr<Prepared> prepare(const schemas::Plan& plan, const std::string& 
   config.optimizer.adamw.weight_decay = o.weight_decay;
   config.optimizer.sgd.weight_decay = o.weight_decay;
   config.optimizer.clip_norm = o.clip_norm;
+  config.optimizer.skip_nonfinite = o.skip_nonfinite;
   if (o.dtype == "bf16") config.compute = DType::bf16;
   config.backend = o.device;
   config.validate();
@@ -203,8 +212,10 @@ std::unique_ptr<Prepared> prepare(const schemas::Plan& plan, const std::string& 
   setup.options = o;
   p->source = std::make_unique<DataSource>(p->data, o.seed, setup.config.microbatch_size, setup.config.seq);
   setup.source = p->source.get();
-  setup.tokens_per_step = plan.global_batch * setup.config.seq;
+  setup.tokens_per_step = checked_mul(plan.global_batch, setup.config.seq, "the tokens per step");
   setup.progress = o.quiet ? nullptr : out;
+  if (!o.checkpoint_dir.empty())
+    setup.checkpoint_bytes = checkpoint_bytes(setup.config, static_cast<int64_t>(sizeof(T)));
   setup.flops_per_token = model_flops_per_token(plan);
   setup.peak_flops = peak_flops_of(p->device, o.dtype);
   return p;

@@ -28,6 +28,14 @@ struct OptimizerOptions {
   SgdConfig sgd;
   LrSchedule lr;
   double clip_norm = 0;  // global gradient-norm clipping over all stages; <= 0 turns it off
+  // At every update every rank checks the step's losses (all replicas) and gradients (all stages) and,
+  // after the update, its new weights. A non-finite loss or gradient stops training (StageWorker::run
+  // throws Error on every rank, before the update) unless skip_nonfinite, which skips the step instead:
+  // W(j+1) = W(j), the optimizer moments stay, the learning-rate schedule and the bias-correction count
+  // advance as usual and the step's data is not retried. Under 2BW the skipped gradient g(W(j-1)) is
+  // simply never applied: W(j) is already in use by step j + 1, so nothing is rewound. Non-finite
+  // weights after an update always stop training (the update itself overflowed; skipping cannot cure it).
+  bool skip_nonfinite = false;
 };
 
 // The pipeline's shape (schedule, depth, width, microbatches, microbatch_size in sequences, bounds,
@@ -67,6 +75,9 @@ class LossSink {
   // been computed (the update waits for the stage's last backward of the step and, with replicas, for
   // the allreduce), so a rank may collect them here.
   virtual void on_update(int64_t /*step*/) {}
+  // Before on_update(step), when the update of `step` was skipped (OptimizerOptions::skip_nonfinite);
+  // `why` says what was not finite. Called on every rank.
+  virtual void on_skip(int64_t /*step*/, const std::string& /*why*/) {}
 };
 
 // One rank's stage: its weights, optimizer state and the interpreter of its op list. T (float or double)
@@ -89,7 +100,8 @@ class StageWorker {
 
   // Runs steps [first_step, first_step + steps) of the schedule, exchanging with the other ranks
   // through `comm`; the pipeline fills at the start and drains at the end (a run of k steps then one of
-  // the rest computes exactly what one run of all of them does).
+  // the rest computes exactly what one run of all of them does). Throws Error naming the step (1-based)
+  // and stage when a loss, gradient or weight is not finite (see OptimizerOptions::skip_nonfinite).
   void run(Comm& comm, const MicrobatchSource& data, int64_t first_step, int64_t steps, LossSink* sink);
 
   int64_t stage() const;

@@ -27,9 +27,12 @@ struct TrainOptions {
   std::string dtype;            // compute dtype: "float", "double" or "bf16" (fp32 master weights,
                                // gradients and moments); empty: the plan's (resolve_train_dtype)
   std::string log_path;        // JSONL metrics, one record per step ("" = none)
-  std::string checkpoint_dir;  // where checkpoints go ("" = none)
+  std::string checkpoint_dir;  // where checkpoints go ("" = none): step-NNNNNN/ directories, `latest`, `.lock`
   int64_t checkpoint_every = 0;  // steps between checkpoints (0: only at the end when a dir is given)
-  bool resume = false;         // continue from checkpoint_dir
+  int64_t keep = 2;            // complete checkpoints kept after each save (newest first), >= 1
+  bool resume = false;         // continue from the newest complete checkpoint in checkpoint_dir
+  bool skip_nonfinite = false;  // skip a step whose loss or gradient is not finite instead of stopping
+                                // (OptimizerOptions::skip_nonfinite says exactly what a skip does)
   int64_t stop_after = 0;      // run at most this many steps now, then stop (0: run to `steps`); the
                                // learning-rate schedule still spans `steps`, so a later --resume continues
                                // exactly as one uninterrupted run
@@ -50,6 +53,7 @@ struct TrainResult {
                                       // microbatch (replica 0)
   std::vector<double> step_ms;        // wall time of each step after the first of this run (update to update)
   double step_ms_median = 0;          // median of step_ms (0 when fewer than two steps ran)
+  std::vector<int64_t> skipped_steps; // steps skipped for a non-finite loss or gradient (1-based)
   std::string device;                 // "cpu" or the GPU's name
   int64_t device_memory_bytes = 0;    // the GPU's memory (0 on the cpu)
   double model_flops_per_token = 0;   // 6 x parameters + 12 x layers x d_model x sequence

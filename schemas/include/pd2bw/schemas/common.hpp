@@ -39,9 +39,11 @@ int64_t parse_bytes(std::string_view text, std::string_view what);
 // Formats bytes for humans: "15.2 GiB", "640 MiB", "12 KiB", "100 B".
 std::string format_bytes(int64_t bytes);
 
-// Reads a whole file. Throws UsageError (with a hint) when it cannot be opened.
+// Reads a whole JSON document: read_input_file(path, "file", kMaxDocumentBytes) (files.hpp), so only a
+// regular file (or "-", standard input) of at most 256 MiB. Throws UsageError naming the path.
 std::string read_text_file(const std::string& path);
-// Writes `text` to `path` through write_file_atomic; "-" means stdout. Throws Error.
+// Writes `text` to `path` by the output-file rules of write_output_file (files.hpp): a regular file is
+// replaced atomically, a device or pipe written in place, a link followed; "-" means stdout. Throws Error.
 void write_text_file(const std::string& path, std::string_view text);
 // Replaces `path` with the concatenation of `pieces`, durably and atomically: writes `path`.tmp.<pid>,
 // fsyncs and closes it, renames it onto `path`, then fsyncs the directory. Readers see the old file or the
