@@ -1,4 +1,4 @@
-// The schedule generator: per-stage op lists for 2BW, PipeDream-Flush and GPipe.
+// The schedule generator: per-stage op lists for 2BW, PipeDream-Flush, GPipe and ZB-H1.
 #include "pd2bw/pipeline/schedule.hpp"
 
 #include <fmt/format.h>
@@ -17,6 +17,8 @@ std::string_view to_string(OpKind k) {
     case OpKind::recv_gradient: return "recv_gradient";
     case OpKind::recompute: return "recompute";
     case OpKind::backward: return "backward";
+    case OpKind::backward_input: return "backward_input";
+    case OpKind::backward_weight: return "backward_weight";
     case OpKind::send_gradient: return "send_gradient";
     case OpKind::allreduce: return "allreduce";
     case OpKind::update: return "update";
@@ -37,7 +39,7 @@ void check_spec(const ScheduleSpec& s, int64_t stage) {
   if (stage < 0 || stage >= s.depth)
     throw UsageError(fmt::format("stage {} is outside 0..{}", stage, s.depth - 1));
   if (s.microbatches < min_microbatches(s.kind, s.depth))
-    throw UsageError(fmt::format("2bw needs m >= d (got m={} d={})", s.microbatches, s.depth),
+    throw UsageError(fmt::format("{} needs m >= d (got m={} d={})", to_string(s.kind), s.microbatches, s.depth),
                      "raise the microbatches per step or use fewer stages");
 }
 
@@ -55,13 +57,19 @@ class Emitter {
     if (stage_ + 1 < s_.depth) push(OpKind::send_activation, step, k, 0);
   }
 
-  void backward(int64_t g) {
+  // The backward of microbatch g, or with `kind` backward_input its B half (W comes later, weight()).
+  void backward(int64_t g, OpKind kind = OpKind::backward) {
     const auto [step, k] = split(g);
     const int64_t v = version_for_step(s_.kind, step);
     if (stage_ + 1 < s_.depth) push(OpKind::recv_gradient, step, k, 0);
     if (recompute_) push(OpKind::recompute, step, k, v);
-    push(OpKind::backward, step, k, v);
+    push(kind, step, k, v);
     if (stage_ > 0) push(OpKind::send_gradient, step, k, 0);
+  }
+
+  void weight(int64_t g) {
+    const auto [step, k] = split(g);
+    push(OpKind::backward_weight, step, k, version_for_step(s_.kind, step));
   }
 
   void finish_step(int64_t step) {
@@ -82,6 +90,21 @@ class Emitter {
       ++next_b;
       if (update_inside && next_b % s_.microbatches == 0) finish_step(next_b / s_.microbatches - 1);
     }
+  }
+
+  // One step of zb-h1 over microbatches [first, first + m): 1F1B with split backwards, each W deferred
+  // by `stage` microbatches behind its B, then the step's remaining W's and its end.
+  void zero_bubble_step(int64_t first, int64_t step) {
+    const int64_t m = s_.microbatches, end = first + m;
+    int64_t next_f = first, next_w = first;
+    for (int64_t i = 0; i < std::min(s_.depth - stage_ - 1, m); ++i) forward(next_f++);
+    for (int64_t b = first; b < end; ++b) {
+      if (next_f < end) forward(next_f++);
+      backward(b, OpKind::backward_input);
+      if (b - next_w >= stage_) weight(next_w++);
+    }
+    while (next_w < end) weight(next_w++);
+    finish_step(step);
   }
 
   std::vector<Op> take() { return std::move(ops_); }
@@ -116,6 +139,9 @@ std::vector<Op> stage_ops(const ScheduleSpec& spec, int64_t stage, bool recomput
         for (int64_t k = 0; k < m; ++k) e.backward(j * m + k);
         e.finish_step(j);
       }
+      break;
+    case Schedule::zb_h1:
+      for (int64_t j = 0; j < spec.steps; ++j) e.zero_bubble_step(j * m, j);
       break;
   }
   return e.take();

@@ -18,6 +18,8 @@ enum class OpKind {
   recv_gradient,    // receive the gradient of this stage's output from stage + 1
   recompute,        // redo the forward of `microbatch` (same version) to rebuild its stash
   backward,         // backward of `microbatch` with weight version `version`; accumulates gradients
+  backward_input,   // zb-h1's B: the input-gradient half of the backward (what send_gradient sends)
+  backward_weight,  // zb-h1's W: the weight-gradient half of a backward whose B ran; accumulates gradients
   send_gradient,    // send the gradient of this stage's input to stage - 1
   allreduce,        // average the step's accumulated gradients over the stage's replicas
   update,           // optimizer step: writes weight version `version` (the new one)
@@ -28,28 +30,32 @@ struct Op {
   OpKind kind = OpKind::forward;
   int64_t step = 0;         // optimizer step the op belongs to
   int64_t microbatch = -1;  // index inside the step, 0 .. m - 1; -1 for allreduce and update
-  int64_t version = 0;      // weight version read (forward, recompute, backward) or written (update);
-                            // 0 for communication
+  int64_t version = 0;      // weight version read (forward, recompute, backward and its halves) or
+                            // written (update); 0 for communication
 };
 
 struct ScheduleSpec {
   Schedule kind = Schedule::two_bw;
   int64_t depth = 1;         // d, stages
-  int64_t microbatches = 1;  // m, per step (at least min_microbatches(kind, depth): 2bw needs m >= d)
+  int64_t microbatches = 1;  // m, per step (at least min_microbatches(kind, depth): 2bw and zb-h1 need m >= d)
   int64_t steps = 1;         // optimizer steps to lay out
   int64_t width = 1;         // replicas per stage; an allreduce precedes each update when > 1
 };
 
 // The weight version step `step` reads: max(step - 1, 0) for 2bw (W(j+1) = W(j) - lr * g(W(j-1))),
-// `step` for flush and gpipe. Version v is the weights after v updates.
+// `step` for flush, gpipe and zb-h1. Version v is the weights after v updates.
 int64_t version_for_step(Schedule kind, int64_t step);
 
 // The ops of stage `stage` (0-based) in execution order. 2bw and flush interleave one forward and one
 // backward (1F1B) after a warm-up of min(d - stage - 1, m) forwards; 2bw runs the microbatches of all
 // steps as one stream and updates after every m-th backward, flush drains and updates after each step;
-// gpipe runs all of a step's forwards, then all its backwards (same order). `recompute` inserts a
-// Recompute before each Backward. Throws UsageError for d < 1, m < 1, steps < 1, width < 1, stage out of
-// range, or 2bw with m < d.
+// gpipe runs all of a step's forwards, then all its backwards (same order). zb-h1 is flush with each
+// Backward split into BackwardInput (B, in its place) and BackwardWeight (W): stage i defers its W's by i
+// microbatches (after B of microbatch k comes W of k - i), so every stage holds at most d - i
+// microbatches between forward and B, as 1F1B does, and the deferred W's fill the drain; the step's
+// remaining W's run after its last B, before the update. `recompute` inserts a Recompute before each
+// Backward (or BackwardInput). Throws UsageError for d < 1, m < 1, steps < 1, width < 1, stage out of
+// range, or 2bw or zb-h1 with m < d.
 std::vector<Op> stage_ops(const ScheduleSpec& spec, int64_t stage, bool recompute);
 
 // The spec of `shape` laid out over `steps` optimizer steps.

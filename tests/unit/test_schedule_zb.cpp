@@ -1,0 +1,153 @@
+// Property tests of the zb-h1 schedule generator over many (d, m, steps, stage): every microbatch gets
+// its forward, its B (backward_input) and its W (backward_weight), in that order and once each; at most
+// d - i microbatches sit between forward and B at stage i (as 1F1B); W's wait behind their B's by at
+// most the stage's deferral; all of a step's W's precede its update and no op of the next step runs
+// before it; Recompute comes right before each B; sends and receives pair up. Plus the exact op lists
+// of d = 2, m = 4, written out by hand.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "pd2bw/error.hpp"
+#include "pd2bw/pipeline/shape.hpp"
+#include "pd2bw/planner/schedule.hpp"
+
+using namespace pd2bw::planner;
+using pd2bw::schemas::Schedule;
+
+namespace {
+
+using Key = std::pair<int64_t, int64_t>;  // (step, microbatch)
+
+struct Peaks {
+  int64_t activations = 0;  // between forward and B
+  int64_t waiting_w = 0;    // between B and W
+};
+
+Peaks check_stage(int64_t d, int64_t m, int64_t steps, int64_t stage, bool recompute, const std::vector<Op>& ops) {
+  std::map<Key, int> fwd, bin, bw;
+  Peaks peak;
+  int64_t acts = 0, waiting = 0, updates = 0;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const Op& op = ops[i];
+    const Key key{op.step, op.microbatch};
+    CHECK(op.kind != OpKind::backward);  // zb-h1 never runs a fused backward
+    if (op.microbatch >= 0) CHECK(op.step == updates);  // nothing of step j + 1 before update j
+    if (op.kind == OpKind::forward) {
+      CHECK(fwd[key]++ == 0);
+      peak.activations = std::max(peak.activations, ++acts);
+    }
+    if (op.kind == OpKind::backward_input) {
+      CHECK(fwd.count(key) == 1);
+      CHECK(bin[key]++ == 0);
+      --acts;
+      peak.waiting_w = std::max(peak.waiting_w, ++waiting);
+      if (recompute) {
+        REQUIRE(i > 0);
+        CHECK(ops[i - 1].kind == OpKind::recompute);
+        CHECK(ops[i - 1].microbatch == op.microbatch);
+      }
+    }
+    if (op.kind == OpKind::backward_weight) {
+      CHECK(bin.count(key) == 1);  // its B came first
+      CHECK(bw[key]++ == 0);
+      --waiting;
+    }
+    if (op.kind == OpKind::recompute) CHECK(recompute);
+    if (op.kind == OpKind::forward || op.kind == OpKind::backward_input || op.kind == OpKind::backward_weight ||
+        op.kind == OpKind::recompute)
+      CHECK(op.version == op.step);  // one version, as flush
+    if (op.kind == OpKind::update) {
+      CHECK(waiting == 0);  // the step's W's are all done
+      CHECK(acts == 0);
+      CHECK(op.version == ++updates);
+    }
+  }
+  CHECK(updates == steps);
+  CHECK(static_cast<int64_t>(bw.size()) == m * steps);
+  (void)stage;
+  (void)d;
+  return peak;
+}
+
+void check_pairing(const std::vector<std::vector<Op>>& all) {
+  for (size_t i = 0; i + 1 < all.size(); ++i) {
+    std::vector<Key> sent_act, recv_act, sent_grad, recv_grad;
+    for (const Op& op : all[i]) {
+      if (op.kind == OpKind::send_activation) sent_act.push_back({op.step, op.microbatch});
+      if (op.kind == OpKind::recv_gradient) recv_grad.push_back({op.step, op.microbatch});
+    }
+    for (const Op& op : all[i + 1]) {
+      if (op.kind == OpKind::recv_activation) recv_act.push_back({op.step, op.microbatch});
+      if (op.kind == OpKind::send_gradient) sent_grad.push_back({op.step, op.microbatch});
+    }
+    CHECK(sent_act == recv_act);
+    CHECK(sent_grad == recv_grad);
+  }
+}
+
+std::vector<std::string> names(const std::vector<Op>& ops) {
+  std::vector<std::string> out;
+  for (const Op& op : ops) out.push_back(std::string(to_string(op.kind)) + std::to_string(op.microbatch));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("zb-h1 generator: properties over many (d, m, steps)") {
+  int64_t checked = 0;
+  for (int64_t d = 1; d <= 6; ++d)
+    for (int64_t m = d; m <= 10; ++m)
+      for (int64_t steps = 1; steps <= 3; ++steps)
+        for (const bool recompute : {false, true}) {
+          CAPTURE(d);
+          CAPTURE(m);
+          CAPTURE(steps);
+          CAPTURE(recompute);
+          std::vector<std::vector<Op>> all;
+          for (int64_t i = 0; i < d; ++i) {
+            all.push_back(stage_ops({Schedule::zb_h1, d, m, steps, 1 + i % 2}, i, recompute));
+            const Peaks p = check_stage(d, m, steps, i, recompute, all.back());
+            CHECK(p.activations == std::min(d - i, m));
+            CHECK(p.activations == pd2bw::pipeline::in_flight(Schedule::zb_h1, d, m, i));
+            // W trails B by the stage's deferral; for one moment after a B, one more waits.
+            CHECK(p.waiting_w == pd2bw::pipeline::deferred_weight_grads(Schedule::zb_h1, i) + 1);
+            ++checked;
+          }
+          check_pairing(all);
+        }
+  CHECK(checked > 300);
+}
+
+TEST_CASE("zb-h1 generator: the op lists of d = 2, m = 4, written out") {
+  // Stage 0 defers nothing: each B is followed by its W. Stage 1 (the last) runs W of k after B of
+  // k + 1, and the last W fills the drain.
+  const std::vector<std::string> stage0 = {
+      "forward0",        "send_activation0", "forward1",         "send_activation1", "recv_gradient0",
+      "backward_input0", "backward_weight0", "forward2",         "send_activation2", "recv_gradient1",
+      "backward_input1", "backward_weight1", "forward3",         "send_activation3", "recv_gradient2",
+      "backward_input2", "backward_weight2", "recv_gradient3",   "backward_input3",  "backward_weight3",
+      "update-1"};
+  const std::vector<std::string> stage1 = {
+      "recv_activation0", "forward0",         "backward_input0",  "send_gradient0",   "recv_activation1",
+      "forward1",         "backward_input1",  "send_gradient1",   "backward_weight0", "recv_activation2",
+      "forward2",         "backward_input2",  "send_gradient2",   "backward_weight1", "recv_activation3",
+      "forward3",         "backward_input3",  "send_gradient3",   "backward_weight2", "backward_weight3",
+      "update-1"};
+  CHECK(names(stage_ops({Schedule::zb_h1, 2, 4, 1, 1}, 0, false)) == stage0);
+  CHECK(names(stage_ops({Schedule::zb_h1, 2, 4, 1, 1}, 1, false)) == stage1);
+  // With recompute, each B is preceded by its Recompute (after the gradient arrives).
+  const auto r = names(stage_ops({Schedule::zb_h1, 2, 4, 1, 2}, 0, true));
+  const std::vector<std::string> head = {"forward0", "send_activation0", "forward1", "send_activation1",
+                                         "recv_gradient0", "recompute0", "backward_input0", "backward_weight0"};
+  CHECK(std::vector<std::string>(r.begin(), r.begin() + 8) == head);
+  CHECK(r[r.size() - 2] == "allreduce-1");
+}
+
+TEST_CASE("zb-h1 generator: m < d is a usage error") {
+  CHECK_THROWS_AS(stage_ops({Schedule::zb_h1, 3, 2, 1, 1}, 0, false), pd2bw::UsageError);
+  CHECK_NOTHROW(stage_ops({Schedule::zb_h1, 3, 3, 1, 1}, 2, false));
+}
