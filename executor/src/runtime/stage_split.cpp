@@ -51,6 +51,26 @@ void StageWorker<T>::Impl::backward_weight(Microbatch& mb, ConstView p) {
   mb.awaiting_weight = false;
 }
 
+// The microbatch stays live from its B, across its send_gradient (which sees awaiting_weight), to its W.
+template <typename T>
+void StageWorker<T>::Impl::split_backward_op(pipeline::OpKind kind, const std::pair<int64_t, int64_t>& key,
+                                             ConstView params) {
+  Microbatch& mb = live.at(key);
+  const TimerMark t0 = backend->mark();
+  if (kind == pipeline::OpKind::backward_input) {
+    backward_input(mb, params);
+    time_since(t0);
+    return;
+  }
+  backward_weight(mb, params);
+  time_since(t0);
+  ++computed_microbatches;
+  live.erase(key);
+}
+
+template void StageWorker<float>::Impl::split_backward_op(pipeline::OpKind, const std::pair<int64_t, int64_t>&, ConstView);
+template void StageWorker<double>::Impl::split_backward_op(pipeline::OpKind, const std::pair<int64_t, int64_t>&,
+                                                           ConstView);
 template void StageWorker<float>::Impl::backward_input(Microbatch&, ConstView);
 template void StageWorker<float>::Impl::backward_weight(Microbatch&, ConstView);
 template void StageWorker<double>::Impl::backward_input(Microbatch&, ConstView);

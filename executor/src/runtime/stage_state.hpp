@@ -124,6 +124,8 @@ struct StageWorker<T>::Impl {
   // accumulates the same parameter gradients backward() would have, and spends the stashes.
   void backward_input(Microbatch& mb, ConstView params);
   void backward_weight(Microbatch& mb, ConstView params);
+  // The op interpreter's B or W (`kind`) of microbatch `key`, timed; W ends the microbatch's life.
+  void split_backward_op(pipeline::OpKind kind, const std::pair<int64_t, int64_t>& key, ConstView params);
   // Applies (or, with skip_nonfinite, skips) the update of `step`; returns why it was skipped, or "".
   // Throws Error when the step is not finite and may not be skipped, or the new weights are not finite.
   std::string update(Comm& comm, int64_t step);

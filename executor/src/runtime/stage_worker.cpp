@@ -92,21 +92,10 @@ void StageWorker<T>::run(Comm& comm, const MicrobatchSource& data, int64_t first
         if (s.first) s.live.erase(key);
         break;
       }
-      case pipeline::OpKind::backward_input: {
-        auto& mb = s.live.at(key);
-        const TimerMark t0 = be.mark();
-        s.backward_input(mb, params);
-        s.time_since(t0);
+      case pipeline::OpKind::backward_input:
+      case pipeline::OpKind::backward_weight:
+        s.split_backward_op(op.kind, key, params);
         break;
-      }
-      case pipeline::OpKind::backward_weight: {
-        const TimerMark t0 = be.mark();
-        s.backward_weight(s.live.at(key), params);
-        s.time_since(t0);
-        ++s.computed_microbatches;
-        s.live.erase(key);
-        break;
-      }
       case pipeline::OpKind::send_gradient: {
         auto& mb = s.live.at(key);
         s.send(comm, s.rank_of(s.stage - 1, s.replica), make_tag(TagKind::gradient, step, k), mb.grad_in.view());
