@@ -97,3 +97,17 @@ TEST_CASE("zb-h1 resuming after k steps continues bit-identically") {
   CHECK(parts.by_key == all.by_key);
   for (int64_t r = 0; r < whole.ranks(); ++r) CHECK(same_bits<double>(second.worker(r).weights(4), whole.worker(r).weights(4)));
 }
+
+TEST_CASE("the stash a deferred W keeps is counted in the stage's arena") {
+  // The last of two stages defers each W behind the next microbatch's B, so it holds one microbatch's
+  // W stash while the next runs: its arena peaks above Flush's, whose backward frees everything at once.
+  auto c = pd2bw::testing::tiny_pipeline(Schedule::flush, 2, 4, 1, 0);
+  const HashSource data(c.model.vocab, c.microbatch_size, c.seq);
+  ThreadsJob<double> flush(c);
+  flush.run(data, 0, 1, nullptr);
+  c.schedule = Schedule::zb_h1;
+  ThreadsJob<double> zb(c);
+  zb.run(data, 0, 1, nullptr);
+  CHECK(zb.worker(1).peak_bytes() > flush.worker(1).peak_bytes());
+  CHECK(zb.worker(1).memory().current_bytes == flush.worker(1).memory().current_bytes);  // all freed after W
+}
