@@ -2,13 +2,14 @@
 // its forward, its B (backward_input) and its W (backward_weight), in that order and once each; at most
 // d - i microbatches sit between forward and B at stage i (as 1F1B); W's wait behind their B's by at
 // most the stage's deferral; all of a step's W's precede its update and no op of the next step runs
-// before it; Recompute comes right before each B; sends and receives pair up. Plus the exact op lists
-// of d = 2, m = 4, written out by hand.
+// before it; Recompute comes right before each B; sends and receives pair up; a replay with equal stages
+// gives ZB-H1's bubble. Plus the exact op lists of d = 2, m = 4, written out by hand.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "pd2bw/error.hpp"
@@ -95,7 +96,59 @@ std::vector<std::string> names(const std::vector<Op>& ops) {
   return out;
 }
 
+// A free-communication replay of every stage's list with integer durations: a forward waits for the
+// previous stage's forward of its microbatch, a B (or a fused backward, lasting B + W) for the next
+// stage's, every op for the one before it on its stage. Returns the step's makespan.
+int64_t replay(Schedule kind, int64_t d, int64_t m, int64_t f, int64_t b, int64_t w) {
+  std::vector<std::vector<Op>> lists;
+  for (int64_t i = 0; i < d; ++i) lists.push_back(stage_ops({kind, d, m, 1, 1}, i, false));
+  std::map<std::tuple<int64_t, OpKind, int64_t>, int64_t> done;  // (stage, kind, microbatch) -> end
+  std::vector<size_t> pos(static_cast<size_t>(d), 0);
+  std::vector<int64_t> clock(static_cast<size_t>(d), 0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int64_t i = 0; i < d; ++i) {
+      auto& at = pos[static_cast<size_t>(i)];
+      while (at < lists[static_cast<size_t>(i)].size()) {
+        const Op& op = lists[static_cast<size_t>(i)][at];
+        const bool bwd = op.kind == OpKind::backward || op.kind == OpKind::backward_input;
+        int64_t ready = clock[static_cast<size_t>(i)], length = 0;
+        if (op.kind == OpKind::forward || bwd) {
+          const auto dep = op.kind == OpKind::forward ? std::make_tuple(i - 1, OpKind::forward, op.microbatch)
+                                                      : std::make_tuple(i + 1, op.kind, op.microbatch);
+          const bool needs = op.kind == OpKind::forward ? i > 0 : i + 1 < d;
+          if (needs && done.count(dep) == 0) break;
+          if (needs) ready = std::max(ready, done.at(dep));
+          length = op.kind == OpKind::forward ? f : op.kind == OpKind::backward ? b + w : b;
+        }
+        if (op.kind == OpKind::backward_weight) length = w;
+        clock[static_cast<size_t>(i)] = ready + length;
+        done[{i, op.kind, op.microbatch}] = ready + length;
+        ++at;
+        progress = true;
+      }
+    }
+  }
+  return *std::max_element(clock.begin(), clock.end());
+}
+
 }  // namespace
+
+TEST_CASE("zb-h1 generator: the deferred W's fill the bubble, (d - 1)(F + B - W) instead of 1F1B's (d - 1)(F + B + W)") {
+  // ZB-H1's bubble (Qi et al., table 1) for equal stages with W <= F and W <= B; Flush replayed by the same
+  // harness shows 1F1B's.
+  for (int64_t d = 2; d <= 5; ++d)
+    for (int64_t m = d; m <= 2 * d + 1; ++m)
+      for (const auto& [f, b, w] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {2, 2, 1}, {3, 2, 1}, {2, 3, 2}, {3, 3, 3}}) {
+        CAPTURE(d);
+        CAPTURE(m);
+        CAPTURE(f);
+        CAPTURE(b);
+        CAPTURE(w);
+        CHECK(replay(Schedule::zb_h1, d, m, f, b, w) == m * (f + b + w) + (d - 1) * (f + b - w));
+        CHECK(replay(Schedule::flush, d, m, f, b, w) == m * (f + b + w) + (d - 1) * (f + b + w));
+      }
+}
 
 TEST_CASE("zb-h1 generator: properties over many (d, m, steps)") {
   int64_t checked = 0;
