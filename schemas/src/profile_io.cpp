@@ -39,9 +39,10 @@ void read_split(const ObjectReader& r, LayerTiming& t) {
   if (present < 3)
     for (const char* k : keys)
       if (!r.has(k))
-        fail(r.at(k), "is missing (the split backward comes as bwd_input_ms, bwd_weight_ms and "
-                                           "bwd_weight_stash_bytes together)",
-             "give all three, or none: then zero-bubble schedules fall back to halving bwd_ms");
+        fail(r.at(k),
+             "is missing (the split backward comes as bwd_input_ms, bwd_weight_ms and "
+             "bwd_weight_stash_bytes together)",
+             "give all three, or none (pd2bw profile writes all three)");
   t.split = true;
   t.bwd_input_ms = r.number("bwd_input_ms", Min::non_negative);
   t.bwd_weight_ms = r.number("bwd_weight_ms", Min::non_negative);

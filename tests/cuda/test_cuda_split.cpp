@@ -12,14 +12,16 @@
 #include "pipeline_reference.hpp"
 
 using namespace pd2bw::executor;
+using pd2bw::schemas::Schedule;
 using pd2bw::test::max_norm_error;
 using pd2bw::testing::HashSource;
 using pd2bw::testing::RecordedLosses;
-using pd2bw::schemas::Schedule;
 
 namespace {
 
-std::vector<float> host_copy(std::span<float> s) { return {s.begin(), s.end()}; }
+std::vector<float> host_copy(std::span<float> s) {
+  return {s.begin(), s.end()};
+}
 
 }  // namespace
 

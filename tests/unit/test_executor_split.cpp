@@ -111,8 +111,12 @@ void check_head(bool tied) {
 }  // namespace
 
 TEST_CASE("block: B then W equals the fused backward bit for bit") {
-  SUBCASE("double") { check_block<double>(); }
-  SUBCASE("float") { check_block<float>(); }
+  SUBCASE("double") {
+    check_block<double>();
+  }
+  SUBCASE("float") {
+    check_block<float>();
+  }
 }
 
 TEST_CASE("head: B then W equals the fused backward bit for bit, untied and tied") {
@@ -126,11 +130,12 @@ TEST_CASE("head: B then W equals the fused backward bit for bit, untied and tied
 TEST_CASE("the backend's optional halves: linear and layer norm parts computed apart keep their bits") {
   ex::Backend& be = ex::default_backend();
   const int64_t n = 7, in = 5, out = 3;
-  const std::vector<double> dy = random_values(n * out, 20), x = random_values(n * in, 21), wt = random_values(out * in, 22);
+  const std::vector<double> dy = random_values(n * out, 20), x = random_values(n * in, 21),
+                            wt = random_values(out * in, 22);
   std::vector<double> dx1(n * in), dw1(out * in, 0.5), db1(out, 0.25), dx2(n * in), dw2 = dw1, db2 = db1;
   be.linear_backward(ex::view_of(dy.data(), n * out), ex::view_of(x.data(), n * in), ex::view_of(wt.data(), out * in),
-                     ex::view_of(dx1.data(), n * in), ex::view_of(dw1.data(), out * in), ex::view_of(db1.data(), out), n,
-                     in, out);
+                     ex::view_of(dx1.data(), n * in), ex::view_of(dw1.data(), out * in), ex::view_of(db1.data(), out),
+                     n, in, out);
   be.linear_backward(ex::view_of(dy.data(), n * out), ex::view_of(x.data(), n * in), ex::view_of(wt.data(), out * in),
                      ex::view_of(dx2.data(), n * in), {}, {}, n, in, out);
   CHECK(dw2 == std::vector<double>(out * in, 0.5));

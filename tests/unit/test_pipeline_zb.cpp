@@ -95,7 +95,8 @@ TEST_CASE("zb-h1 resuming after k steps continues bit-identically") {
   }
   second.run(data, 2, 2, &parts);
   CHECK(parts.by_key == all.by_key);
-  for (int64_t r = 0; r < whole.ranks(); ++r) CHECK(same_bits<double>(second.worker(r).weights(4), whole.worker(r).weights(4)));
+  for (int64_t r = 0; r < whole.ranks(); ++r)
+    CHECK(same_bits<double>(second.worker(r).weights(4), whole.worker(r).weights(4)));
 }
 
 TEST_CASE("the stash a deferred W keeps is counted in the stage's arena") {

@@ -35,7 +35,7 @@ Peaks check_stage(int64_t d, int64_t m, int64_t steps, int64_t stage, bool recom
   for (size_t i = 0; i < ops.size(); ++i) {
     const Op& op = ops[i];
     const Key key{op.step, op.microbatch};
-    CHECK(op.kind != OpKind::backward);  // zb-h1 never runs a fused backward
+    CHECK(op.kind != OpKind::backward);                 // zb-h1 never runs a fused backward
     if (op.microbatch >= 0) CHECK(op.step == updates);  // nothing of step j + 1 before update j
     if (op.kind == OpKind::forward) {
       CHECK(fwd[key]++ == 0);
@@ -134,12 +134,14 @@ int64_t replay(Schedule kind, int64_t d, int64_t m, int64_t f, int64_t b, int64_
 
 }  // namespace
 
-TEST_CASE("zb-h1 generator: the deferred W's fill the bubble, (d - 1)(F + B - W) instead of 1F1B's (d - 1)(F + B + W)") {
+TEST_CASE(
+    "zb-h1 generator: the deferred W's fill the bubble, (d - 1)(F + B - W) instead of 1F1B's (d - 1)(F + B + W)") {
   // ZB-H1's bubble (Qi et al., table 1) for equal stages with W <= F and W <= B; Flush replayed by the same
   // harness shows 1F1B's.
   for (int64_t d = 2; d <= 5; ++d)
     for (int64_t m = d; m <= 2 * d + 1; ++m)
-      for (const auto& [f, b, w] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {2, 2, 1}, {3, 2, 1}, {2, 3, 2}, {3, 3, 3}}) {
+      for (const auto& [f, b, w] :
+           {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {2, 2, 1}, {3, 2, 1}, {2, 3, 2}, {3, 3, 3}}) {
         CAPTURE(d);
         CAPTURE(m);
         CAPTURE(f);
@@ -179,23 +181,23 @@ TEST_CASE("zb-h1 generator: the op lists of d = 2, m = 4, written out") {
   // Stage 0 defers nothing: each B is followed by its W. Stage 1 (the last) runs W of k after B of
   // k + 1, and the last W fills the drain.
   const std::vector<std::string> stage0 = {
-      "forward0",        "send_activation0", "forward1",         "send_activation1", "recv_gradient0",
-      "backward_input0", "backward_weight0", "forward2",         "send_activation2", "recv_gradient1",
-      "backward_input1", "backward_weight1", "forward3",         "send_activation3", "recv_gradient2",
-      "backward_input2", "backward_weight2", "recv_gradient3",   "backward_input3",  "backward_weight3",
+      "forward0",        "send_activation0", "forward1",       "send_activation1", "recv_gradient0",
+      "backward_input0", "backward_weight0", "forward2",       "send_activation2", "recv_gradient1",
+      "backward_input1", "backward_weight1", "forward3",       "send_activation3", "recv_gradient2",
+      "backward_input2", "backward_weight2", "recv_gradient3", "backward_input3",  "backward_weight3",
       "update-1"};
   const std::vector<std::string> stage1 = {
-      "recv_activation0", "forward0",         "backward_input0",  "send_gradient0",   "recv_activation1",
-      "forward1",         "backward_input1",  "send_gradient1",   "backward_weight0", "recv_activation2",
-      "forward2",         "backward_input2",  "send_gradient2",   "backward_weight1", "recv_activation3",
-      "forward3",         "backward_input3",  "send_gradient3",   "backward_weight2", "backward_weight3",
+      "recv_activation0", "forward0",        "backward_input0", "send_gradient0",   "recv_activation1",
+      "forward1",         "backward_input1", "send_gradient1",  "backward_weight0", "recv_activation2",
+      "forward2",         "backward_input2", "send_gradient2",  "backward_weight1", "recv_activation3",
+      "forward3",         "backward_input3", "send_gradient3",  "backward_weight2", "backward_weight3",
       "update-1"};
   CHECK(names(stage_ops({Schedule::zb_h1, 2, 4, 1, 1}, 0, false)) == stage0);
   CHECK(names(stage_ops({Schedule::zb_h1, 2, 4, 1, 1}, 1, false)) == stage1);
   // With recompute, each B is preceded by its Recompute (after the gradient arrives).
   const auto r = names(stage_ops({Schedule::zb_h1, 2, 4, 1, 2}, 0, true));
-  const std::vector<std::string> head = {"forward0", "send_activation0", "forward1", "send_activation1",
-                                         "recv_gradient0", "recompute0", "backward_input0", "backward_weight0"};
+  const std::vector<std::string> head = {"forward0",       "send_activation0", "forward1",        "send_activation1",
+                                         "recv_gradient0", "recompute0",       "backward_input0", "backward_weight0"};
   CHECK(std::vector<std::string>(r.begin(), r.begin() + 8) == head);
   CHECK(r[r.size() - 2] == "allreduce-1");
 }

@@ -496,7 +496,8 @@ TEST_CASE("a profile's optional split backward: absent in old files, all three k
 
   auto j = json::parse(text);
   j["layers"][1]["per_microbatch"][0].erase("bwd_weight_ms");
-  check_prefix(schema_error_of([&] { s::parse_profile(j.dump()); }), "/layers/1/per_microbatch/0/bwd_weight_ms: is missing");
+  check_prefix(schema_error_of([&] { s::parse_profile(j.dump()); }),
+               "/layers/1/per_microbatch/0/bwd_weight_ms: is missing");
   j = json::parse(text);
   j["layers"][1]["per_microbatch"][0]["bwd_input_ms"] = -1;
   check_prefix(schema_error_of([&] { s::parse_profile(j.dump()); }), "/layers/1/per_microbatch/0/bwd_input_ms: ");

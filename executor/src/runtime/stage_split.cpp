@@ -68,7 +68,8 @@ void StageWorker<T>::Impl::split_backward_op(pipeline::OpKind kind, const std::p
   live.erase(key);
 }
 
-template void StageWorker<float>::Impl::split_backward_op(pipeline::OpKind, const std::pair<int64_t, int64_t>&, ConstView);
+template void StageWorker<float>::Impl::split_backward_op(pipeline::OpKind, const std::pair<int64_t, int64_t>&,
+                                                          ConstView);
 template void StageWorker<double>::Impl::split_backward_op(pipeline::OpKind, const std::pair<int64_t, int64_t>&,
                                                            ConstView);
 template void StageWorker<float>::Impl::backward_input(Microbatch&, ConstView);

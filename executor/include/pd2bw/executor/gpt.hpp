@@ -135,12 +135,12 @@ struct HeadStash {
 // outputs of its weight products and layer norms, which W multiplies by the inputs the forward stashed.
 // N = B*S rows; bytes() is what one microbatch waiting for its W costs beyond the stash W still reads.
 struct BlockWeightStash {
-  Buffer dy;           // (N, C) gradient of the block output (mlp.c_proj's output)
-  Buffer dfc;          // (N, 4C) gradient of mlp.c_fc's output (before GELU)
-  Buffer dln2;         // (N, C) gradient of ln_2's output
-  Buffer dx1;          // (N, C) gradient of the residual stream after attention (attn.c_proj's output)
-  Buffer dqkv;         // (N, 3C) gradient of attn.c_attn's output
-  Buffer dln1;         // (N, C) gradient of ln_1's output
+  Buffer dy;    // (N, C) gradient of the block output (mlp.c_proj's output)
+  Buffer dfc;   // (N, 4C) gradient of mlp.c_fc's output (before GELU)
+  Buffer dln2;  // (N, C) gradient of ln_2's output
+  Buffer dx1;   // (N, C) gradient of the residual stream after attention (attn.c_proj's output)
+  Buffer dqkv;  // (N, 3C) gradient of attn.c_attn's output
+  Buffer dln1;  // (N, C) gradient of ln_1's output
   int64_t bytes() const;
 };
 

@@ -18,7 +18,7 @@ namespace pd2bw::schemas {
 // Bubble Pipeline Parallelism", ICLR 2024): Flush's 1F1B order and math with each backward split into
 // its input-gradient half B and its weight-gradient half W, the W's deferred into the drain's bubble.
 enum class Schedule { two_bw, flush, gpipe, zb_h1 };
-std::string_view to_string(Schedule s);        // "2bw", "flush", "gpipe", "zb-h1"
+std::string_view to_string(Schedule s);                                 // "2bw", "flush", "gpipe", "zb-h1"
 Schedule parse_schedule(std::string_view s, std::string_view pointer);  // throws SchemaError
 // Fewest microbatches per step schedule `s` allows on `depth` stages: depth for 2bw (with fewer, more than
 // two weight versions would be live) and zb-h1 (with fewer, stage i would keep more than d - i

@@ -83,9 +83,9 @@ struct StageMemoryTerms {
   int64_t fixed_bytes = 0;          // master + grads + optimizer + comm + reserve, held throughout
   int64_t per_microbatch_bytes = 0;  // from a microbatch's forward to its backward: its stash, or its
                                      // input when recomputing
-  int64_t recompute_bytes = 0;      // one microbatch's full stash from Recompute to the end of Backward
-                                    // (or BackwardInput; 0 without recompute)
-  int64_t weight_grad_bytes = 0;    // from the end of a BackwardInput to the end of its BackwardWeight
+  int64_t recompute_bytes = 0;       // one microbatch's full stash from Recompute to the end of Backward
+                                     // (or BackwardInput; 0 without recompute)
+  int64_t weight_grad_bytes = 0;     // from the end of a BackwardInput to the end of its BackwardWeight
 };
 StageMemoryTerms stage_memory_terms(const MemoryFactors& f, const StageMemoryInput& in);
 
