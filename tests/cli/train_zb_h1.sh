@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # zb-h1 from a plan: a flush plan with its schedule set to "zb-h1" trains with the same losses as the
-# flush plan (same synchronous math, split backward), with and without recompute, and a checkpoint
+# flush plan (same synchronous math, split backward), with and without recompute and in bf16, and a checkpoint
 # written under zb-h1 resumes bit-identically; `pd2bw plan --schedule zb-h1` is refused for now.
 source "$(dirname "$0")/lib.bash"
 PY="${PD2BW_PYTHON:-/usr/bin/python3}"
@@ -34,6 +34,11 @@ for v in "" "-rc"; do
   expect_exit 0 "zb-h1 b=" -- "$PD2BW" train --plan "$TMP/zb$v.json" --steps 6 --log "$TMP/zb$v.jsonl"
   same_losses "$TMP/zb$v.jsonl" "$TMP/flush$v.jsonl" && ok || fail "zb-h1$v losses differ from flush's"
 done
+
+# bf16 compute (fp32 masters) too: the halves round their outputs as the fused backward does.
+expect_exit 0 "" -- "$PD2BW" train --plan "$TMP/flush.json" --steps 6 --dtype bf16 --log "$TMP/flush-bf16.jsonl"
+expect_exit 0 "" -- "$PD2BW" train --plan "$TMP/zb.json" --steps 6 --dtype bf16 --log "$TMP/zb-bf16.jsonl"
+same_losses "$TMP/zb-bf16.jsonl" "$TMP/flush-bf16.jsonl" && ok || fail "bf16 zb-h1 losses differ from flush's"
 
 # A checkpoint written under zb-h1 resumes bit-identically.
 expect_exit 0 "checkpoint: step 3" -- "$PD2BW" train --plan "$TMP/zb.json" --steps 6 --stop-after 3 \
