@@ -54,10 +54,7 @@ void check_batch(const Plan& p) {
     fail("/microbatches_per_step",
          fmt::format("{} needs microbatches_per_step >= depth ({} < {})", to_string(p.schedule),
                      p.microbatches_per_step, p.depth),
-         p.schedule == Schedule::two_bw
-             ? "with fewer microbatches than stages 2BW would need more than two weight versions; raise m or use flush"
-             : "with fewer microbatches than stages ZB-H1 would hold more than the 1F1B memory bound; raise m or use "
-               "flush");
+         "with fewer microbatches than stages 2BW would need more than two weight versions; raise m or use flush");
   }
 }
 

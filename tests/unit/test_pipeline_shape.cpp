@@ -185,12 +185,13 @@ TEST_CASE("the executor's form of the model keeps everything in its scalar type"
 TEST_CASE("zb-h1's shape: one version, 1F1B's in-flight bound, W's deferred by the stage, the split stash term") {
   for (int64_t i = 0; i < 4; ++i) {
     CHECK(in_flight(Schedule::zb_h1, 4, 6, i) == 4 - i);
-    CHECK(deferred_weight_grads(Schedule::zb_h1, i) == i);
-    CHECK(deferred_weight_grads(Schedule::flush, i) == 0);
+    CHECK(deferred_weight_grads(Schedule::zb_h1, 6, i) == i);
+    CHECK(deferred_weight_grads(Schedule::zb_h1, 2, i) == std::min<int64_t>(i, 1));
+    CHECK(deferred_weight_grads(Schedule::flush, 6, i) == 0);
   }
   CHECK(weight_versions(Schedule::zb_h1) == 1);
   CHECK(pipeline_factor(Schedule::zb_h1, 4, 6) == 9);
-  CHECK(min_microbatches(Schedule::zb_h1, 5) == 5);
+  CHECK(min_microbatches(Schedule::zb_h1, 5) == 1);
   // Stage 2 of 4: 2 activations (S = 300 each) and 2 deferred W stashes (G = 120) before a B; after it,
   // 1 activation and 3 W stashes. With recompute: inputs (I = 40) plus one rebuilt stash before the B.
   const int64_t S = 300, I = 40, G = 120;

@@ -80,6 +80,10 @@ TEST_CASE("zb-h1 equals Flush with tied embeddings, on one stage and split over 
   check_zb_equals_flush<float>(pd2bw::testing::tiny_pipeline(Schedule::flush, 3, 4, 2, 1), 3);
 }
 
+TEST_CASE("zb-h1 with fewer microbatches than stages equals Flush too") {
+  for (int64_t m : {1, 2}) check_zb_equals_flush<double>(pd2bw::testing::tiny_pipeline(Schedule::flush, 4, m, 1, 2), 2);
+}
+
 TEST_CASE("zb-h1 resuming after k steps continues bit-identically") {
   const auto c = pd2bw::testing::tiny_pipeline(Schedule::zb_h1, 3, 3, 2, 2);
   const HashSource data(c.model.vocab, c.microbatch_size, c.seq);

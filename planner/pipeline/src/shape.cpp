@@ -24,7 +24,9 @@ int64_t in_flight(Schedule s, int64_t depth, int64_t microbatches, int64_t stage
   return std::min(depth - stage, microbatches);
 }
 
-int64_t deferred_weight_grads(Schedule s, int64_t stage) { return s == Schedule::zb_h1 ? stage : 0; }
+int64_t deferred_weight_grads(Schedule s, int64_t microbatches, int64_t stage) {
+  return s == Schedule::zb_h1 ? std::min(stage, microbatches - 1) : 0;
+}
 
 int64_t pipeline_factor(Schedule s, int64_t depth, int64_t microbatches) {
   return s == Schedule::two_bw ? microbatches : microbatches + depth - 1;

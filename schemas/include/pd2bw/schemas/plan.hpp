@@ -21,12 +21,9 @@ enum class Schedule { two_bw, flush, gpipe, zb_h1 };
 std::string_view to_string(Schedule s);                                 // "2bw", "flush", "gpipe", "zb-h1"
 Schedule parse_schedule(std::string_view s, std::string_view pointer);  // throws SchemaError
 // Fewest microbatches per step schedule `s` allows on `depth` stages: depth for 2bw (with fewer, more than
-// two weight versions would be live) and zb-h1 (with fewer, stage i would keep more than d - i
-// microbatches' activations and deferred weight gradients: the 1F1B bound), 1 otherwise. The one
-// statement of the rule; every check reads it.
-inline int64_t min_microbatches(Schedule s, int64_t depth) {
-  return s == Schedule::two_bw || s == Schedule::zb_h1 ? depth : 1;
-}
+// two weight versions would be live), 1 otherwise (zb-h1 with m < d defers fewer W's, as many as there
+// are microbatches). The one statement of the rule; every check reads it.
+inline int64_t min_microbatches(Schedule s, int64_t depth) { return s == Schedule::two_bw ? depth : 1; }
 
 // How the width x depth grid of ranks is laid on the topology. replicas_inner: the replicas of a stage
 // get consecutive ranks (rank = stage * width + replica); stages_inner: the stages of a replica get

@@ -37,7 +37,7 @@ struct Op {
 struct ScheduleSpec {
   Schedule kind = Schedule::two_bw;
   int64_t depth = 1;         // d, stages
-  int64_t microbatches = 1;  // m, per step (at least min_microbatches(kind, depth): 2bw and zb-h1 need m >= d)
+  int64_t microbatches = 1;  // m, per step (at least min_microbatches(kind, depth): 2bw needs m >= d)
   int64_t steps = 1;         // optimizer steps to lay out
   int64_t width = 1;         // replicas per stage; an allreduce precedes each update when > 1
 };
@@ -55,7 +55,7 @@ int64_t version_for_step(Schedule kind, int64_t step);
 // microbatches between forward and B, as 1F1B does, and the deferred W's fill the drain; the step's
 // remaining W's run after its last B, before the update. `recompute` inserts a Recompute before each
 // Backward (or BackwardInput). Throws UsageError for d < 1, m < 1, steps < 1, width < 1, stage out of
-// range, or 2bw or zb-h1 with m < d.
+// range, or 2bw with m < d.
 std::vector<Op> stage_ops(const ScheduleSpec& spec, int64_t stage, bool recompute);
 
 // The spec of `shape` laid out over `steps` optimizer steps.

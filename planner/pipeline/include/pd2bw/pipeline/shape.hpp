@@ -29,10 +29,10 @@ std::vector<std::vector<int64_t>> rank_table(Placement p, int64_t depth, int64_t
 int64_t in_flight(Schedule s, int64_t depth, int64_t microbatches, int64_t stage);
 
 // Microbatches whose W (the weight-gradient half of the backward) stage `stage` has deferred while it
-// holds in_flight(...) activations: `stage` for zb-h1 (whose W's trail their B's by that many; a moment
-// later, after the next B, one more W waits and one activation fewer), 0 for the schedules whose
-// backward is one op.
-int64_t deferred_weight_grads(Schedule s, int64_t stage);
+// holds in_flight(...) activations: min(stage, m - 1) for zb-h1 (whose W's trail their B's by `stage`,
+// or wait for the step's last B when m <= stage; a moment later, after the next B, one more W waits and
+// one activation fewer), 0 for the schedules whose backward is one op.
+int64_t deferred_weight_grads(Schedule s, int64_t microbatches, int64_t stage);
 
 // Microbatch slots one step takes on the bottleneck stage: m for 2bw (no flush), m + d - 1 for flush,
 // gpipe and zb-h1 (the fill and drain pass once through every stage).
