@@ -1,18 +1,19 @@
-// The exact search over candidates: enumerate, bound from below, evaluate the promising ones with the
-// DP partitioner in order of their lower bounds, keep the best overall and the best of each schedule.
+// The search over candidates by the objective: enumerate, bound from below, evaluate the promising ones
+// with the DP partitioner in order of their lower bounds, keep the best overall and the best of each
+// schedule; then hand the finalists to the replay search (replay.cpp).
 #include "pd2bw/planner/search.hpp"
 
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <exception>
-#include <mutex>
-#include <thread>
-#include <numeric>
 #include <map>
+#include <mutex>
+#include <numeric>
 #include <utility>
 
+#include "parallel.hpp"
 #include "prepared.hpp"
+#include "search_internal.hpp"
 #include "step_bound.hpp"
 
 namespace pd2bw::planner {
@@ -22,13 +23,6 @@ namespace {
 std::vector<Schedule> schedules_of(const Constraints& k) {
   if (k.schedule) return {*k.schedule};
   return {Schedule::two_bw, Schedule::flush, Schedule::gpipe};
-}
-
-bool better(const Evaluated& a, size_t ia, const Evaluated& b, size_t ib) {
-  if (a.step_ms != b.step_ms) return a.step_ms < b.step_ms;
-  const int64_t da = a.candidate.width * a.candidate.depth, db = b.candidate.width * b.candidate.depth;
-  if (da != db) return da < db;
-  return ia < ib;
 }
 
 // The kept set: the best `keep` overall and the best of each schedule.
@@ -59,18 +53,18 @@ class Leaderboard {
     b = std::min(b, e.step_ms);
     Entry entry{std::move(e), index};
     auto pos = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& x) {
-      return better(entry.e, entry.index, x.e, x.index);
+      return detail::ranks_before(entry.e, entry.index, x.e, x.index);
     });
     entries_.insert(pos, std::move(entry));
   }
 
-  // Best first; drops entries that are neither in the top `keep` nor best of their schedule.
-  std::vector<Evaluated> take() {
-    std::vector<Evaluated> out;
+  // The candidate indices of the entries in the top `keep` or best of their schedule, best first.
+  std::vector<size_t> kept() const {
+    std::vector<size_t> out;
     std::array<bool, 3> seen{false, false, false};
     for (size_t i = 0; i < entries_.size(); ++i) {
       auto s = static_cast<size_t>(entries_[i].e.candidate.schedule);
-      if (i < keep_ || !seen[s]) out.push_back(std::move(entries_[i].e));
+      if (i < keep_ || !seen[s]) out.push_back(entries_[i].index);
       seen[s] = true;
     }
     return out;
@@ -111,34 +105,6 @@ void seed_with_greedy(const CostModel& model, const std::vector<Candidate>& cand
   }
 }
 
-// Calls visit(0), visit(1), ... up to n - 1, each index once, from `threads` threads (0: one per
-// hardware thread) that take the next index as they finish; visit returns false to stop them all. The
-// first exception thrown is rethrown here once every thread has stopped.
-template <class Visit>
-void for_each_in_parallel(size_t n, int64_t threads, Visit&& visit) {
-  std::atomic<size_t> next{0};
-  std::mutex failure_mutex;
-  std::exception_ptr failure;
-  auto work = [&] {
-    try {
-      for (size_t i = next++; i < n; i = next++)
-        if (!visit(i)) next = n;
-    } catch (...) {
-      const std::lock_guard<std::mutex> lock(failure_mutex);
-      if (!failure) failure = std::current_exception();
-      next = n;
-    }
-  };
-  const auto hardware = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
-  const int64_t workers = std::clamp<int64_t>(threads > 0 ? threads : hardware, 1, 64);
-  {
-    std::vector<std::jthread> pool;
-    for (int64_t t = 1; t < workers; ++t) pool.emplace_back(work);
-    work();
-  }  // joins
-  if (failure) std::rethrow_exception(failure);
-}
-
 }  // namespace
 
 std::vector<Candidate> enumerate_candidates(const CostModel& model) {
@@ -177,27 +143,31 @@ Evaluated evaluate_split(const CostModel& model, const Candidate& c, const Split
   Evaluated e;
   e.candidate = c;
   e.split = split;
-  e.step_ms = 0.0;
   const auto pc = detail::prepare(model, c);
-  for (int64_t i = 0; i < c.depth; ++i) {
-    const auto sc = detail::price_stage(model, pc, i, split.bounds[static_cast<size_t>(i)],
-                                        split.bounds[static_cast<size_t>(i + 1)]);
-    e.step_ms = std::max(e.step_ms, sc.feasible ? sc.step_ms : kInfinity);
-    e.stages.push_back(sc);
-  }
+  for (int64_t i = 0; i < c.depth; ++i)
+    e.stages.push_back(detail::price_stage(model, pc, i, split.bounds[static_cast<size_t>(i)],
+                                           split.bounds[static_cast<size_t>(i + 1)]));
+  e.step_ms = e.split.step_ms = step_objective(c, e.stages);
   return e;
 }
 
-SearchResult search(const CostModel& model, const SearchOptions& options) {
-  SearchResult result;
-  const auto candidates = enumerate_candidates(model);
+namespace {
+
+// The search by the objective: fills `space` and returns the kept candidates' indices, best first.
+std::vector<size_t> search_objective(const CostModel& model, const SearchOptions& options,
+                                     detail::SearchSpace& space, SearchResult& result) {
+  space.candidates = enumerate_candidates(model);
+  const auto& candidates = space.candidates;
   result.candidates = static_cast<int64_t>(candidates.size());
   StepLowerBound lower_bound(model);
-  std::vector<double> lb(candidates.size());
+  auto& lb = space.lower_bounds;
+  lb.resize(candidates.size());
   for (size_t i = 0; i < candidates.size(); ++i) lb[i] = lower_bound(candidates[i]);
-  std::vector<size_t> order(candidates.size());
+  auto& order = space.order;
+  order.resize(candidates.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return lb[a] < lb[b]; });
+  space.known.resize(candidates.size());
 
   const auto keep = static_cast<size_t>(std::max<int64_t>(options.top_k, 0) + 1);
   Leaderboard board(keep);
@@ -207,7 +177,7 @@ SearchResult search(const CostModel& model, const SearchOptions& options) {
   // every pruning decision is exact, so the kept set does not depend on timing or worker count.
   std::mutex board_mutex;
   std::atomic<int64_t> evaluated{0};
-  for_each_in_parallel(order.size(), options.threads, [&](size_t pos) {
+  detail::for_each_in_parallel(order.size(), options.threads, [&](size_t pos) {
     const size_t idx = order[pos];
     if (lb[idx] == kInfinity) return false;
     const auto& c = candidates[idx];
@@ -218,7 +188,8 @@ SearchResult search(const CostModel& model, const SearchOptions& options) {
     }
     if (lb[idx] > bound) return true;
     ++evaluated;
-    const Split split = best_split(model, c, bound);
+    Split split = best_split(model, c, bound);
+    space.known[idx] = {true, bound, split};  // each index is written by one worker only
     if (!split.feasible()) return true;
     Evaluated e = evaluate_split(model, c, split);
     const std::lock_guard<std::mutex> lock(board_mutex);
@@ -226,7 +197,24 @@ SearchResult search(const CostModel& model, const SearchOptions& options) {
     return true;
   });
   result.evaluated = evaluated;
-  result.ranked = board.take();
+  return board.kept();
+}
+
+}  // namespace
+
+SearchResult objective_search(const CostModel& model, const SearchOptions& options) {
+  SearchResult result;
+  detail::SearchSpace space;
+  for (size_t idx : search_objective(model, options, space, result))
+    result.ranked.push_back(evaluate_split(model, space.candidates[idx], space.known[idx].split));
+  return result;
+}
+
+SearchResult search(const CostModel& model, const SearchOptions& options) {
+  SearchResult result;
+  detail::SearchSpace space;
+  const auto finalists = search_objective(model, options, space, result);
+  detail::replay_search(model, space, finalists, options, result);
   return result;
 }
 

@@ -2,6 +2,7 @@
 #include "sim_lane.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 namespace pd2bw::planner {
 
@@ -101,6 +102,7 @@ SimResult summarize(const SimInput& input, std::vector<SimLane>& lanes, const st
   r.simulated_ranks = static_cast<int64_t>(lanes.size());
   r.step_end_ms.assign(static_cast<size_t>(input.spec.steps), 0.0);
   for (const auto& lane : lanes) {
+    r.simulated_ops += lane.pc;
     for (size_t j = 0; j < lane.update_end_ms.size(); ++j)
       r.step_end_ms[j] = std::max(r.step_end_ms[j], lane.update_end_ms[j]);
     r.total_ms = std::max(r.total_ms, lane.clock_ms);
@@ -110,7 +112,22 @@ SimResult summarize(const SimInput& input, std::vector<SimLane>& lanes, const st
   r.window_begin_ms = s == 0 ? 0.0 : r.step_end_ms[s - 1];
   r.window_end_ms = r.step_end_ms[s];
   const double length = r.window_end_ms - r.window_begin_ms;
-  r.step_ms = length;
+  // The step: the longest interval between two of one rank's updates. Every rank does all of its step's
+  // work between them, so this is never below any rank's work per step; once steady every rank's
+  // interval is the same and equals `length`.
+  auto interval = [&](size_t j) {
+    double out = 0.0;
+    for (const auto& lane : lanes) out = std::max(out, lane.update_end_ms[j] - (j ? lane.update_end_ms[j - 1] : 0.0));
+    return out;
+  };
+  r.step_ms = interval(s);
+  if (s >= 1) r.previous_step_ms = interval(s - 1);
+  // Steady: every rank's update came step_ms after its previous one, in this step and the one before.
+  // The last rank's update alone can repeat its interval while a slower rank is still catching up.
+  r.steady = s >= 2;
+  for (const auto& lane : lanes)
+    for (size_t j = s - 1; r.steady && j <= s; ++j)
+      r.steady = std::abs(lane.update_end_ms[j] - lane.update_end_ms[j - 1] - r.step_ms) <= kSteadyTolerance * r.step_ms;
   r.stages.resize(input.stages.size());
   for (size_t l = 0; l < lanes.size(); ++l) {
     SimLane& lane = lanes[l];
@@ -125,14 +142,19 @@ SimResult summarize(const SimInput& input, std::vector<SimLane>& lanes, const st
     out.peak_in_flight = std::max(out.peak_in_flight, lane.peak_in_flight);
     out.max_live_versions = std::max(out.max_live_versions, lane.max_live_versions);
   }
-  double idle = 0.0, total = 0.0;
+  double idle = 0.0, least_idle = length;
   for (auto& out : r.stages) {
     out.idle_ms = std::max(0.0, length - out.compute_ms - out.p2p_ms - out.allreduce_ms - out.update_ms);
     out.busy_fraction = length > 0 ? (length - out.idle_ms) / length : 0.0;
     idle += out.idle_ms;
-    total += length;
+    least_idle = std::min(least_idle, out.idle_ms);
   }
-  r.bubble_fraction = total > 0 ? idle / total : 0.0;
+  const double total = length * static_cast<double>(r.stages.size());
+  if (total > 0) {
+    r.idle_fraction = idle / total;
+    r.bubble_fraction = least_idle / length;
+    r.imbalance_fraction = std::max(0.0, r.idle_fraction - r.bubble_fraction);
+  }
   return r;
 }
 

@@ -206,4 +206,13 @@ SimResult simulate(const SimInput& input, bool keep_events) {
   return result;
 }
 
+SimResult simulate_steady(SimInput input, bool keep_events) {
+  input.spec.steps = std::max(input.spec.steps, default_sim_steps(input.spec.kind));
+  while (true) {
+    SimResult r = simulate(input, keep_events);
+    if (r.steady || input.spec.steps >= kMaxSteadySteps) return r;
+    input.spec.steps = std::min(2 * input.spec.steps, kMaxSteadySteps);
+  }
+}
+
 }  // namespace pd2bw::planner

@@ -1,18 +1,26 @@
-// Lower bounds on a candidate's step time (see step_bound.hpp). Both are valid for every split:
+// Lower bounds on a candidate's objective (step_objective; see step_bound.hpp), valid for every split.
+// Write C for the whole model's fwd + bwd per microbatch, m for the microbatches per step and x_i for
+// stage i's compute.
 //
-// Average: the bottleneck stage costs at least the average stage. Summed over stages, the step shares
-// hold all of the model's compute, the cheapest boundary transfers the placement allows and the
-// allreduces at the fastest level the replicas can span.
+// Average: the objective is at least the largest stage busy time m (x + p2p) + allreduce + update, so
+// at least the average one: m (C + the cheapest transfers the placement allows) plus the allreduces at
+// the fastest level the replicas can span, over d. Flush adds the drain and refill above the slowest
+// stage: the objective T is at least m x_k + x_0 + ... + x_{k-1} for every k, and d stages under that
+// can hold at most T (1 - (1 - 1/m)^d) in all (by induction, x_0 + ... + x_{k-1} <= T (1 - (1 - 1/m)^k)),
+// so T >= C / (1 - (1 - 1/m)^d). GPipe passes every layer once and one stage's (m - 1) more slots:
+// T >= C + (m - 1) max_i x_i >= C (m + d - 1) / d.
 //
-// Capacity: at step time T a stage's compute c (fwd + bwd per microbatch) obeys k (c + p2p) + allreduce
-// <= T, so c <= x = (T - allreduce) / k - p2p with the least p2p and allreduce any stage has. A stage
-// that recomputes spends at least (1 + r) c, r the smallest forward share of a layer, so c <= x / (1 + r).
+// Capacity: at step time T a stage's compute c (fwd + bwd per microbatch) obeys m (c + p2p) + allreduce
+// <= T, so c <= x = (T - allreduce) / m - p2p with the least p2p and allreduce any stage has. A stage
+// that recomputes spends at least (1 + r) c, r the smallest redo share of a layer, so c <= x / (1 + r).
 // A stage that keeps f microbatches without recomputing holds layers with sum(static + f * stash)
 // <= device memory - reserve, so c <= that capacity times the largest (fwd + bwd) / (static + f * stash)
-// of a layer. Whatever the stages choose, their capacities must add up to the whole model's compute.
+// of a layer. Whatever the stages choose, their capacities must add up to the whole model's compute;
+// the least x at which they do bounds T (and for GPipe, T >= C + (m - 1) x as well).
 #include "step_bound.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "pd2bw/planner/partition.hpp"
 
@@ -85,7 +93,7 @@ double StepLowerBound::clipped_prefix(bool two_versions, size_t bi, int64_t n, d
 double StepLowerBound::capacity_sum(const Candidate& c, double x) {
   const auto bi = static_cast<size_t>(c.microbatch_index);
   const auto policy = model_.constraints().recompute;
-  const double redo = x / (1.0 + model_.min_fwd_share(c.microbatch_index));
+  const double redo = x / (1.0 + model_.min_redo_share(c.microbatch_index));
   if (policy == RecomputePolicy::always) return static_cast<double>(c.depth) * redo;
   const double low = policy == RecomputePolicy::never ? 0.0 : redo;
   const bool two = c.schedule == Schedule::two_bw;
@@ -103,7 +111,7 @@ double StepLowerBound::capacity_bound(const Candidate& c) {
   const double total = model_.compute_prefix(c.microbatch_index).back();
   const double d = static_cast<double>(c.depth);
   double lo = total / d;  // no stage holds more than x, so x >= total / d
-  double hi = lo * (1.0 + model_.min_fwd_share(c.microbatch_index));
+  double hi = lo * (1.0 + model_.min_redo_share(c.microbatch_index));
   if (capacity_sum(c, hi) < total) {
     if (model_.constraints().recompute != RecomputePolicy::never) return 0.0;  // cannot happen
     for (int i = 0; i < 64 && capacity_sum(c, hi) < total; ++i) hi *= 2.0;
@@ -117,21 +125,27 @@ double StepLowerBound::capacity_bound(const Candidate& c) {
   const LinkLevels lvl = fastest_levels(model_, c);
   const double p2p = c.depth > 1 ? 2.0 * model_.p2p_ms(std::min(min_out_[bi], min_in_[bi]), lvl.boundary) : 0.0;
   const double allreduce = model_.allreduce_ms(0, c.width, lvl.replicas);
-  return static_cast<double>(CostModel::pipeline_factor(c)) * (lo + p2p) + allreduce;
+  const double m = static_cast<double>(c.microbatches);
+  const double lane = m * (lo + p2p) + allreduce;
+  if (c.schedule == Schedule::gpipe) return std::max(lane, total + (m - 1.0) * lo);
+  return lane;
 }
 
 double StepLowerBound::average_bound(const Candidate& c) const {
   const auto bi = static_cast<size_t>(c.microbatch_index);
   const double d = static_cast<double>(c.depth);
-  const double k = static_cast<double>(CostModel::pipeline_factor(c));
+  const double m = static_cast<double>(c.microbatches);
+  const double all = model_.compute_prefix(c.microbatch_index).back();
   const LinkLevels lvl = fastest_levels(model_, c);
   double p2p = 0.0;
   if (c.depth > 1)
-    p2p = (d - 1.0) * 2.0 *
-          (model_.p2p_ms(min_out_[bi], lvl.boundary) + model_.p2p_ms(min_in_[bi], lvl.boundary));
-  double sum = k * (model_.compute_prefix(c.microbatch_index).back() + p2p);
+    p2p = (d - 1.0) * 4.0 * model_.p2p_ms(min_out_[bi], lvl.boundary);  // both ways, on both sides
+  double sum = m * (all + p2p) + model_.update_prefix().back();
   if (c.width > 1) sum += model_.allreduce_sum_floor(total_grad_bytes_, c.depth, c.width, lvl.replicas);
-  return std::max(sum / d, k * max_layer_ms_[bi]);
+  double bound = std::max(sum / d, m * max_layer_ms_[bi]);
+  if (c.schedule == Schedule::flush) bound = std::max(bound, all / (1.0 - std::pow(1.0 - 1.0 / m, d)));
+  if (c.schedule == Schedule::gpipe) bound = std::max(bound, all * (m + d - 1.0) / d);
+  return bound;
 }
 
 double StepLowerBound::operator()(const Candidate& c) {

@@ -91,7 +91,6 @@ void run_plan(const PlanOptions& o) {
         "m >= d; try another --global-batch");
   }
   if (!result.feasible()) throw_infeasible(model, planner::closest_infeasible(model));
-  planner::rank_by_simulation(model, result, o.threads);
   schemas::Provenance prov{"pd2bw", std::string(schemas::pd2bw_version()),
                            std::string(schemas::pd2bw_git_sha()), command_line(), ""};
   const auto plan = planner::build_plan(model, result, in.profile_sha256, prov);
@@ -101,8 +100,13 @@ void run_plan(const PlanOptions& o) {
     print_plan_table(plan, model);
     print_alternatives(plan);
     if (o.explain) print_explain(model, result);
-    fmt::print(stderr, "searched {} candidates, evaluated {} splits in {:.3f} s\n", result.candidates,
-               result.evaluated, seconds);
+    fmt::print(stderr, "searched {} candidates, evaluated {} best splits, replayed {} splits in {:.3f} s\n",
+               result.candidates, result.evaluated, result.replayed, seconds);
+    if (result.proven_gap > 0)
+      fmt::print(stderr, "no split of any candidate replays more than {:.2f}% faster than the chosen one\n",
+                 100.0 * result.proven_gap);
+    else
+      fmt::print(stderr, "no split of any candidate replays faster than the chosen one\n");
     if (o.output != "-") fmt::print(stderr, "wrote {}\n", o.output);
   }
 }

@@ -11,28 +11,35 @@
 
 namespace pd2bw::planner {
 
-// A candidate with its best split and the cost of each stage.
+// A candidate with a split and the cost of each stage.
 struct Evaluated {
   Candidate candidate;
-  Split split;
+  Split split;                          // split.step_ms is the split's objective (step_objective)
   std::vector<StageCost> stages;
-  double step_ms = kInfinity;           // the cost model's, or the simulator's after rank_by_simulation
-  double analytic_step_ms = kInfinity;  // the cost model's, kept by rank_by_simulation
-  double bubble_fraction = 0;           // simulated idle share (set by rank_by_simulation)
+  double step_ms = kInfinity;           // the replayed steady step once replayed, else the objective
+  double analytic_step_ms = kInfinity;  // the objective of the split, kept when replayed
+  double bubble_fraction = 0;           // replayed: idle while even the busiest stage idles (fill, drain)
+  double imbalance_fraction = 0;        // replayed: idle of the less busy stages (unequal stages)
+  bool steady = false;                  // the replay reached its steady state (SimResult::steady)
+  double proven_gap = 0;                // no split of this candidate replays faster than
+                                        // step_ms / (1 + proven_gap); 0: this split is the best
   bool simulated() const { return analytic_step_ms < kInfinity; }
 };
 
 struct SearchOptions {
   int64_t top_k = 5;    // alternatives to keep besides the winner (the best of each other schedule is
-                        // always kept as well)
+                        // always kept as well). Never changes the winner.
   int64_t threads = 0;  // workers evaluating candidates; 0 = one per hardware thread. The result does
                         // not depend on it (only the count of evaluated candidates may).
 };
 
 struct SearchResult {
-  std::vector<Evaluated> ranked;  // feasible, best first: the winner then the alternatives
+  std::vector<Evaluated> ranked;  // feasible and replayed, best first: the winner then the alternatives
   int64_t candidates = 0;         // points of the search space
-  int64_t evaluated = 0;          // candidates whose split was computed (the rest were pruned)
+  int64_t evaluated = 0;          // candidates whose best split was computed (the rest were pruned)
+  int64_t replayed = 0;           // splits replayed in the simulator
+  double proven_gap = 0;          // no split of any candidate replays faster than the winner's step_ms /
+                                  // (1 + proven_gap); 0: the winner is the best of all
   bool feasible() const { return !ranked.empty(); }
 };
 
@@ -42,19 +49,22 @@ struct SearchResult {
 // m >= d. Pinned constraints restrict the lists.
 std::vector<Candidate> enumerate_candidates(const CostModel& model);
 
-// Prices every stage of `split` for `c`.
+// Prices every stage of `split` for `c`; step_ms and split.step_ms are the split's objective.
 Evaluated evaluate_split(const CostModel& model, const Candidate& c, const Split& split);
 
-// Exact search: the winner has the least step time over all candidates and splits (ties: fewer
-// devices, then enumeration order). Pruning by lower bounds never changes the result.
+// The search: the winner has the least replayed steady step over all candidates and splits (ties: fewer
+// devices, then enumeration order), within result.proven_gap. Candidates are bounded from below
+// (step_bound), their exact best split by the objective found by the partitioner, and replayed in the
+// simulator while their objective, a lower bound on the replay, could still beat the best replay; inside
+// a candidate, splits are replayed while theirs could (replay.cpp). Pruning never changes the result,
+// whatever top_k and the thread count.
 SearchResult search(const CostModel& model, const SearchOptions& options = {});
 
-// Replays each ranked candidate in the simulator (default_sim_steps steps) and re-ranks them by the
-// simulated steady-state step time (stable: ties keep the search's order). The cost model is an upper
-// bound used to search; the simulator also counts the pipeline's fill overlapping across stages and each
-// replica's own links. `threads` replay finalists in parallel (0 = one per hardware thread); the result
-// does not depend on it.
-void rank_by_simulation(const CostModel& model, SearchResult& result, int64_t threads = 0);
+// The first half of search(), alone: every candidate's best split by the objective, pruned by lower
+// bounds, without replays. ranked holds the top_k + 1 by objective and the best of each schedule (step_ms
+// = the objective); the winner has the least objective over all candidates and splits (ties: fewer
+// devices, then enumeration order). Exact; for tests and for explaining the search.
+SearchResult objective_search(const CostModel& model, const SearchOptions& options = {});
 
 // When search() found nothing feasible: the candidate and split with the smallest largest per-stage
 // overage, for the error message.

@@ -1,0 +1,54 @@
+// What the search's two halves share: the objective search (search.cpp) hands the replay search
+// (replay.cpp) its finalists and what it learnt of each candidate's best split. Private to the planner.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "pd2bw/planner/search.hpp"
+
+namespace pd2bw::planner::detail {
+
+// The search's order: less step time, then fewer devices, then the earlier candidate (index ia, ib in
+// enumerate_candidates' order).
+inline bool ranks_before(const Evaluated& a, size_t ia, const Evaluated& b, size_t ib) {
+  if (a.step_ms != b.step_ms) return a.step_ms < b.step_ms;
+  const int64_t da = a.candidate.width * a.candidate.depth, db = b.candidate.width * b.candidate.depth;
+  if (da != db) return da < db;
+  return ia < ib;
+}
+
+// A candidate's best split by the objective, as far as it was computed.
+struct BestKnown {
+  bool computed = false;
+  double bound = 0;  // computed under this upper bound: split is the exact optimum, or none is <= bound
+  Split split;
+};
+
+// The objective search's view of the space: candidates, their lower bounds, the order of those bounds
+// and what is known of each one's best split.
+struct SearchSpace {
+  std::vector<Candidate> candidates;
+  std::vector<double> lower_bounds;
+  std::vector<size_t> order;  // candidate indices by lower bound
+  std::vector<BestKnown> known;
+};
+
+// Replays `finalists` (candidate indices with computed splits), then every candidate whose objective
+// could still beat the best replay, each with its own search over splits (replay_candidate), and fills
+// result.ranked (best first, top_k + 1 and the best of each schedule), result.replayed and
+// result.proven_gap.
+void replay_search(const CostModel& model, SearchSpace& space, const std::vector<size_t>& finalists,
+                   const SearchOptions& options, SearchResult& result);
+
+// The best replayed split of `c`, starting from `best` (its best split by the objective): replays it, and
+// then every split whose objective is below the best replay so far while a replay budget lasts (within
+// kReplayTolerance of it when the replays are large). Deterministic: it depends on nothing but its
+// arguments. `replays` counts the splits replayed.
+Evaluated replay_candidate(const CostModel& model, const Candidate& c, const Split& best, int64_t* replays);
+
+// Splits inside a candidate whose objective is within this fraction of the best replay are not replayed
+// once the exact search's budget is spent.
+inline constexpr double kReplayTolerance = 0.005;
+
+}  // namespace pd2bw::planner::detail
