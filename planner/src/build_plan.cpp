@@ -94,6 +94,9 @@ std::string why_lost(const Evaluated& winner, const Evaluated& loser) {
   if (loser.imbalance_fraction >= 0.005)
     text += fmt::format("; {:.1f}% idles on stages less busy than the slowest", 100.0 * loser.imbalance_fraction);
   if (ls.recompute) text += "; recomputes activations to fit";
+  if (loser.representative)
+    text += "; this schedule was not searched further: its most promising candidate, split for the least "
+            "busiest-stage time";
   return text;
 }
 

@@ -105,6 +105,12 @@ CostModel::CostModel(const Profile& profile, const Cluster& cluster, const Const
       for (size_t lv = 0; lv < cluster_.levels.size(); ++lv)
         output_p2p_[bi][lv].push_back(p2p_ms(t.output_bytes, static_cast<int64_t>(lv)));
     }
+  least_boundary_p2p_.assign(nb, std::vector<double>(cluster_.levels.size(), 0.0));
+  for (size_t bi = 0; bi < nb; ++bi)
+    for (size_t lv = 0; lv < cluster_.levels.size(); ++lv) {
+      const auto& t = output_p2p_[bi][lv];
+      least_boundary_p2p_[bi][lv] = *std::min_element(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(std::max<size_t>(n - 1, 1)));
+    }
   for (size_t bi = 0; bi < nb; ++bi) {
     double share = 1.0;
     for (const auto& l : profile_.layers) {
@@ -245,10 +251,13 @@ template <class Fold>
 double fold_stages(const Candidate& c, const std::vector<StageCost>& stages) {
   const double m = static_cast<double>(c.microbatches);
   auto v = Fold::empty();
-  for (auto it = stages.rbegin(); it != stages.rend(); ++it)
-    v = Fold::prepend(v, detail::stage_terms(m, it->compute_ms, it->p2p_ms, it->forward_ms, it->backward_ms, it->in_ms,
-                                             it->out_ms, it->allreduce_ms, it->update_ms),
+  for (size_t k = stages.size(); k-- > 0;) {
+    const StageCost& s = stages[k];
+    v = Fold::prepend(v,
+                      detail::stage_terms(m, static_cast<int64_t>(stages.size() - 1 - k), s.compute_ms, s.p2p_ms,
+                                          s.forward_ms, s.backward_ms, s.in_ms, s.out_ms, s.allreduce_ms, s.update_ms),
                       m);
+  }
   return v[0];
 }
 

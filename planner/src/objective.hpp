@@ -11,7 +11,14 @@
 // - Flush: stage k's ops of one step (m t_k at least) are followed by the last backward's gradient climbing
 //   to stage i <= k (b_j + p_j on each stage j in between), stage i's allreduce and update (h_i), and the
 //   next step's first microbatch descending back to stage k (p_j + f_j each). That cycle repeats every
-//   step: S >= m t_k + sum_{i <= j < k} (f_j + b_j + 2 p_j) + h_i.
+//   step: S >= m t_k + sum_{i <= j < k} (f_j + b_j + 2 p_j) + h_i. Stage k's part can also be longer than
+//   its own ops: its last backward waits for the last microbatch to go down to the last stage and back
+//   (sum_{j > k} (f_j + b_j + 2 p_j) - 2 q_k from its send), and until then stage k has done only its m
+//   forwards and r = max(0, m - 1 - w) backwards, w = min(d - k - 1, m) being its warm-up; likewise its
+//   first backward waits for the first microbatch's round trip after 1 + r forwards. So stage k's part is
+//   at least max(m cf_k + (1 + r) cb_k, (1 + r) cf_k + m cb_k) + sum_{j > k} u_j - 2 q_k, and when both
+//   waits come one after the other (m >= w + 2) at least 2 (cf_k + cb_k + sum_{j > k} u_j - 2 q_k)
+//   + (m - 2 - w) t_k: the two round trips and the m - 2 - w microbatches between them.
 // - GPipe: from stage i's first op, one microbatch's forwards reach the last stage and its backwards
 //   come back to stage i, while some stage a >= i runs all m forwards (m - 1 more than the one
 //   microbatch) and some stage c >= i all m backwards: S >= sum_{j >= i} (f_j + b_j + 2 p_j)
@@ -39,11 +46,16 @@ struct StageTerms {
   double cf = 0;    // forward slot with its transfers: p + f + q
   double cb = 0;    // backward slot with its transfers: q + b + p
   double h = 0;     // allreduce + update
+  double q = 0;     // one transfer over the output boundary (fastest link)
+  double warmup = -1;  // flush's warm-up forwards min(d - i - 1, m); -1 for the last stage
 };
 
-inline StageTerms stage_terms(double m, double compute_ms, double p2p_ms, double forward_ms, double backward_ms,
-                              double in_ms, double out_ms, double allreduce_ms, double update_ms) {
+// `downstream` is the number of stages after this one.
+inline StageTerms stage_terms(double m, int64_t downstream, double compute_ms, double p2p_ms, double forward_ms,
+                              double backward_ms, double in_ms, double out_ms, double allreduce_ms, double update_ms) {
   StageTerms s;
+  s.q = out_ms;
+  s.warmup = downstream > 0 ? std::min(static_cast<double>(downstream), m) : -1.0;
   s.h = allreduce_ms + update_ms;
   s.t = compute_ms + p2p_ms;
   s.lane = m * s.t + s.h;
@@ -60,24 +72,37 @@ template <int K>
 using FoldState = std::array<double, K>;
 
 // One policy per schedule: K entries, the state before any stage, and the step that prepends a stage.
-// floor(v, fb, m) is a lower bound on the final objective once stages holding fb ms of fwd + bwd are
-// prepended (the partitioner prunes with it).
+// floor(v, fb, m, n) is a lower bound on the final objective once n stages holding fb ms of fwd + bwd are
+// prepended (the partitioner prunes with it): they add at least fb to every sum, and the busiest of them
+// holds at least fb / n.
 struct TwoBwFold {
   static constexpr int K = 1;
   static FoldState<K> empty() { return {kNoValue}; }
   static FoldState<K> prepend(const FoldState<K>& v, const StageTerms& s, double) { return {std::max(v[0], s.lane)}; }
-  static double floor(const FoldState<K>& v, double, double) { return v[0]; }
+  static double floor(const FoldState<K>& v, double fb, double m, double n) {
+    return n > 0 ? std::max(v[0], m * fb / n) : v[0];
+  }
 };
 
-// v[1] = P_i = max over k >= i of (m t_k + sum_{i <= j < k} u_j); the objective is max_i (h_i + P_i).
+// v[1] = P_i = max over k >= i of (stage k's part + sum_{i <= j < k} u_j), v[2] = sum_{j >= i} u_j; the
+// objective is max_i (h_i + P_i). A stage's part needs its warm-up, so the fold knows its position.
 struct FlushFold {
-  static constexpr int K = 2;
-  static FoldState<K> empty() { return {kNoValue, kNoValue}; }
+  static constexpr int K = 3;
+  static FoldState<K> empty() { return {kNoValue, kNoValue, 0.0}; }
   static FoldState<K> prepend(const FoldState<K>& v, const StageTerms& s, double m) {
-    const double p = std::max(m * s.t, s.u + v[1]);
-    return {std::max(v[0], s.h + p), p};
+    double part = m * s.t;
+    if (s.warmup >= 0) {  // not the last stage: the round trips below it
+      const double r = std::max(0.0, m - 1.0 - s.warmup);
+      part = std::max(part, std::max(m * s.cf + (1.0 + r) * s.cb, (1.0 + r) * s.cf + m * s.cb) + v[2] - 2.0 * s.q);
+      if (m >= s.warmup + 2.0)
+        part = std::max(part, 2.0 * (s.cf + s.cb + v[2] - 2.0 * s.q) + (m - 2.0 - s.warmup) * s.t);
+    }
+    const double p = std::max(part, s.u + v[1]);
+    return {std::max(v[0], s.h + p), p, v[2] + s.u};
   }
-  static double floor(const FoldState<K>& v, double fb, double) { return std::max(v[0], fb + v[1]); }
+  static double floor(const FoldState<K>& v, double fb, double m, double n) {
+    return std::max({v[0], fb + v[1], n > 0 ? m * fb / n : 0.0});
+  }
 };
 
 // v[1] = sum u, v[2] = max cf, v[3] = max cb over stages i..d-1.
@@ -88,8 +113,8 @@ struct GpipeFold {
     const double u = v[1] + s.u, f = std::max(v[2], s.cf), b = std::max(v[3], s.cb);
     return {std::max({v[0], s.lane, s.h + u + (m - 1.0) * (f + b)}), u, f, b};
   }
-  static double floor(const FoldState<K>& v, double fb, double m) {
-    return std::max(v[0], fb + v[1] + (m - 1.0) * (v[2] + v[3]));
+  static double floor(const FoldState<K>& v, double fb, double m, double n) {
+    return std::max(v[0], fb + v[1] + (m - 1.0) * std::max(v[2] + v[3], n > 0 ? fb / n : 0.0));
   }
 };
 

@@ -18,8 +18,8 @@ namespace {
 
 using detail::StageTerms;
 
-StageTerms terms_of(const detail::QuickCost& q, double m) {
-  return detail::stage_terms(m, q.compute_ms, q.p2p_ms, q.forward_ms, q.backward_ms, q.in_ms, q.out_ms,
+StageTerms terms_of(const detail::QuickCost& q, double m, int64_t downstream) {
+  return detail::stage_terms(m, downstream, q.compute_ms, q.p2p_ms, q.forward_ms, q.backward_ms, q.in_ms, q.out_ms,
                              q.allreduce_ms, q.update_ms);
 }
 
@@ -39,13 +39,13 @@ int64_t params_within(const StaticFactors& f, int64_t cap) {
 
 // The least per-microbatch p2p a stage of `pc` can have: each boundary it has moves at least the smallest
 // boundary tensor, twice, over the fastest of its levels.
-double least_p2p(const detail::PreparedStage& st, int64_t layers) {
-  auto least = [&](const std::vector<const double*>& tables) {
+double least_p2p(const CostModel& model, int64_t bi, const detail::PreparedStage& st) {
+  auto least = [&](const std::vector<int64_t>& levels) {
     double out = kInfinity;
-    for (const double* t : tables) out = std::min(out, *std::min_element(t, t + std::max<int64_t>(layers - 1, 1)));
-    return tables.empty() ? 0.0 : 2.0 * out;
+    for (int64_t lv : levels) out = std::min(out, model.least_boundary_p2p_ms(bi, lv));
+    return levels.empty() ? 0.0 : 2.0 * out;
   };
-  return least(st.in_tables) + least(st.out_tables);
+  return least(st.in_levels) + least(st.out_levels);
 }
 
 // Per stage, the most compute (fwd + bwd per microbatch) it can hold in a split whose objective is <= bound:
@@ -53,7 +53,9 @@ double least_p2p(const detail::PreparedStage& st, int64_t layers) {
 // a stage that recomputes pays at least (1 + the smallest redo share) times its compute, and one that
 // does not must fit its stash (CostModel::plain_capacity_ms). GPipe also runs (m - 1) of each slot after
 // one microbatch has passed every layer: (m - 1) compute <= bound - all layers' compute.
-std::vector<double> stage_compute_caps(const CostModel& model, const detail::PreparedCandidate& pc, double bound) {
+// With `lanes_only` the bound is on the busiest stage alone.
+std::vector<double> stage_compute_caps(const CostModel& model, const detail::PreparedCandidate& pc, double bound,
+                                       bool lanes_only) {
   const Candidate& c = pc.candidate;
   const double m = static_cast<double>(c.microbatches);
   const double share = model.min_redo_share(c.microbatch_index);
@@ -63,8 +65,8 @@ std::vector<double> stage_compute_caps(const CostModel& model, const detail::Pre
   for (int64_t i = 0; i < c.depth; ++i) {
     const auto& st = pc.stages[static_cast<size_t>(i)];
     const double latency = st.ar_level >= 0 ? model.allreduce_ms(0, c.width, st.ar_level) : 0.0;
-    double x = (bound - latency) / m - least_p2p(st, model.num_layers());
-    if (c.schedule == Schedule::gpipe && c.microbatches > 1) x = std::min(x, (bound - all) / (m - 1.0));
+    double x = (bound - latency) / m - least_p2p(model, c.microbatch_index, st);
+    if (!lanes_only && c.schedule == Schedule::gpipe && c.microbatches > 1) x = std::min(x, (bound - all) / (m - 1.0));
     const double plain = std::min(x, model.plain_capacity_ms(c.schedule, c.microbatch_index, st.in_flight));
     const double redo = x / (1.0 + share);
     const double cap = policy == RecomputePolicy::never    ? plain
@@ -104,11 +106,12 @@ struct Windows {
 
 // Windows for `bound`; nullopt when no split can fit them.
 std::optional<Windows> make_windows(const CostModel& model, const detail::PreparedCandidate& pc, double bound,
-                                    int64_t static_cap, bool use_caps) {
+                                    int64_t static_cap, bool use_caps, bool lanes_only) {
   const Candidate& c = pc.candidate;
   const int64_t L = model.num_layers(), d = c.depth;
   Windows w;
-  w.caps = use_caps ? stage_compute_caps(model, pc, bound) : std::vector<double>(static_cast<size_t>(d), kInfinity);
+  w.caps = use_caps ? stage_compute_caps(model, pc, bound, lanes_only)
+                    : std::vector<double>(static_cast<size_t>(d), kInfinity);
   w.max_params = params_within(pc.statics, static_cap);
   w.cp = &model.compute_prefix(c.microbatch_index);
   w.pp = &model.param_prefix();
@@ -160,10 +163,11 @@ double stage_floor_of(const CostModel& model, const Candidate& c, int64_t a, int
 }
 
 template <class Fold>
-void solve(const CostModel& model, const Candidate& c, double bound, Solved<Fold>& out) {
-  out.pc = detail::prepare(model, c);
+void solve(const CostModel& model, const detail::PreparedCandidate& prepared, double bound, Solved<Fold>& out) {
+  const Candidate& c = prepared.candidate;
+  out.pc = prepared;
   const int64_t static_cap = model.memory_limit_bytes() - model.constraints().reserve_bytes;
-  auto w = make_windows(model, out.pc, bound, static_cap, true);
+  auto w = make_windows(model, out.pc, bound, static_cap, true, std::is_same_v<Fold, detail::TwoBwFold>);
   if (!w) return;
   out.windows = std::move(*w);
   const auto& win = out.windows;
@@ -176,7 +180,7 @@ void solve(const CostModel& model, const Candidate& c, double bound, Solved<Fold
       [&](int64_t i, int64_t a, int64_t e) -> std::optional<StageTerms> {
         const auto q = detail::quick_price(model, pc, i, a, e);
         if (!q.feasible) return std::nullopt;
-        return terms_of(q, m);
+        return terms_of(q, m, c.depth - 1 - i);
       },
       [&](int64_t, int64_t a, int64_t e) { return stage_floor_of<Fold>(model, c, a, e); },
       [&](int64_t a) { return cp[static_cast<size_t>(a)]; });
@@ -194,14 +198,29 @@ std::vector<int64_t> greedy_split(const CostModel& model, const detail::Prepared
   int64_t a = 0;
   for (int64_t i = 0; i < d; ++i) {
     const int64_t last = i == d - 1 ? L : L - (d - 1 - i);
-    int64_t pick = -1;
-    for (int64_t e = a + 1; e <= last; ++e) {
-      if (m * (cp[static_cast<size_t>(e)] - cp[static_cast<size_t>(a)]) > t ||
-          model.static_bytes(pc.candidate.schedule, a, e) > static_cap)
-        break;
-      if (i == d - 1 && e != L) continue;
+    // The furthest end whose compute and static memory fit, then the furthest below it that fits in
+    // full, by bisection (fitting is nearly monotone in the end; a greedy split only bounds from above).
+    int64_t top = a;
+    while (top < last && m * (cp[static_cast<size_t>(top + 1)] - cp[static_cast<size_t>(a)]) <= t &&
+           model.static_bytes(pc.candidate.schedule, a, top + 1) <= static_cap)
+      ++top;
+    auto fits = [&](int64_t e) {
       const auto q = detail::quick_price(model, pc, i, a, e);
-      if (q.feasible && q.step_ms <= t) pick = e;
+      return q.feasible && q.step_ms <= t;
+    };
+    int64_t pick = -1;
+    if (i == d - 1) {
+      if (top == L && fits(L)) pick = L;
+    } else if (top > a && fits(a + 1)) {
+      int64_t lo = a + 1, hi = top;
+      while (lo < hi) {
+        const int64_t mid = lo + (hi - lo + 1) / 2;
+        if (fits(mid))
+          lo = mid;
+        else
+          hi = mid - 1;
+      }
+      pick = lo;
     }
     if (pick < 0) return {};
     bounds.push_back(pick);
@@ -220,41 +239,56 @@ double objective_of(const CostModel& model, const detail::PreparedCandidate& pc,
 
 // An upper bound on the optimum from greedy splits, by bisection on the busy-time threshold, never above
 // `known` (the DP's work grows with the gap between its bound and the optimum, and a greedy run is
-// cheap). Each greedy split found is priced with the full objective.
-double greedy_bound(const CostModel& model, const detail::PreparedCandidate& pc, int64_t static_cap, double known) {
+// cheap). Each greedy split found is priced with the full objective, or with its busiest stage when
+// `lanes_only` (an upper bound for the least busiest-stage time).
+double greedy_bound(const CostModel& model, const detail::PreparedCandidate& pc, int64_t static_cap, double known,
+                    bool lanes_only = false) {
   const auto& cp = model.compute_prefix(pc.candidate.microbatch_index);
   const double m = static_cast<double>(pc.candidate.microbatches);
-  double best = known;
+  std::vector<int64_t> found;  // the greedy split at the least threshold that has one
   auto attempt = [&](double t) {
-    const auto split = greedy_split(model, pc, t, static_cap);
-    if (!split.empty()) best = std::min(best, objective_of(model, pc, split));
-    return !split.empty();
+    auto split = greedy_split(model, pc, t, static_cap);
+    if (split.empty()) return false;
+    found = std::move(split);
+    return true;
   };
   double lo = m * cp.back() / static_cast<double>(pc.candidate.depth);
   double hi = lo;
   for (int doublings = 0; !attempt(hi); hi *= 2.0)
-    if (++doublings > 40 || hi > best) return best;
+    if (++doublings > 40 || hi > known) return known;
   for (int it = 0; it < 10 && hi - lo > 1e-3 * hi; ++it) {
     const double mid = 0.5 * (lo + hi);
     (attempt(mid) ? hi : lo) = mid;
   }
-  return best;
+  return std::min(known, lanes_only ? hi : objective_of(model, pc, found));
+}
+
+template <class Fold>
+Split optimum_below(const CostModel& model, const detail::PreparedCandidate& pc, double bound) {
+  Split out;
+  Solved<Fold> solved;
+  solve<Fold>(model, pc, bound, solved);
+  if (!solved.tables) return out;
+  const auto* best = solved.tables->best();
+  if (!best) return out;
+  out.bounds = solved.tables->bounds(best);
+  out.step_ms = best->v[0];
+  return out;
 }
 
 template <class Fold>
 Split best_split_with(const CostModel& model, const Candidate& c, double upper_bound_ms) {
-  Split out;
   const int64_t static_cap = model.memory_limit_bytes() - model.constraints().reserve_bytes;
   // A greedy split's objective narrows the windows; when the greedy finds nothing (memory binds before
   // time does), the windows come from memory alone and the DP is still exact.
-  const double bound = greedy_bound(model, detail::prepare(model, c), static_cap, upper_bound_ms);
-  Solved<Fold> solved;
-  solve<Fold>(model, c, bound, solved);
-  if (!solved.tables) return out;
-  const auto* best = solved.tables->best();
-  if (!best || !(best->v[0] <= upper_bound_ms)) return out;
-  out.bounds = solved.tables->bounds(best);
-  out.step_ms = best->v[0];
+  const auto pc = detail::prepare(model, c);
+  // Windows that cannot reach the last layer under the given bound rule out every split at once.
+  if (upper_bound_ms < kInfinity &&
+      !make_windows(model, pc, upper_bound_ms, static_cap, true, std::is_same_v<Fold, detail::TwoBwFold>))
+    return {};
+  const double bound = greedy_bound(model, pc, static_cap, upper_bound_ms);
+  Split out = optimum_below<Fold>(model, pc, bound);
+  if (!(out.step_ms <= upper_bound_ms)) return {};
   return out;
 }
 
@@ -297,7 +331,7 @@ class SplitWalk {
       }
       const auto q = detail::quick_price(model_, s_.pc, i, a, e);
       if (!q.feasible) continue;
-      const StageTerms s = terms_of(q, m_);
+      const StageTerms s = terms_of(q, m_, d_ - 1 - i);
       bounds_[static_cast<size_t>(i + 1)] = e;
       if (i + 1 == d_) {
         const double objective = fold(Fold::empty(), s, i)[0];
@@ -340,13 +374,23 @@ Split best_split(const CostModel& model, const Candidate& c, double upper_bound_
   return with_fold(c.schedule, [&](auto fold) { return best_split_with<decltype(fold)>(model, c, upper_bound_ms); });
 }
 
+Split balanced_split(const CostModel& model, const Candidate& c) {
+  if (c.depth < 1 || c.depth > model.num_layers()) return {};
+  const int64_t static_cap = model.memory_limit_bytes() - model.constraints().reserve_bytes;
+  const auto pc = detail::prepare(model, c);
+  Split out = optimum_below<detail::TwoBwFold>(model, pc, greedy_bound(model, pc, static_cap, kInfinity, true));
+  if (!out.feasible()) return {};
+  out.step_ms = objective_of(model, pc, out.bounds);
+  return out;
+}
+
 bool for_each_split_within(const CostModel& model, const Candidate& c, double limit_ms, int64_t max_nodes,
                            const std::function<double(const Split&)>& visit) {
   if (c.depth < 1 || c.depth > model.num_layers()) return true;
   return with_fold(c.schedule, [&](auto fold) {
     using Fold = decltype(fold);
     Solved<Fold> solved;
-    solve<Fold>(model, c, limit_ms, solved);
+    solve<Fold>(model, detail::prepare(model, c), limit_ms, solved);
     if (!solved.tables) return true;
     return SplitWalk<Fold>(model, solved, limit_ms, max_nodes, visit).run();
   });
@@ -387,7 +431,7 @@ OverageSplit least_overage_split(const CostModel& model, const Candidate& c, int
   bound = std::min(bound, bound_bytes);
   // Every stage holds at least its static bytes and the reserve: that narrows the windows.
   const int64_t static_cap = saturating_add(model.memory_limit_bytes() - model.constraints().reserve_bytes, bound);
-  const auto w = make_windows(model, pc, kInfinity, static_cap, false);
+  const auto w = make_windows(model, pc, kInfinity, static_cap, false, true);
   if (!w) {
     out.over_bytes = INT64_MAX;
     return out;

@@ -48,6 +48,6 @@ PlanModel plan_model(const Profile& profile, const schemas::Plan& plan) {
   return pm;
 }
 
-int64_t default_sim_steps(Schedule s) { return s == Schedule::two_bw ? 4 : 3; }
+int64_t default_sim_steps(Schedule s) { return s == Schedule::two_bw ? 5 : 3; }
 
 }  // namespace pd2bw::planner

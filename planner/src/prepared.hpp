@@ -20,6 +20,7 @@ struct PreparedStage {
   // pairs the replicas use, as indices into them (-1 at an end). The slowest pair sets the stage's busy
   // time; the fastest level of each boundary its part in the fill and drain.
   std::vector<const double*> in_tables, out_tables;
+  std::vector<int64_t> in_levels, out_levels;  // the levels of those tables, in the same order
   std::vector<std::pair<int, int>> patterns;
 };
 

@@ -10,8 +10,7 @@ namespace {
 
 // The distinct levels in `levels`, as p2p tables, and each entry's index among them.
 std::vector<int> distinct_tables(const CostModel& model, int64_t bi, const std::vector<int64_t>& levels,
-                                 std::vector<const double*>& tables) {
-  std::vector<int64_t> seen;
+                                 std::vector<const double*>& tables, std::vector<int64_t>& seen) {
   std::vector<int> index;
   for (int64_t lv : levels) {
     auto it = std::find(seen.begin(), seen.end(), lv);
@@ -42,7 +41,7 @@ PreparedCandidate prepare(const CostModel& model, const Candidate& c) {
     if (c.width > 1) st.ar_level = model.allreduce_level(c, i);
     std::vector<int> out_index;
     if (i + 1 < c.depth)
-      out_index = distinct_tables(model, c.microbatch_index, model.boundary_levels(c, i), st.out_tables);
+      out_index = distinct_tables(model, c.microbatch_index, model.boundary_levels(c, i), st.out_tables, st.out_levels);
     for (int64_t r = 0; r < c.width; ++r) {
       const std::pair<int, int> p{i > 0 ? in_index[static_cast<size_t>(r)] : -1,
                                   i + 1 < c.depth ? out_index[static_cast<size_t>(r)] : -1};
@@ -51,6 +50,7 @@ PreparedCandidate prepare(const CostModel& model, const Candidate& c) {
     if (i + 1 < c.depth) {  // the next stage's input tables are this stage's output tables
       auto& next = pc.stages[static_cast<size_t>(i + 1)];
       next.in_tables = st.out_tables;
+      next.in_levels = st.out_levels;
       in_index = out_index;
     }
   }

@@ -31,8 +31,9 @@ constexpr double kRounding = 1e-9;
 int64_t replay_into(const CostModel& model, Evaluated& e) {
   std::vector<bool> recompute;
   for (const auto& st : e.stages) recompute.push_back(st.recompute);
-  const SimResult sim = simulate_steady(make_sim_input(model, e.candidate, e.split.bounds, recompute,
-                                                       default_sim_steps(e.candidate.schedule)));
+  const SimResult sim = simulate_steady(
+      make_sim_input(model, e.candidate, e.split.bounds, recompute, default_sim_steps(e.candidate.schedule)), false,
+      true);
   e.analytic_step_ms = e.split.step_ms;
   e.step_ms = sim.step_ms;
   e.bubble_fraction = sim.bubble_fraction;
@@ -105,7 +106,7 @@ std::vector<Evaluated> rank(const std::vector<std::optional<Evaluated>>& replaye
 }  // namespace
 
 void replay_search(const CostModel& model, SearchSpace& space, const std::vector<size_t>& finalists,
-                   const SearchOptions& options, SearchResult& result) {
+                   std::vector<Evaluated> representatives, const SearchOptions& options, SearchResult& result) {
   const auto& cands = space.candidates;
   std::vector<std::optional<Evaluated>> replayed(cands.size());
   auto replay_batch = [&](const std::vector<size_t>& batch) {
@@ -138,6 +139,10 @@ void replay_search(const CostModel& model, SearchSpace& space, const std::vector
     std::atomic<int64_t> evaluated{0};
     for_each_in_parallel(unknown.size(), options.threads, [&](size_t k) {
       const size_t idx = unknown[k];
+      if (space.ruled_out(idx, reach)) {  // no split can come this low: none is <= reach
+        space.known[idx] = {true, reach, Split{}};
+        return true;
+      }
       space.known[idx] = {true, reach, best_split(model, cands[idx], reach)};
       ++evaluated;
       return true;
@@ -155,8 +160,19 @@ void replay_search(const CostModel& model, SearchSpace& space, const std::vector
   const size_t keep = static_cast<size_t>(std::max<int64_t>(options.top_k, 0) + 1);
   result.ranked = rank(replayed, keep);
   if (result.ranked.empty()) return;
+  // Schedules still missing are shown by their representatives, replayed once, after the rest.
+  for_each_in_parallel(representatives.size(), options.threads, [&](size_t k) {
+    replay_into(model, representatives[k]);
+    return true;
+  });
+  for (auto& r : representatives)
+    if (std::none_of(result.ranked.begin(), result.ranked.end(),
+                     [&](const Evaluated& e) { return e.candidate.schedule == r.candidate.schedule; })) {
+      result.ranked.push_back(std::move(r));
+      ++result.replayed;
+    }
   const double win = result.ranked.front().step_ms;
-  for (const auto& r : replayed)
+  for (const auto& r : replayed)  // the representatives' candidates are among these when they could win
     if (r) result.proven_gap = std::max(result.proven_gap, win * (1.0 + r->proven_gap) / r->step_ms - 1.0);
 }
 

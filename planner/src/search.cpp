@@ -7,8 +7,10 @@
 #include <array>
 #include <atomic>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <utility>
 
 #include "parallel.hpp"
@@ -25,32 +27,30 @@ std::vector<Schedule> schedules_of(const Constraints& k) {
   return {Schedule::two_bw, Schedule::flush, Schedule::gpipe};
 }
 
-// The kept set: the best `keep` overall and the best of each schedule.
+// The kept set: the best `keep` overall, and of the other entries the best of each schedule.
 class Leaderboard {
  public:
   explicit Leaderboard(size_t keep) : keep_(keep) {}
 
-  // The step time a candidate of schedule s must not exceed to matter: to enter the kept `keep` or to
-  // beat its schedule's best. Both thresholds come from exact entries and from upper bounds (seeds) of
-  // other candidates; the two lists are kept apart so that no candidate is counted twice.
-  double bound(Schedule s) const {
-    const auto si = static_cast<size_t>(s);
-    const double overall = std::min(kth(entries_.size(), [&](size_t i) { return entries_[i].e.step_ms; }),
-                                    kth(seeds_.size(), [&](size_t i) { return seeds_[i]; }));
-    return std::max(overall, std::min(best_[si], seed_best_[si]));
+  // The objective a candidate must not exceed to enter the kept `keep`. The threshold comes from exact
+  // entries and from upper bounds (seeds) of other candidates; the two lists are kept apart so that no
+  // candidate is counted twice.
+  double bound() const {
+    return std::min(kth(entries_.size(), [&](size_t i) { return entries_[i].e.step_ms; }),
+                    kth(seeds_.size(), [&](size_t i) { return seeds_[i]; }));
   }
 
-  // Records that some candidate of schedule s has a split no slower than `upper_ms`.
-  void seed(Schedule s, double upper_ms) {
+  // Records that some candidate has a split no slower than `upper_ms`.
+  void seed(double upper_ms) {
     if (!(upper_ms < kInfinity)) return;
     seeds_.insert(std::upper_bound(seeds_.begin(), seeds_.end(), upper_ms), upper_ms);
-    auto& b = seed_best_[static_cast<size_t>(s)];
-    b = std::min(b, upper_ms);
+  }
+
+  bool has(Schedule s) const {
+    return std::any_of(entries_.begin(), entries_.end(), [&](const Entry& x) { return x.e.candidate.schedule == s; });
   }
 
   void add(Evaluated e, size_t index) {
-    auto& b = best_[static_cast<size_t>(e.candidate.schedule)];
-    b = std::min(b, e.step_ms);
     Entry entry{std::move(e), index};
     auto pos = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& x) {
       return detail::ranks_before(entry.e, entry.index, x.e, x.index);
@@ -83,8 +83,6 @@ class Leaderboard {
   size_t keep_;
   std::vector<Entry> entries_;
   std::vector<double> seeds_;  // ascending
-  std::array<double, 3> best_{kInfinity, kInfinity, kInfinity};
-  std::array<double, 3> seed_best_{kInfinity, kInfinity, kInfinity};
 };
 
 // Gives the leaderboard cheap upper bounds before any exact evaluation: greedy splits of the most
@@ -100,7 +98,7 @@ void seed_with_greedy(const CostModel& model, const std::vector<Candidate>& cand
     int& n = seeded[{static_cast<size_t>(c.schedule), c.width}];
     if (n < kPerGroup) {
       ++n;
-      board.seed(c.schedule, greedy_step_ms(model, c));
+      board.seed(greedy_step_ms(model, c));
     }
   }
 }
@@ -153,9 +151,40 @@ Evaluated evaluate_split(const CostModel& model, const Candidate& c, const Split
 
 namespace {
 
-// The search by the objective: fills `space` and returns the kept candidates' indices, best first.
-std::vector<size_t> search_objective(const CostModel& model, const SearchOptions& options,
-                                     detail::SearchSpace& space, SearchResult& result) {
+// A schedule with no candidate in the kept set is represented by its most promising candidates' (the
+// first kRepresentatives by lower bound) splits with the least busiest-stage time, the one with the least
+// objective, so that the plan can say what the schedule would cost without searching it exactly. Empty
+// when the schedule has a kept candidate or no feasible split was found.
+std::vector<Evaluated> representatives(const CostModel& model, const detail::SearchSpace& space,
+                                       const Leaderboard& board) {
+  constexpr int kRepresentatives = 3;
+  std::vector<Evaluated> out;
+  for (Schedule s : schedules_of(model.constraints())) {
+    if (board.has(s)) continue;
+    std::optional<Evaluated> best;
+    int tried = 0;
+    for (size_t idx : space.order) {
+      const auto& c = space.candidates[idx];
+      if (c.schedule != s) continue;
+      if (space.lower_bounds[idx] == kInfinity || tried == kRepresentatives) break;
+      ++tried;
+      const Split split = balanced_split(model, c);
+      if (!split.feasible()) continue;
+      Evaluated e = evaluate_split(model, c, split);
+      e.representative = true;
+      if (!best || e.step_ms < best->step_ms) best = std::move(e);
+    }
+    if (best) out.push_back(std::move(*best));
+  }
+  return out;
+}
+
+// The search by the objective: fills `space` and returns the kept candidates' indices, best first, and
+// the schedules' representatives.
+std::pair<std::vector<size_t>, std::vector<Evaluated>> search_objective(const CostModel& model,
+                                                                        const SearchOptions& options,
+                                                                        detail::SearchSpace& space,
+                                                                        SearchResult& result) {
   space.candidates = enumerate_candidates(model);
   const auto& candidates = space.candidates;
   result.candidates = static_cast<int64_t>(candidates.size());
@@ -168,6 +197,20 @@ std::vector<size_t> search_objective(const CostModel& model, const SearchOptions
   std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return lb[a] < lb[b]; });
   space.known.resize(candidates.size());
+  // Memoised as the interval of limits not yet decided; a candidate is tested by one worker at a time (the
+  // one evaluating it), so no lock is needed.
+  struct Decided {
+    double out_to = 0, in_from = kInfinity;  // ruled out at or below out_to, not at or above in_from
+  };
+  space.ruled_out = [&space, bounds = std::make_shared<StepLowerBound>(model),
+                     memo = std::make_shared<std::vector<Decided>>(candidates.size())](size_t idx, double limit) {
+    Decided& m = (*memo)[idx];
+    if (limit <= m.out_to) return true;
+    if (limit >= m.in_from) return false;
+    const bool out = bounds->rules_out(space.candidates[idx], limit);
+    (out ? m.out_to : m.in_from) = limit;
+    return out;
+  };
 
   const auto keep = static_cast<size_t>(std::max<int64_t>(options.top_k, 0) + 1);
   Leaderboard board(keep);
@@ -184,9 +227,9 @@ std::vector<size_t> search_objective(const CostModel& model, const SearchOptions
     double bound = 0.0;
     {
       const std::lock_guard<std::mutex> lock(board_mutex);
-      bound = board.bound(c.schedule);
+      bound = board.bound();
     }
-    if (lb[idx] > bound) return true;
+    if (lb[idx] > bound || space.ruled_out(idx, bound)) return true;
     ++evaluated;
     Split split = best_split(model, c, bound);
     space.known[idx] = {true, bound, split};  // each index is written by one worker only
@@ -197,7 +240,7 @@ std::vector<size_t> search_objective(const CostModel& model, const SearchOptions
     return true;
   });
   result.evaluated = evaluated;
-  return board.kept();
+  return {board.kept(), representatives(model, space, board)};
 }
 
 }  // namespace
@@ -205,7 +248,7 @@ std::vector<size_t> search_objective(const CostModel& model, const SearchOptions
 SearchResult objective_search(const CostModel& model, const SearchOptions& options) {
   SearchResult result;
   detail::SearchSpace space;
-  for (size_t idx : search_objective(model, options, space, result))
+  for (size_t idx : search_objective(model, options, space, result).first)
     result.ranked.push_back(evaluate_split(model, space.candidates[idx], space.known[idx].split));
   return result;
 }
@@ -213,8 +256,8 @@ SearchResult objective_search(const CostModel& model, const SearchOptions& optio
 SearchResult search(const CostModel& model, const SearchOptions& options) {
   SearchResult result;
   detail::SearchSpace space;
-  const auto finalists = search_objective(model, options, space, result);
-  detail::replay_search(model, space, finalists, options, result);
+  const auto [finalists, stand_ins] = search_objective(model, options, space, result);
+  detail::replay_search(model, space, finalists, stand_ins, options, result);
   return result;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "pd2bw/planner/search.hpp"
@@ -32,14 +33,18 @@ struct SearchSpace {
   std::vector<double> lower_bounds;
   std::vector<size_t> order;  // candidate indices by lower bound
   std::vector<BestKnown> known;
+  // Whether candidate idx has no split with an objective <= limit by StepLowerBound::rules_out;
+  // thread-safe for distinct candidates.
+  std::function<bool(size_t idx, double limit)> ruled_out;
 };
 
 // Replays `finalists` (candidate indices with computed splits), then every candidate whose objective
 // could still beat the best replay, each with its own search over splits (replay_candidate), and fills
-// result.ranked (best first, top_k + 1 and the best of each schedule), result.replayed and
+// result.ranked (best first: the top_k + 1, then the best of each other schedule replayed, then the
+// replayed `representatives` of schedules that have none; these never win), result.replayed and
 // result.proven_gap.
 void replay_search(const CostModel& model, SearchSpace& space, const std::vector<size_t>& finalists,
-                   const SearchOptions& options, SearchResult& result);
+                   std::vector<Evaluated> representatives, const SearchOptions& options, SearchResult& result);
 
 // The best replayed split of `c`, starting from `best` (its best split by the objective): replays it, and
 // then every split whose objective is below the best replay so far while a replay budget lasts (within

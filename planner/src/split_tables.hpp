@@ -66,7 +66,7 @@ class SplitTables {
             const Label* from = next->at(e);
             for (int64_t j = 0; j < next->count(e); ++j) {
               const State x = Fold::prepend(from[j].v, *s, m_);
-              if (Fold::floor(x, floor_a, m_) > bound) continue;
+              if (Fold::floor(x, floor_a, m_, static_cast<double>(i)) > bound) continue;
               insert(scratch, {x, static_cast<int32_t>(e), static_cast<int32_t>(j)}, next);
             }
           }

@@ -54,8 +54,11 @@ void for_each_candidate(const planner::CostModel& model, Visit&& visit) {
 
 // The objective of a split from its stages, by the README's formulas: with t = compute + p2p,
 // u = forward + backward + 2 in, cf = in + forward + out, cb = out + backward + in, h = allreduce + update:
-// 2bw max_i step_ms_i; flush max over i <= k of m t_k + sum_{i <= j < k} u_j + h_i; gpipe the largest of
-// the step_ms and, over i, sum_{j >= i} u_j + (m - 1) (max_{a >= i} cf_a + max_{c >= i} cb_c) + h_i.
+// 2bw max_i step_ms_i; flush max over i <= k of part_k + sum_{i <= j < k} u_j + h_i, where part_k is
+// the larger of m t_k and, unless k is the last stage, max(m cf_k + (1 + r) cb_k, (1 + r) cf_k + m cb_k)
+// + sum_{j > k} u_j - 2 out_k with r = max(0, m - 1 - w), w = min(d - k - 1, m), and when m >= w + 2
+// also 2 (cf_k + cb_k + sum_{j > k} u_j - 2 out_k) + (m - 2 - w) t_k; gpipe the largest of the step_ms
+// and, over i, sum_{j >= i} u_j + (m - 1) (max_{a >= i} cf_a + max_{c >= i} cb_c) + h_i.
 inline double reference_objective(const planner::Candidate& c, const std::vector<planner::StageCost>& st) {
   const auto d = st.size();
   const double m = static_cast<double>(c.microbatches);
@@ -67,22 +70,36 @@ inline double reference_objective(const planner::Candidate& c, const std::vector
   auto h = [&](size_t i) { return st[i].allreduce_ms + st[i].update_ms; };
   auto u = [&](size_t i) { return st[i].forward_ms + st[i].backward_ms + 2.0 * st[i].in_ms; };
   double best = lanes;
+  auto cf = [&](size_t i) { return st[i].in_ms + st[i].forward_ms + st[i].out_ms; };
+  auto cb = [&](size_t i) { return st[i].out_ms + st[i].backward_ms + st[i].in_ms; };
   if (c.schedule == schemas::Schedule::flush) {
-    for (size_t k = 0; k < d; ++k)
+    for (size_t k = 0; k < d; ++k) {
+      double part = m * (st[k].compute_ms + st[k].p2p_ms);
+      if (k + 1 < d) {
+        double below = 0;
+        for (size_t j = k + 1; j < d; ++j) below += u(j);
+        const double w = std::min(static_cast<double>(d - k - 1), m), r = std::max(0.0, m - 1.0 - w);
+        part = std::max(part, std::max(m * cf(k) + (1 + r) * cb(k), (1 + r) * cf(k) + m * cb(k)) + below -
+                                  2.0 * st[k].out_ms);
+        if (m >= w + 2)
+          part = std::max(part, 2.0 * (cf(k) + cb(k) + below - 2.0 * st[k].out_ms) +
+                                    (m - 2.0 - w) * (st[k].compute_ms + st[k].p2p_ms));
+      }
       for (size_t i = 0; i <= k; ++i) {
         double sum = 0;
         for (size_t j = i; j < k; ++j) sum += u(j);
-        best = std::max(best, m * (st[k].compute_ms + st[k].p2p_ms) + sum + h(i));
+        best = std::max(best, part + sum + h(i));
       }
+    }
   } else if (c.schedule == schemas::Schedule::gpipe) {
     for (size_t i = 0; i < d; ++i) {
-      double sum = 0, cf = 0, cb = 0;
+      double sum = 0, f = 0, b = 0;
       for (size_t j = i; j < d; ++j) {
         sum += u(j);
-        cf = std::max(cf, st[j].in_ms + st[j].forward_ms + st[j].out_ms);
-        cb = std::max(cb, st[j].out_ms + st[j].backward_ms + st[j].in_ms);
+        f = std::max(f, cf(j));
+        b = std::max(b, cb(j));
       }
-      best = std::max(best, sum + (m - 1.0) * (cf + cb) + h(i));
+      best = std::max(best, sum + (m - 1.0) * (f + b) + h(i));
     }
   }
   return best;

@@ -225,16 +225,22 @@ double reference_dp(const CostModel& model, const Candidate& c) {
   using State = std::array<double, 4>;
   const int64_t L = model.num_layers(), d = c.depth;
   const double m = static_cast<double>(c.microbatches), ninf = -kInfinity;
-  auto prepend = [&](const State& v, const StageCost& s) {
+  auto prepend = [&](const State& v, const StageCost& s, int64_t i) {
     const double t = s.compute_ms + s.p2p_ms, h = s.allreduce_ms + s.update_ms;
     const double u = s.forward_ms + s.backward_ms + 2.0 * s.in_ms;
-    if (c.schedule == Schedule::flush) {
-      const double p = std::max(m * t, u + v[1]);
-      return State{std::max(v[0], h + p), p, 0, 0};
+    const double cf = s.in_ms + s.forward_ms + s.out_ms, cb = s.out_ms + s.backward_ms + s.in_ms;
+    if (c.schedule == Schedule::flush) {  // v[2]: the u of the later stages
+      double part = m * t;
+      if (i + 1 < d) {
+        const double w = std::min(static_cast<double>(d - i - 1), m), r = std::max(0.0, m - 1.0 - w);
+        part = std::max(part, std::max(m * cf + (1 + r) * cb, (1 + r) * cf + m * cb) + v[2] - 2.0 * s.out_ms);
+        if (m >= w + 2) part = std::max(part, 2.0 * (cf + cb + v[2] - 2.0 * s.out_ms) + (m - 2.0 - w) * t);
+      }
+      const double p = std::max(part, u + v[1]);
+      return State{std::max(v[0], h + p), p, v[2] + u, 0};
     }
     if (c.schedule == Schedule::gpipe) {
-      const double uu = v[1] + u, f = std::max(v[2], s.in_ms + s.forward_ms + s.out_ms),
-                   b = std::max(v[3], s.out_ms + s.backward_ms + s.in_ms);
+      const double uu = v[1] + u, f = std::max(v[2], cf), b = std::max(v[3], cb);
       return State{std::max({v[0], s.step_ms, h + uu + (m - 1.0) * (f + b)}), uu, f, b};
     }
     return State{std::max(v[0], s.step_ms), 0, 0, 0};
@@ -246,7 +252,8 @@ double reference_dp(const CostModel& model, const Candidate& c) {
   };
   // states[a]: fold states of stages i..d-1 covering [a, L)
   std::vector<std::vector<State>> states(static_cast<size_t>(L + 1));
-  states[static_cast<size_t>(L)] = {State{ninf, c.schedule == Schedule::flush ? ninf : 0.0, ninf, ninf}};
+  states[static_cast<size_t>(L)] = {c.schedule == Schedule::flush ? State{ninf, ninf, 0.0, 0.0}
+                                                                   : State{ninf, 0.0, ninf, ninf}};
   for (int64_t i = d - 1; i >= 0; --i) {
     std::vector<std::vector<State>> next(static_cast<size_t>(L + 1));
     for (int64_t a = i; a < L; ++a)
@@ -255,7 +262,7 @@ double reference_dp(const CostModel& model, const Candidate& c) {
         const StageCost sc = model.stage_cost(c, i, a, e);
         if (!sc.feasible) continue;
         for (const auto& v : states[static_cast<size_t>(e)]) {
-          const State x = prepend(v, sc);
+          const State x = prepend(v, sc, i);
           auto& set = next[static_cast<size_t>(a)];
           if (dominated(x, set)) continue;
           std::erase_if(set, [&](const State& y) {

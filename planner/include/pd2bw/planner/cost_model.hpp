@@ -146,6 +146,10 @@ class CostModel {
   // simulator and the executor do (tabulated: the partitioner reads them in its innermost loop).
   const std::vector<int64_t>& input_bytes(int64_t bi) const { return input_bytes_[static_cast<size_t>(bi)]; }
   const std::vector<int64_t>& output_bytes(int64_t bi) const { return output_bytes_[static_cast<size_t>(bi)]; }
+  // The least of output_p2p_ms(bi, level) over the layers a boundary can follow (all but the last).
+  double least_boundary_p2p_ms(int64_t bi, int64_t level) const {
+    return least_boundary_p2p_[static_cast<size_t>(bi)][static_cast<size_t>(level)];
+  }
   const std::vector<double>& output_p2p_ms(int64_t bi, int64_t level) const {
     return output_p2p_[static_cast<size_t>(bi)][static_cast<size_t>(level)];
   }
@@ -214,6 +218,7 @@ class CostModel {
   std::vector<double> min_redo_share_;               // [microbatch index]
   std::vector<std::vector<int64_t>> input_bytes_, output_bytes_;        // [microbatch index][layer]
   std::vector<std::vector<std::vector<double>>> output_p2p_;  // [mb index][level][layer]
+  std::vector<std::vector<double>> least_boundary_p2p_;       // [mb index][level]
   std::array<std::vector<int64_t>, 2> layer_static_;  // static bytes per layer, [1 or 2 weight versions]
   // The layers that can attain plain_capacity_ms's maximum, [1 or 2 versions][mb index].
   std::array<std::vector<std::vector<size_t>>, 2> capacity_front_;

@@ -27,6 +27,11 @@ struct Split {
 // the bound is tight.
 Split best_split(const CostModel& model, const Candidate& c, double upper_bound_ms = kInfinity);
 
+// The split of `c` with the least busiest-stage time (the largest StageCost::step_ms; for 2bw that is
+// best_split), with step_ms its step_objective. Much cheaper than best_split for flush and gpipe, whose
+// objective keeps more than one number per partial split; infeasible when no split fits.
+Split balanced_split(const CostModel& model, const Candidate& c);
+
 // An upper bound on best_split's optimum from greedy splits (each stage as long as its busy time allows),
 // found by bisection on that time; infinity when the greedy finds no split. Much cheaper than best_split.
 double greedy_step_ms(const CostModel& model, const Candidate& c);

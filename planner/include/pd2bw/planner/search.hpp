@@ -23,12 +23,14 @@ struct Evaluated {
   bool steady = false;                  // the replay reached its steady state (SimResult::steady)
   double proven_gap = 0;                // no split of this candidate replays faster than
                                         // step_ms / (1 + proven_gap); 0: this split is the best
+  bool representative = false;          // stands for a schedule that was not searched exactly: the
+                                        // least-busiest-stage split of one of its most promising candidates
   bool simulated() const { return analytic_step_ms < kInfinity; }
 };
 
 struct SearchOptions {
-  int64_t top_k = 5;    // alternatives to keep besides the winner (the best of each other schedule is
-                        // always kept as well). Never changes the winner.
+  int64_t top_k = 5;    // alternatives to keep besides the winner (each other schedule is always
+                        // represented as well). Never changes the winner.
   int64_t threads = 0;  // workers evaluating candidates; 0 = one per hardware thread. The result does
                         // not depend on it (only the count of evaluated candidates may).
 };
@@ -61,9 +63,9 @@ Evaluated evaluate_split(const CostModel& model, const Candidate& c, const Split
 SearchResult search(const CostModel& model, const SearchOptions& options = {});
 
 // The first half of search(), alone: every candidate's best split by the objective, pruned by lower
-// bounds, without replays. ranked holds the top_k + 1 by objective and the best of each schedule (step_ms
-// = the objective); the winner has the least objective over all candidates and splits (ties: fewer
-// devices, then enumeration order). Exact; for tests and for explaining the search.
+// bounds, without replays. ranked holds the top_k + 1 by objective (step_ms = the objective), then the
+// best evaluated of each other schedule; the winner has the least objective over all candidates and
+// splits (ties: fewer devices, then enumeration order). Exact; for tests and for explaining the search.
 SearchResult objective_search(const CostModel& model, const SearchOptions& options = {});
 
 // When search() found nothing feasible: the candidate and split with the smallest largest per-stage

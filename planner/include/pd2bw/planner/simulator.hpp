@@ -65,9 +65,8 @@ struct SimResult {
   std::vector<double> step_end_ms;  // when the last rank finished each step's update
   double first_step_ms = 0;         // step_end_ms[0]
   double step_ms = 0;               // the measured step: see simulate()
-  double previous_step_ms = 0;      // the same for the step before it (0 when there is none)
-  bool steady = false;              // every rank's update interval equals step_ms, in the measured step and
-                                    // the one before it, within kSteadyTolerance
+  double previous_step_ms = 0;      // the same for the step before it
+  bool steady = false;              // step_ms is the steady step within kSteadyTolerance: see simulate()
   double window_begin_ms = 0, window_end_ms = 0;  // the measured step: between its update and the one before
   // Per stage, the breakdown below is the time of the measured step's own ops (in steady state each
   // step's ops take the same time on a rank); the rest of the step time is idle. The idle share of all
@@ -84,28 +83,31 @@ struct SimResult {
   int64_t simulated_ops = 0;        // ops replayed over all lanes (the work the replay took)
 };
 
-// A replay is steady when, in two consecutive steps, every rank updates this fraction or less away from
-// one step time after its previous update.
+// The relative tolerance of the steady test (simulate()).
 inline constexpr double kSteadyTolerance = 1e-6;
 // simulate_steady replays at most this many steps.
 inline constexpr int64_t kMaxSteadySteps = 64;
 
 // Replays the schedule for input.spec.steps steps. The measured step is the last for flush and gpipe and,
-// for 2bw, the one before it (the last 2bw step also drains the pipe); its time is the longest interval
-// between one rank's update in it and that rank's update in the step before (every rank does its whole
-// step's work in between, so no rank is faster), and `steady` says whether every rank took that long in
-// it and in the step before. The window below is the measured step's: between the last update of the
-// step before and its own.
+// for 2bw, the one before it (the last 2bw step also drains the pipe). A step's time is the longest time,
+// over the ops of every rank in it, from an op's end to the end of its counterpart one step later: the
+// replay is a max-plus linear system from step to step, so no later step is longer (for 2bw, whose
+// ranks' steps overlap, the step before the measured one counts too). `steady`: the measured step and
+// the one before it agree within kSteadyTolerance. The window below is the measured step's: between the
+// last update of the step before and its own.
 // keep_events records every op of every rank; otherwise replicas whose links are identical are replayed
 // once. Communication holds both ends (no overlap with compute): a send occupies the sender for the
 // transfer time; a receive occupies the receiver for the same time from when the sender started (or
 // from when the receiver gets there, if later). Throws Error if the op lists deadlock.
-SimResult simulate(const SimInput& input, bool keep_events = false);
+// With `measured_only` (and no events) each rank stops after its update of the measured step: the search
+// needs only the step time, and nothing of the measured step depends on what comes later (step_end_ms
+// after the measured step are then 0).
+SimResult simulate(const SimInput& input, bool keep_events = false, bool measured_only = false);
 
 // simulate() with input.spec.steps raised to default_sim_steps and then doubled until the replay is steady
-// (two consecutive steps agree on every rank, within kSteadyTolerance) or kMaxSteadySteps are replayed
-// (then `steady` is false and the last measured step stands). Predictions and `pd2bw simulate` use it.
-SimResult simulate_steady(SimInput input, bool keep_events = false);
+// or kMaxSteadySteps are replayed (then `steady` is false and the last measured step, an upper bound on
+// the steady one, stands). Predictions and `pd2bw simulate` use it.
+SimResult simulate_steady(SimInput input, bool keep_events = false, bool measured_only = false);
 
 // A plan resolved against its profile: a cost model with the plan's cluster, global batch, optimizer and
 // reserve, and the candidate, stage bounds (d + 1) and recompute flags (d) the plan describes.
@@ -119,8 +121,8 @@ struct PlanModel {
 // differ). The plan itself must already be consistent (parse_plan checks that).
 PlanModel plan_model(const Profile& profile, const schemas::Plan& plan);
 
-// The fewest steps whose measured step can be compared with the one before it: 4 for 2bw (the last one
-// drains the pipe), 3 otherwise.
+// The fewest steps whose measured step and the one before it can be compared with their predecessors,
+// past the first step's start-up: 5 for 2bw (its last step drains the pipe), 3 otherwise.
 int64_t default_sim_steps(Schedule s);
 
 }  // namespace pd2bw::planner
