@@ -163,7 +163,8 @@ double stage_floor_of(const CostModel& model, const Candidate& c, int64_t a, int
 }
 
 template <class Fold>
-void solve(const CostModel& model, const detail::PreparedCandidate& prepared, double bound, Solved<Fold>& out) {
+void solve(const CostModel& model, const detail::PreparedCandidate& prepared, double bound, Solved<Fold>& out,
+           int64_t max_work) {
   const Candidate& c = prepared.candidate;
   out.pc = prepared;
   const int64_t static_cap = model.memory_limit_bytes() - model.constraints().reserve_bytes;
@@ -183,7 +184,7 @@ void solve(const CostModel& model, const detail::PreparedCandidate& prepared, do
         return terms_of(q, m, c.depth - 1 - i);
       },
       [&](int64_t, int64_t a, int64_t e) { return stage_floor_of<Fold>(model, c, a, e); },
-      [&](int64_t a) { return cp[static_cast<size_t>(a)]; });
+      [&](int64_t a) { return cp[static_cast<size_t>(a)]; }, max_work);
 }
 
 // A feasible split found greedily (each stage as long as allowed) with every stage's busy time <= t, or
@@ -237,38 +238,47 @@ double objective_of(const CostModel& model, const detail::PreparedCandidate& pc,
   return step_objective(pc.candidate, stages);
 }
 
-// An upper bound on the optimum from greedy splits, by bisection on the busy-time threshold, never above
-// `known` (the DP's work grows with the gap between its bound and the optimum, and a greedy run is
-// cheap). Each greedy split found is priced with the full objective, or with its busiest stage when
-// `lanes_only` (an upper bound for the least busiest-stage time).
-double greedy_bound(const CostModel& model, const detail::PreparedCandidate& pc, int64_t static_cap, double known,
-                    bool lanes_only = false) {
+// The greedy split (greedy_split) at the least busy-time threshold that has one, by bisection on that
+// threshold, priced with the full objective, or with its busiest stage when `lanes_only`; infeasible when
+// no threshold up to `known` has one.
+Split greedy_of(const CostModel& model, const detail::PreparedCandidate& pc, int64_t static_cap, double known,
+                bool lanes_only = false) {
   const auto& cp = model.compute_prefix(pc.candidate.microbatch_index);
   const double m = static_cast<double>(pc.candidate.microbatches);
-  std::vector<int64_t> found;  // the greedy split at the least threshold that has one
+  Split out;
   auto attempt = [&](double t) {
     auto split = greedy_split(model, pc, t, static_cap);
     if (split.empty()) return false;
-    found = std::move(split);
+    out.bounds = std::move(split);
     return true;
   };
   double lo = m * cp.back() / static_cast<double>(pc.candidate.depth);
   double hi = lo;
   for (int doublings = 0; !attempt(hi); hi *= 2.0)
-    if (++doublings > 40 || hi > known) return known;
+    if (++doublings > 40 || hi > known) return {};
   for (int it = 0; it < 10 && hi - lo > 1e-3 * hi; ++it) {
     const double mid = 0.5 * (lo + hi);
     (attempt(mid) ? hi : lo) = mid;
   }
-  return std::min(known, lanes_only ? hi : objective_of(model, pc, found));
+  out.step_ms = lanes_only ? hi : objective_of(model, pc, out.bounds);
+  return out;
+}
+
+// An upper bound on the optimum from greedy_of, never above `known` (the DP's work grows with the gap
+// between its bound and the optimum, and a greedy run is cheap).
+double greedy_bound(const CostModel& model, const detail::PreparedCandidate& pc, int64_t static_cap, double known,
+                    bool lanes_only = false) {
+  return std::min(known, greedy_of(model, pc, static_cap, known, lanes_only).step_ms);
 }
 
 template <class Fold>
-Split optimum_below(const CostModel& model, const detail::PreparedCandidate& pc, double bound) {
+Split optimum_below(const CostModel& model, const detail::PreparedCandidate& pc, double bound,
+                    int64_t max_work = INT64_MAX) {
   Split out;
   Solved<Fold> solved;
-  solve<Fold>(model, pc, bound, solved);
+  solve<Fold>(model, pc, bound, solved, max_work);
   if (!solved.tables) return out;
+  out.exhausted = solved.tables->exhausted();
   const auto* best = solved.tables->best();
   if (!best) return out;
   out.bounds = solved.tables->bounds(best);
@@ -276,8 +286,10 @@ Split optimum_below(const CostModel& model, const detail::PreparedCandidate& pc,
   return out;
 }
 
+Split balanced_split_of(const CostModel& model, const detail::PreparedCandidate& pc, int64_t static_cap);
+
 template <class Fold>
-Split best_split_with(const CostModel& model, const Candidate& c, double upper_bound_ms) {
+Split best_split_with(const CostModel& model, const Candidate& c, double upper_bound_ms, int64_t max_work) {
   const int64_t static_cap = model.memory_limit_bytes() - model.constraints().reserve_bytes;
   // A greedy split's objective narrows the windows; when the greedy finds nothing (memory binds before
   // time does), the windows come from memory alone and the DP is still exact.
@@ -286,9 +298,24 @@ Split best_split_with(const CostModel& model, const Candidate& c, double upper_b
   if (upper_bound_ms < kInfinity &&
       !make_windows(model, pc, upper_bound_ms, static_cap, true, std::is_same_v<Fold, detail::TwoBwFold>))
     return {};
-  const double bound = greedy_bound(model, pc, static_cap, upper_bound_ms);
-  Split out = optimum_below<Fold>(model, pc, bound);
+  Split greedy = greedy_of(model, pc, static_cap, upper_bound_ms);
+  Split out = optimum_below<Fold>(model, pc, std::min(upper_bound_ms, greedy.step_ms), max_work);
+  if (out.exhausted) {  // the cheapest split at hand: the greedy one, else the balanced one
+    if (!greedy.feasible()) greedy = greedy_of(model, pc, static_cap, kInfinity);
+    out = greedy.feasible() ? std::move(greedy) : balanced_split_of(model, pc, static_cap);
+    out.exhausted = true;
+    return out;
+  }
   if (!(out.step_ms <= upper_bound_ms)) return {};
+  return out;
+}
+
+// The split with the least busiest stage (one number per partial split: no budget needed), priced by
+// the full objective; infeasible when none fits.
+Split balanced_split_of(const CostModel& model, const detail::PreparedCandidate& pc, int64_t static_cap) {
+  Split out = optimum_below<detail::TwoBwFold>(model, pc, greedy_bound(model, pc, static_cap, kInfinity, true));
+  if (!out.feasible()) return {};
+  out.step_ms = objective_of(model, pc, out.bounds);
   return out;
 }
 
@@ -369,19 +396,16 @@ double greedy_step_ms(const CostModel& model, const Candidate& c) {
   return greedy_bound(model, detail::prepare(model, c), static_cap, kInfinity);
 }
 
-Split best_split(const CostModel& model, const Candidate& c, double upper_bound_ms) {
+Split best_split(const CostModel& model, const Candidate& c, double upper_bound_ms, int64_t max_work) {
   if (c.depth < 1 || c.depth > model.num_layers()) return {};
-  return with_fold(c.schedule, [&](auto fold) { return best_split_with<decltype(fold)>(model, c, upper_bound_ms); });
+  return with_fold(c.schedule,
+                   [&](auto fold) { return best_split_with<decltype(fold)>(model, c, upper_bound_ms, max_work); });
 }
 
 Split balanced_split(const CostModel& model, const Candidate& c) {
   if (c.depth < 1 || c.depth > model.num_layers()) return {};
   const int64_t static_cap = model.memory_limit_bytes() - model.constraints().reserve_bytes;
-  const auto pc = detail::prepare(model, c);
-  Split out = optimum_below<detail::TwoBwFold>(model, pc, greedy_bound(model, pc, static_cap, kInfinity, true));
-  if (!out.feasible()) return {};
-  out.step_ms = objective_of(model, pc, out.bounds);
-  return out;
+  return balanced_split_of(model, detail::prepare(model, c), static_cap);
 }
 
 bool for_each_split_within(const CostModel& model, const Candidate& c, double limit_ms, int64_t max_nodes,
@@ -390,8 +414,9 @@ bool for_each_split_within(const CostModel& model, const Candidate& c, double li
   return with_fold(c.schedule, [&](auto fold) {
     using Fold = decltype(fold);
     Solved<Fold> solved;
-    solve<Fold>(model, detail::prepare(model, c), limit_ms, solved);
+    solve<Fold>(model, detail::prepare(model, c), limit_ms, solved, kSplitWork);
     if (!solved.tables) return true;
+    if (solved.tables->exhausted()) return false;
     return SplitWalk<Fold>(model, solved, limit_ms, max_nodes, visit).run();
   });
 }

@@ -65,20 +65,25 @@ bool replay_walk(const CostModel& model, const Candidate& c, Evaluated& win, std
 
 }  // namespace
 
-Evaluated replay_candidate(const CostModel& model, const Candidate& c, const Split& best, int64_t* replays) {
+Evaluated replay_candidate(const CostModel& model, const Candidate& c, const Split& best, double lower_ms,
+                           int64_t* replays) {
   Evaluated win = evaluate_split(model, c, best);
   const int64_t cost = replay_into(model, win);  // the others cost about as much
   ++*replays;
-  const double lower = best.step_ms;  // no split's objective, and so no split's replay, is below it
+  // No split's objective, and so no split's replay, is below the optimum, or below lower_ms when the
+  // optimum is not known.
+  const double lower = best.exhausted ? lower_ms : best.step_ms;
   if (win.step_ms <= lower * (1.0 + kRounding)) return win;
-  std::set<std::vector<int64_t>> seen{best.bounds};
-  auto below = [](double s) { return s * (1.0 + kRounding); };
-  if (cost * 64 <= kExactReplayOps && replay_walk(model, c, win, seen, kExactReplayOps, replays, below)) return win;
-  auto within = [](double s) { return s / (1.0 + kReplayTolerance); };
-  const bool close = win.step_ms <= lower * (1.0 + kReplayTolerance);
-  if (!close && replay_walk(model, c, win, seen, std::max(kToleranceReplayOps, 4 * cost), replays, within)) {
-    win.proven_gap = std::min(kReplayTolerance, win.step_ms / lower - 1.0);
-    return win;
+  if (!best.exhausted) {
+    std::set<std::vector<int64_t>> seen{best.bounds};
+    auto below = [](double s) { return s * (1.0 + kRounding); };
+    if (cost * 64 <= kExactReplayOps && replay_walk(model, c, win, seen, kExactReplayOps, replays, below)) return win;
+    auto within = [](double s) { return s / (1.0 + kReplayTolerance); };
+    const bool close = win.step_ms <= lower * (1.0 + kReplayTolerance);
+    if (!close && replay_walk(model, c, win, seen, std::max(kToleranceReplayOps, 4 * cost), replays, within)) {
+      win.proven_gap = std::min(kReplayTolerance, win.step_ms / lower - 1.0);
+      return win;
+    }
   }
   win.proven_gap = win.step_ms / lower - 1.0;
   return win;
@@ -114,7 +119,7 @@ void replay_search(const CostModel& model, SearchSpace& space, const std::vector
     std::vector<int64_t> counts(batch.size(), 0);
     for_each_in_parallel(batch.size(), options.threads, [&](size_t k) {
       const size_t idx = batch[k];
-      out[k] = replay_candidate(model, cands[idx], space.known[idx].split, &counts[k]);
+      out[k] = replay_candidate(model, cands[idx], space.known[idx].split, space.lower_bounds[idx], &counts[k]);
       return true;
     });
     for (size_t k = 0; k < batch.size(); ++k) {
@@ -124,32 +129,43 @@ void replay_search(const CostModel& model, SearchSpace& space, const std::vector
   };
   replay_batch(finalists);
   // Rounds: every candidate whose lower bound, and then whose best objective, does not pass the best
-  // replay so far is replayed; the best replay only falls, so this ends.
+  // replay so far is replayed; the best replay only falls, so this ends. A candidate whose dynamic program
+  // ran out of work is tried again whenever the best replay falls below the bound it was tried under (a
+  // smaller bound needs less work), so what is known of each candidate is what the last bound gives; its
+  // greedy split is replayed when its objective could still win.
+  double reach = kInfinity;
   while (true) {
     double best = kInfinity;
     for (const auto& r : replayed)
       if (r) best = std::min(best, r->step_ms);
+    reach = best * (1.0 + kRounding);
+    auto settled = [&](const BestKnown& k) {
+      if (!k.computed) return false;
+      if (k.split.exhausted) return k.bound <= reach;
+      return k.split.feasible() || k.bound >= reach;
+    };
     std::vector<size_t> unknown;
-    const double reach = best * (1.0 + kRounding);
-    for (size_t idx : space.order) {
+    for (size_t idx : space.searched()) {
       if (space.lower_bounds[idx] > reach) break;
       const auto& k = space.known[idx];
-      if (!replayed[idx] && !(k.computed && (k.split.feasible() || k.bound >= reach))) unknown.push_back(idx);
+      if (!settled(k) && (!replayed[idx] || k.split.exhausted)) unknown.push_back(idx);
     }
     std::atomic<int64_t> evaluated{0};
     for_each_in_parallel(unknown.size(), options.threads, [&](size_t k) {
       const size_t idx = unknown[k];
       if (space.ruled_out(idx, reach)) {  // no split can come this low: none is <= reach
         space.known[idx] = {true, reach, Split{}};
-        return true;
+      } else {
+        space.known[idx] = {true, reach, best_split(model, cands[idx], reach)};
+        ++evaluated;
       }
-      space.known[idx] = {true, reach, best_split(model, cands[idx], reach)};
-      ++evaluated;
+      const auto& now = space.known[idx].split;
+      if (replayed[idx] && (!now.exhausted || replayed[idx]->split.bounds != now.bounds)) replayed[idx].reset();
       return true;
     });
     result.evaluated += evaluated;
     std::vector<size_t> batch;
-    for (size_t idx : space.order) {
+    for (size_t idx : space.searched()) {
       if (space.lower_bounds[idx] > reach) break;
       const auto& k = space.known[idx];
       if (!replayed[idx] && k.computed && k.split.feasible() && k.split.step_ms <= reach) batch.push_back(idx);
@@ -174,6 +190,14 @@ void replay_search(const CostModel& model, SearchSpace& space, const std::vector
   const double win = result.ranked.front().step_ms;
   for (const auto& r : replayed)  // the representatives' candidates are among these when they could win
     if (r) result.proven_gap = std::max(result.proven_gap, win * (1.0 + r->proven_gap) / r->step_ms - 1.0);
+  for (const LeftOut* out : {&result.left_out, &result.unsearched})
+    if (out->floor_ms < win) result.proven_gap = std::max(result.proven_gap, win / out->floor_ms - 1.0);
+  for (size_t idx : space.searched()) {  // unfinished and not replayed: only the lower bound is known
+    if (space.lower_bounds[idx] > reach) break;
+    if (!space.known[idx].split.exhausted) continue;
+    ++result.unproven;
+    if (!replayed[idx]) result.proven_gap = std::max(result.proven_gap, win / space.lower_bounds[idx] - 1.0);
+  }
 }
 
 }  // namespace pd2bw::planner::detail

@@ -46,8 +46,10 @@ class Leaderboard {
     seeds_.insert(std::upper_bound(seeds_.begin(), seeds_.end(), upper_ms), upper_ms);
   }
 
+  // Whether schedule s has an entry among the kept ones.
   bool has(Schedule s) const {
-    return std::any_of(entries_.begin(), entries_.end(), [&](const Entry& x) { return x.e.candidate.schedule == s; });
+    const auto end = entries_.begin() + static_cast<std::ptrdiff_t>(std::min(keep_, entries_.size()));
+    return std::any_of(entries_.begin(), end, [&](const Entry& x) { return x.e.candidate.schedule == s; });
   }
 
   void add(Evaluated e, size_t index) {
@@ -58,15 +60,11 @@ class Leaderboard {
     entries_.insert(pos, std::move(entry));
   }
 
-  // The candidate indices of the entries in the top `keep` or best of their schedule, best first.
+  // The candidate indices of the top `keep` entries, best first. Only these are exact whatever the
+  // timing: an entry past them may have come in under a looser bound in one run and not in another.
   std::vector<size_t> kept() const {
     std::vector<size_t> out;
-    std::array<bool, 3> seen{false, false, false};
-    for (size_t i = 0; i < entries_.size(); ++i) {
-      auto s = static_cast<size_t>(entries_[i].e.candidate.schedule);
-      if (i < keep_ || !seen[s]) out.push_back(entries_[i].index);
-      seen[s] = true;
-    }
+    for (size_t i = 0; i < std::min(keep_, entries_.size()); ++i) out.push_back(entries_[i].index);
     return out;
   }
 
@@ -105,25 +103,61 @@ void seed_with_greedy(const CostModel& model, const std::vector<Candidate>& cand
 
 }  // namespace
 
-std::vector<Candidate> enumerate_candidates(const CostModel& model) {
+namespace {
+
+// The divisors of n in ascending order (O(sqrt n); n is at most kMaxGlobalBatch).
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> low, high;
+  for (int64_t q = 1; q * q <= n; ++q)
+    if (n % q == 0) {
+      low.push_back(q);
+      if (q != n / q) high.push_back(n / q);
+    }
+  low.insert(low.end(), high.rbegin(), high.rend());
+  return low;
+}
+
+}  // namespace
+
+std::vector<Candidate> enumerate_candidates(const CostModel& model, LeftOut* left_out) {
   const auto& k = model.constraints();
   const auto& sizes = model.profile().microbatch_sizes;
   const int64_t devices = model.cluster().total_devices();
   int64_t max_d = std::min(model.num_layers(), devices);
   if (k.max_depth > 0) max_d = std::min(max_d, k.max_depth);
+  if (left_out) *left_out = {};
+  std::vector<double> heaviest(sizes.size(), 0.0);  // fwd + bwd of the heaviest layer, per microbatch size
+  for (size_t bi = 0; bi < sizes.size(); ++bi) {
+    const auto& cp = model.compute_prefix(static_cast<int64_t>(bi));
+    for (size_t j = 0; j + 1 < cp.size(); ++j) heaviest[bi] = std::max(heaviest[bi], cp[j + 1] - cp[j]);
+  }
+  auto per_stage = [&](size_t bi, int64_t d) {
+    return model.compute_prefix(static_cast<int64_t>(bi)).back() / static_cast<double>(d);
+  };
   std::vector<Candidate> out;
   for (Schedule s : schedules_of(k)) {
     for (size_t bi = 0; bi < sizes.size(); ++bi) {
       const int64_t b = sizes[bi];
       if (k.microbatch && *k.microbatch != b) continue;
       if (k.global_batch % b != 0) continue;
+      // b * w divides the global batch: w runs over the divisors of global_batch / b, never over devices.
+      const auto widths = divisors(k.global_batch / b);
       for (int64_t d = 1; d <= max_d; ++d) {
         if (k.depth > 0 && d != k.depth) continue;
-        for (int64_t w = 1; w * d <= devices; ++w) {
+        for (int64_t w : widths) {
+          if (w > devices / d) break;
           if (k.width > 0 && w != k.width) continue;
-          if (k.global_batch % (b * w) != 0) continue;
           const int64_t m = k.global_batch / (b * w);
           if (m < pipeline::min_microbatches(s, d)) continue;
+          if (m > kMaxReplayedMicrobatches / d) {
+            if (left_out) {
+              left_out->count += w > 1 && d > 1 ? 2 : 1;
+              // Some stage runs m microbatches of at least the average compute, and of the heaviest layer.
+              const double floor = static_cast<double>(m) * std::max(heaviest[bi], per_stage(bi, d));
+              left_out->floor_ms = std::min(left_out->floor_ms, floor * (1.0 - 1e-9));
+            }
+            continue;
+          }
           Candidate c{s, static_cast<int64_t>(bi), b, w, d, m, Placement::replicas_inner};
           out.push_back(c);
           if (w > 1 && d > 1) {
@@ -163,7 +197,7 @@ std::vector<Evaluated> representatives(const CostModel& model, const detail::Sea
     if (board.has(s)) continue;
     std::optional<Evaluated> best;
     int tried = 0;
-    for (size_t idx : space.order) {
+    for (size_t idx : space.searched()) {
       const auto& c = space.candidates[idx];
       if (c.schedule != s) continue;
       if (space.lower_bounds[idx] == kInfinity || tried == kRepresentatives) break;
@@ -185,7 +219,7 @@ std::pair<std::vector<size_t>, std::vector<Evaluated>> search_objective(const Co
                                                                         const SearchOptions& options,
                                                                         detail::SearchSpace& space,
                                                                         SearchResult& result) {
-  space.candidates = enumerate_candidates(model);
+  space.candidates = enumerate_candidates(model, &result.left_out);
   const auto& candidates = space.candidates;
   result.candidates = static_cast<int64_t>(candidates.size());
   StepLowerBound lower_bound(model);
@@ -220,7 +254,12 @@ std::pair<std::vector<size_t>, std::vector<Evaluated>> search_objective(const Co
   // every pruning decision is exact, so the kept set does not depend on timing or worker count.
   std::mutex board_mutex;
   std::atomic<int64_t> evaluated{0};
-  detail::for_each_in_parallel(order.size(), options.threads, [&](size_t pos) {
+  // Past the first kMaxSearched by lower bound, candidates are only summed up (result.unsearched).
+  for (size_t pos = kMaxSearched; pos < order.size() && lb[order[pos]] < kInfinity; ++pos) {
+    ++result.unsearched.count;
+    result.unsearched.floor_ms = std::min(result.unsearched.floor_ms, lb[order[pos]]);
+  }
+  detail::for_each_in_parallel(space.searched().size(), options.threads, [&](size_t pos) {
     const size_t idx = order[pos];
     if (lb[idx] == kInfinity) return false;
     const auto& c = candidates[idx];

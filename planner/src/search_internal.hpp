@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <algorithm>
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "pd2bw/planner/search.hpp"
@@ -22,7 +24,8 @@ inline bool ranks_before(const Evaluated& a, size_t ia, const Evaluated& b, size
 // A candidate's best split by the objective, as far as it was computed.
 struct BestKnown {
   bool computed = false;
-  double bound = 0;  // computed under this upper bound: split is the exact optimum, or none is <= bound
+  double bound = 0;  // computed under this upper bound: split is the exact optimum, or none is <= bound,
+                     // or (split.exhausted) the dynamic program ran out of work under it
   Split split;
 };
 
@@ -31,11 +34,15 @@ struct BestKnown {
 struct SearchSpace {
   std::vector<Candidate> candidates;
   std::vector<double> lower_bounds;
-  std::vector<size_t> order;  // candidate indices by lower bound
+  std::vector<size_t> order;  // candidate indices by lower bound; only the first searched() are searched
   std::vector<BestKnown> known;
   // Whether candidate idx has no split with an objective <= limit by StepLowerBound::rules_out;
   // thread-safe for distinct candidates.
   std::function<bool(size_t idx, double limit)> ruled_out;
+  // The candidates searched: the first kMaxSearched of `order`.
+  std::span<const size_t> searched() const {
+    return std::span<const size_t>(order).first(std::min(order.size(), kMaxSearched));
+  }
 };
 
 // Replays `finalists` (candidate indices with computed splits), then every candidate whose objective
@@ -48,9 +55,11 @@ void replay_search(const CostModel& model, SearchSpace& space, const std::vector
 
 // The best replayed split of `c`, starting from `best` (its best split by the objective): replays it, and
 // then every split whose objective is below the best replay so far while a replay budget lasts (within
-// kReplayTolerance of it when the replays are large). Deterministic: it depends on nothing but its
-// arguments. `replays` counts the splits replayed.
-Evaluated replay_candidate(const CostModel& model, const Candidate& c, const Split& best, int64_t* replays);
+// kReplayTolerance of it when the replays are large). When `best` is exhausted (not the optimum) only it
+// is replayed, and its proven_gap is measured from lower_ms, a lower bound on every split of `c`.
+// Deterministic: it depends on nothing but its arguments. `replays` counts the splits replayed.
+Evaluated replay_candidate(const CostModel& model, const Candidate& c, const Split& best, double lower_ms,
+                           int64_t* replays);
 
 // Splits inside a candidate whose objective is within this fraction of the best replay are not replayed
 // once the exact search's budget is spent.

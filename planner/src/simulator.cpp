@@ -226,7 +226,7 @@ SimResult simulate_steady(SimInput input, bool keep_events, bool measured_only) 
   input.spec.steps = std::max(input.spec.steps, default_sim_steps(input.spec.kind));
   while (true) {
     SimResult r = simulate(input, keep_events, measured_only);
-    if (r.steady || input.spec.steps >= kMaxSteadySteps) return r;
+    if (r.steady || input.spec.steps >= kMaxSteadySteps || 2 * r.simulated_ops > kMaxSteadyOps) return r;
     input.spec.steps = std::min(2 * input.spec.steps, kMaxSteadySteps);
   }
 }

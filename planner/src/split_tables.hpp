@@ -1,7 +1,8 @@
 // The partitioner's dynamic program: for every stage i and start layer a, the non-dominated fold states
 // (objective.hpp) of the ways stages i..d-1 can cover layers [a, L), built from the last stage to the
 // first. Exact: a fold state that another beats in every entry can never lead to a better split, and
-// every other one is kept. Private to the planner (partition.cpp instantiates it).
+// every other one is kept, unless the work budget runs out first (then the tables say so and hold
+// nothing usable). Private to the planner (partition.cpp instantiates it).
 #pragma once
 
 #include <algorithm>
@@ -29,13 +30,18 @@ class SplitTables {
   // stage_floor(i, a, e) is a lower bound on any objective with that stage, non-decreasing in e;
   // fb(a) the least fwd + bwd layers [0, a) add. Fold states whose floor passes `bound` are dropped (with
   // a relative slack of 1e-9: floors add the same terms in another order, and rounding must not prune
-  // a state whose objective is the bound itself).
+  // a state whose objective is the bound itself). `max_work` caps the stages priced plus the states
+  // folded and compared; past it construction stops and exhausted() is true. The work done for a
+  // given bound never depends on anything else, and a smaller bound never needs more (a state it keeps
+  // is kept under any larger bound, and so is every state that dominates it).
   template <class Hi, class Price, class StageFloor, class Fb>
   SplitTables(int64_t layers, int64_t depth, double m, double bound, const std::vector<int64_t>& start_lo,
-              const std::vector<int64_t>& start_hi, Hi&& hi, Price&& price, StageFloor&& stage_floor, Fb&& fb)
+              const std::vector<int64_t>& start_hi, Hi&& hi, Price&& price, StageFloor&& stage_floor, Fb&& fb,
+              int64_t max_work = INT64_MAX)
       : L_(layers), d_(depth), m_(m), rows_(static_cast<size_t>(depth)) {
     bound += 1e-9 * std::abs(bound);
     std::vector<Label> scratch;
+    int64_t work = 0;
     for (int64_t i = d_ - 1; i >= 0; --i) {
       Row& row = rows_[static_cast<size_t>(i)];
       row.lo = start_lo[static_cast<size_t>(i)];
@@ -58,12 +64,17 @@ class SplitTables {
         for (int64_t e = e_first; e <= e_last; ++e) {
           if (stage_floor(i, a, e) > limit) break;
           if (next && next->count(e) == 0) continue;
+          if (++work > max_work) {
+            exhausted_ = true;
+            return;
+          }
           const std::optional<StageTerms> s = price(i, a, e);
           if (!s) continue;
           if (!next) {
             insert(scratch, {Fold::prepend(Fold::empty(), *s, m_), static_cast<int32_t>(e), -1}, nullptr);
           } else {
             const Label* from = next->at(e);
+            work += next->count(e) * static_cast<int64_t>(1 + scratch.size());
             for (int64_t j = 0; j < next->count(e); ++j) {
               const State x = Fold::prepend(from[j].v, *s, m_);
               if (Fold::floor(x, floor_a, m_, static_cast<double>(i)) > bound) continue;
@@ -79,9 +90,13 @@ class SplitTables {
     }
   }
 
+  // Whether the work budget ran out (then best() is nullptr and the tables must not be walked).
+  bool exhausted() const { return exhausted_; }
+
   // The best fold state of the whole split (stage 0 starting at layer 0), or nullptr when none is below
   // the bound. Ties (equal objectives) go to the lexicographically smallest state.
   const Label* best() const {
+    if (exhausted_) return nullptr;
     const Row& r = rows_.front();
     if (r.count(0) == 0) return nullptr;
     const Label* ls = r.at(0);
@@ -145,6 +160,7 @@ class SplitTables {
   int64_t L_, d_;
   double m_;
   std::vector<Row> rows_;
+  bool exhausted_ = false;
 };
 
 }  // namespace pd2bw::planner::detail

@@ -3,12 +3,20 @@
 // stage i's compute.
 //
 // Average: the objective is at least the largest stage busy time m (x + p2p) + allreduce + update, so
-// at least the average one: m (C + the cheapest transfers the placement allows) plus the allreduces at
+// at least the average one: m (C + forced recompute + the cheapest transfers the placement allows) plus the allreduces at
 // the fastest level the replicas can span, over d. Flush adds the drain and refill above the slowest
 // stage: the objective T is at least m x_k + x_0 + ... + x_{k-1} for every k, and d stages under that
 // can hold at most T (1 - (1 - 1/m)^d) in all (by induction, x_0 + ... + x_{k-1} <= T (1 - (1 - 1/m)^k)),
 // so T >= C / (1 - (1 - 1/m)^d). GPipe passes every layer once and one stage's (m - 1) more slots:
 // T >= C + (m - 1) max_i x_i >= C (m + d - 1) / d.
+//
+// Forced recompute (forced_redo.hpp): memory makes every split recompute at least `redo` ms per
+// microbatch; it adds to C in the average, in GPipe's fill and in flush's.
+//
+// Fill: flush's cycle through stage 0 (objective.hpp) passes every stage's forward and backward once, with
+// the forced recompute, crosses every boundary twice and ends in stage 0's allreduce and update; and some
+// stage k's part adds (m - 1) more of its forwards or of its backwards, at least (m - 1) max(F, B) / d of
+// the model's forwards F and backwards B: T >= h_0 + C + redo + 2 (d - 1) p + (m - 1) max(F, B) / d.
 //
 // Crowding: d stages over L layers put ceil(L / d) layers on some stage, so its busy time is at least m
 // times the least fwd + bwd of that many consecutive layers.
@@ -59,20 +67,24 @@ LinkLevels fastest_levels(const CostModel& model, const Candidate& c) {
 
 }  // namespace
 
-StepLowerBound::StepLowerBound(const CostModel& model) : model_(model) {
+StepLowerBound::StepLowerBound(const CostModel& model) : model_(model), forced_redo_(model) {
   const auto& p = model.profile();
   const size_t n = p.layers.size();
   cap_bytes_ = model.memory_limit_bytes() - model.constraints().reserve_bytes;
   for (size_t bi = 0; bi < p.microbatch_sizes.size(); ++bi) {
-    double big = 0.0;
+    double big = 0.0, fwd = 0.0, bwd = 0.0;
     int64_t small_out = INT64_MAX, small_in = INT64_MAX;
     for (size_t j = 0; j < n; ++j) {
       const auto& t = p.layers[j].per_microbatch[bi];
       big = std::max(big, t.fwd_ms + t.bwd_ms);
+      fwd += t.fwd_ms;
+      bwd += t.bwd_ms;
       if (j + 1 < n) small_out = std::min(small_out, t.output_bytes);
       if (j > 0) small_in = std::min(small_in, t.input_bytes);
     }
     max_layer_ms_.push_back(big);
+    total_fwd_ms_.push_back(fwd);
+    total_bwd_ms_.push_back(bwd);
     min_out_.push_back(n > 1 ? small_out : 0);
     min_in_.push_back(n > 1 ? small_in : 0);
   }
@@ -123,7 +135,17 @@ double StepLowerBound::capacity_sum(const Candidate& c, double x) {
   return clipped_prefix(two, bi, m - 1, low, x) + static_cast<double>(d - m + 1) * one(m);
 }
 
-double StepLowerBound::capacity_bound(const Candidate& c) {
+double StepLowerBound::fill_bound(const Candidate& c, double redo) const {
+  const auto bi = static_cast<size_t>(c.microbatch_index);
+  const double all = model_.compute_prefix(c.microbatch_index).back();
+  const double d = static_cast<double>(c.depth), m = static_cast<double>(c.microbatches);
+  const LinkLevels lvl = fastest_levels(model_, c);
+  const double p2p = c.depth > 1 ? model_.p2p_ms(min_out_[bi], lvl.boundary) : 0.0;
+  const double h0 = model_.allreduce_ms(first_grad_bytes_, c.width, lvl.replicas) + model_.update_prefix()[1];
+  return h0 + all + redo + 2.0 * (d - 1.0) * p2p + (m - 1.0) * std::max(total_fwd_ms_[bi], total_bwd_ms_[bi]) / d;
+}
+
+double StepLowerBound::capacity_bound(const Candidate& c, double redo) {
   const double total = model_.compute_prefix(c.microbatch_index).back();
   const double d = static_cast<double>(c.depth);
   double lo = total / d;  // no stage holds more than x, so x >= total / d
@@ -146,17 +168,18 @@ double StepLowerBound::capacity_bound(const Candidate& c) {
   const double lane = m * (lo + p2p) + allreduce;
   if (c.schedule != Schedule::gpipe) return lane;
   // GPipe's fill and drain passes every layer once, redoes the forward of whatever the stages cannot
-  // hold with m stashes each, and crosses every boundary twice.
+  // hold with m stashes each, crosses every boundary twice and ends in stage 0's allreduce and update.
   const auto policy = model_.constraints().recompute;
   const double plain = policy == RecomputePolicy::always
                            ? 0.0
                            : model_.plain_capacity_ms(c.schedule, c.microbatch_index, c.microbatches);
   const double redone = std::max(0.0, total - d * std::min(plain, total));
-  const double fill = total + model_.min_redo_share(c.microbatch_index) * redone + (d - 1.0) * p2p;
-  return std::max(lane, fill + (m - 1.0) * lo + allreduce);
+  const double fill = total + std::max(redo, model_.min_redo_share(c.microbatch_index) * redone) + (d - 1.0) * p2p;
+  const double h0 = model_.allreduce_ms(first_grad_bytes_, c.width, lvl.replicas) + model_.update_prefix()[1];
+  return std::max(lane, fill + (m - 1.0) * lo + h0);
 }
 
-double StepLowerBound::average_bound(const Candidate& c) const {
+double StepLowerBound::average_bound(const Candidate& c, double redo) const {
   const auto bi = static_cast<size_t>(c.microbatch_index);
   const double d = static_cast<double>(c.depth);
   const double m = static_cast<double>(c.microbatches);
@@ -165,7 +188,7 @@ double StepLowerBound::average_bound(const Candidate& c) const {
   double p2p = 0.0;
   if (c.depth > 1)
     p2p = (d - 1.0) * 4.0 * model_.p2p_ms(min_out_[bi], lvl.boundary);  // both ways, on both sides
-  double sum = m * (all + p2p) + model_.update_prefix().back();
+  double sum = m * (all + redo + p2p) + model_.update_prefix().back();
   if (c.width > 1) sum += model_.allreduce_sum_floor(total_grad_bytes_, c.depth, c.width, lvl.replicas);
   double bound = std::max(sum / d, m * max_layer_ms_[bi]);
   if (c.schedule == Schedule::flush) bound = std::max(bound, all / (1.0 - std::pow(1.0 - 1.0 / m, d)));
@@ -299,8 +322,10 @@ double StepLowerBound::operator()(const Candidate& c) {
   // Some stage holds at least ceil(L / d) layers, and so at least the least compute of that many in a row.
   const int64_t most = (model_.num_layers() + c.depth - 1) / c.depth;
   const double crowded = static_cast<double>(c.microbatches) * least_window_ms(static_cast<size_t>(c.microbatch_index), most);
+  const double redo = forced_redo_(c);
+  const double fill = c.schedule == Schedule::flush ? fill_bound(c, redo) : 0.0;
   // Scaled down so that rounding never lifts the bound above an exact cost.
-  return std::max({average_bound(c), capacity_bound(c), crowded}) * (1.0 - 1e-9);
+  return std::max({average_bound(c, redo), capacity_bound(c, redo), crowded, fill}) * (1.0 - 1e-9);
 }
 
 }  // namespace pd2bw::planner

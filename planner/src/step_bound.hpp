@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "forced_redo.hpp"
 #include "pd2bw/planner/cost_model.hpp"
 
 namespace pd2bw::planner {
@@ -45,10 +46,14 @@ class StepLowerBound {
     std::vector<int64_t> ar_level;
   };
   std::shared_ptr<const PlacementLevels> placement_levels(const Candidate& c) const;
-  // The bound from the average stage: all compute, the cheapest boundary transfers and allreduces.
-  double average_bound(const Candidate& c) const;
+  // The bound from the average stage: all compute with `redo` (ForcedRedo), the cheapest boundary
+  // transfers and allreduces.
+  double average_bound(const Candidate& c, double redo) const;
   // The bound from stage capacities: the least step time T at which d stages can hold all compute.
-  double capacity_bound(const Candidate& c);
+  double capacity_bound(const Candidate& c, double redo);
+  // Flush's cycle through every stage: all compute with the forced `redo`, every boundary twice, stage
+  // 0's allreduce and update, and (m - 1) more forwards or backwards of the busiest stage.
+  double fill_bound(const Candidate& c, double redo) const;
   // Sum over stages of the compute each can hold when its compute budget is x (ms per microbatch).
   double capacity_sum(const Candidate& c, double x);
   // The least fwd + bwd of k consecutive layers at microbatch index bi (memoised).
@@ -59,12 +64,14 @@ class StepLowerBound {
   const CostModel& model_;
   int64_t cap_bytes_ = 0;                       // device memory minus the reserve
   std::vector<double> max_layer_ms_;            // per microbatch index: largest fwd + bwd
+  std::vector<double> total_fwd_ms_, total_bwd_ms_;  // per microbatch index: all layers, no recompute
   std::vector<int64_t> min_out_, min_in_;       // per microbatch index: smallest boundary tensors
   std::array<int64_t, 3> max_layer_static_{};   // per schedule
   int64_t total_grad_bytes_ = 0, first_grad_bytes_ = 0;  // fp32 gradients of all layers / of layer 0
   // plain_capacity by f (index 0 unused) and its prefix sums, [versions][bi], grown on demand.
   std::array<std::vector<std::vector<double>>, 2> capacity_vals_, capacity_sums_;
   std::vector<std::vector<double>> least_window_;  // [bi][k], -1 until computed
+  ForcedRedo forced_redo_;
   mutable std::mutex levels_mutex_;
   mutable std::map<std::tuple<int64_t, int64_t, int>, std::shared_ptr<const PlacementLevels>> levels_;
 };

@@ -45,7 +45,8 @@ open('$TMP/zero.json', 'w').write(json.dumps(d))"
 expect_exit 2 "/levels/1/size" -- "$PD2BW" plan --cluster "$TMP/zero.json" -o "$TMP/x.json"
 expect_exit 2 "error:" -- "$PD2BW" plan --nodes 0 -o "$TMP/x.json"
 expect_exit 2 "error:" -- "$PD2BW" plan --gpus-per-node -8 -o "$TMP/x.json"
-expect_exit 2 "more than" -- "$PD2BW" plan --nodes 1000000000 --gpus-per-node 1000000000 -o "$TMP/x.json"
+expect_exit 2 "outside" -- "$PD2BW" plan --nodes 1000000000 --gpus-per-node 1000000000 -o "$TMP/x.json"
+expect_exit 2 "more than" -- "$PD2BW" plan --nodes 1048576 --gpus-per-node 1048576 -o "$TMP/x.json"
 expect_exit 2 "excludes|cannot be used" -- "$PD2BW" plan --cluster "$EX/cluster-8x8-h200.json" --nodes 2 -o "$TMP/x.json"
 
 # Impossible flags.

@@ -17,15 +17,22 @@ inline constexpr double kInfinity = std::numeric_limits<double>::infinity();
 struct Split {
   std::vector<int64_t> bounds;  // d + 1 entries: stage i holds layers [bounds[i], bounds[i+1])
   double step_ms = kInfinity;   // step_objective of the split; infinity when infeasible
+  bool exhausted = false;       // best_split ran out of work: a greedy or balanced split, not the optimum
   bool feasible() const { return step_ms < kInfinity; }
 };
 
-// The split of `c` minimising step_objective with every stage within memory. Exact. Only splits with
-// step_ms <= upper_bound_ms are looked for: when none exists the result is infeasible (step_ms =
-// infinity). Among equal step times the result is the same whatever the bound: at each stage the
-// canonical choice among equal partial states (earliest next boundary first). About O(layers^2) when
-// the bound is tight.
-Split best_split(const CostModel& model, const Candidate& c, double upper_bound_ms = kInfinity);
+// The work (stages priced plus partial splits folded and compared) best_split's dynamic program may do
+// for one candidate, about 0.1 s; flush and gpipe with many stages and few microbatches can need more.
+inline constexpr int64_t kSplitWork = int64_t{1} << 20;
+
+// The split of `c` minimising step_objective with every stage within memory. Exact unless the work
+// passes max_work: then the result is the split greedy_step_ms found (balanced_split's when it found
+// none), with exhausted set, whatever its step_ms and the bound. Only splits with step_ms <= upper_bound_ms are looked for: when none exists the result is
+// infeasible (step_ms = infinity). Among equal step times the result is the same whatever the bound: at
+// each stage the canonical choice among equal partial states (earliest next boundary first). About
+// O(layers^2) when the bound is tight; a smaller bound never needs more work.
+Split best_split(const CostModel& model, const Candidate& c, double upper_bound_ms = kInfinity,
+                 int64_t max_work = kSplitWork);
 
 // The split of `c` with the least busiest-stage time (the largest StageCost::step_ms; for 2bw that is
 // best_split), with step_ms its step_objective. Much cheaper than best_split for flush and gpipe, whose
@@ -38,8 +45,9 @@ double greedy_step_ms(const CostModel& model, const Candidate& c);
 
 // Calls visit(split) for every split of `c` with step_objective <= limit_ms, in lexicographic order of
 // the bounds (split.step_ms is its objective). visit returns the limit for the rest of the walk (a
-// smaller one prunes more; a negative one stops). The walk stops after `max_nodes` partial splits;
-// returns whether it visited every split below the limit.
+// smaller one prunes more; a negative one stops). The walk stops after `max_nodes` partial splits, or
+// before the first when its tables need more than kSplitWork; returns whether it visited every split
+// below the limit.
 bool for_each_split_within(const CostModel& model, const Candidate& c, double limit_ms, int64_t max_nodes,
                            const std::function<double(const Split&)>& visit);
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -35,21 +36,45 @@ struct SearchOptions {
                         // not depend on it (only the count of evaluated candidates may).
 };
 
+// Candidates enumerate_candidates left out for their size (see kMaxReplayedMicrobatches): how many, and
+// a lower bound on the objective (and so the replay) of every one of them.
+struct LeftOut {
+  int64_t count = 0;
+  double floor_ms = std::numeric_limits<double>::infinity();
+};
+
 struct SearchResult {
   std::vector<Evaluated> ranked;  // feasible and replayed, best first: the winner then the alternatives
   int64_t candidates = 0;         // points of the search space
+  LeftOut left_out;               // points left out: more than kMaxReplayedMicrobatches microbatch-stages
+  LeftOut unsearched;             // feasible-looking points past the first kMaxSearched by lower bound
   int64_t evaluated = 0;          // candidates whose best split was computed (the rest were pruned)
   int64_t replayed = 0;           // splits replayed in the simulator
+  int64_t unproven = 0;           // candidates that could still win whose best split was not found within
+                                  // kSplitWork (their balanced split was replayed; proven_gap counts them)
   double proven_gap = 0;          // no split of any candidate replays faster than the winner's step_ms /
-                                  // (1 + proven_gap); 0: the winner is the best of all
+                                  // (1 + proven_gap); 0: the winner is the best of all (left-out ones too)
   bool feasible() const { return !ranked.empty(); }
 };
+
+// A step's replay takes about m x d x 7 ops per distinct replica; candidates with more microbatch-stages
+// per step than this are left out of the search (SearchResult::left_out says how many and how fast they
+// could be at best), so that every plan it keeps can be replayed in seconds. They run so many
+// microbatches per stage that they hardly ever come close to the winner.
+inline constexpr int64_t kMaxReplayedMicrobatches = int64_t{1} << 22;
+
+// The search looks at most at this many candidates, the most promising by their lower bounds; the rest
+// are summed up in SearchResult::unsearched (and counted in its proven_gap). Only spaces where thousands
+// of candidates come within a few percent of each other reach it.
+inline constexpr size_t kMaxSearched = 2048;
 
 // Every valid candidate, in a fixed order: schedule (2bw, flush, gpipe), microbatch size (ascending),
 // depth (1..min(layers, devices, max_depth)), width (ascending, w * d <= devices and b * w dividing the
 // global batch), placement (replicas-inner, then stages-inner when both w > 1 and d > 1). 2bw needs
-// m >= d. Pinned constraints restrict the lists.
-std::vector<Candidate> enumerate_candidates(const CostModel& model);
+// m >= d, and m x d must not pass kMaxReplayedMicrobatches (those left out are summed up in *left_out).
+// Pinned constraints restrict the lists. Work: O(sqrt(global batch) + depths x widths), whatever the
+// device count.
+std::vector<Candidate> enumerate_candidates(const CostModel& model, LeftOut* left_out = nullptr);
 
 // Prices every stage of `split` for `c`; step_ms and split.step_ms are the split's objective.
 Evaluated evaluate_split(const CostModel& model, const Candidate& c, const Split& split);

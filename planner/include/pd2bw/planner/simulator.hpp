@@ -85,8 +85,9 @@ struct SimResult {
 
 // The relative tolerance of the steady test (simulate()).
 inline constexpr double kSteadyTolerance = 1e-6;
-// simulate_steady replays at most this many steps.
+// simulate_steady replays at most this many steps, and doubles no replay past this many ops.
 inline constexpr int64_t kMaxSteadySteps = 64;
+inline constexpr int64_t kMaxSteadyOps = int64_t{1} << 26;
 
 // Replays the schedule for input.spec.steps steps. The measured step is the last for flush and gpipe and,
 // for 2bw, the one before it (the last 2bw step also drains the pipe). A step's time is the longest time,
@@ -105,8 +106,8 @@ inline constexpr int64_t kMaxSteadySteps = 64;
 SimResult simulate(const SimInput& input, bool keep_events = false, bool measured_only = false);
 
 // simulate() with input.spec.steps raised to default_sim_steps and then doubled until the replay is steady
-// or kMaxSteadySteps are replayed (then `steady` is false and the last measured step, an upper bound on
-// the steady one, stands). Predictions and `pd2bw simulate` use it.
+// or kMaxSteadySteps (or kMaxSteadyOps) are reached; then `steady` is false and the last measured step,
+// an upper bound on the steady one, stands. Predictions and `pd2bw simulate` use it.
 SimResult simulate_steady(SimInput input, bool keep_events = false, bool measured_only = false);
 
 // A plan resolved against its profile: a cost model with the plan's cluster, global batch, optimizer and
