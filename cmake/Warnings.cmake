@@ -2,8 +2,11 @@
 add_library(pd2bw_warnings INTERFACE)
 target_compile_options(pd2bw_warnings INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion>)
+# CUDA sources: the host compiler's warnings on our code, and nvcc's own (device code) as errors.
+target_compile_options(pd2bw_warnings INTERFACE $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra>)
 if(PD2BW_WERROR)
-  target_compile_options(pd2bw_warnings INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
+  target_compile_options(pd2bw_warnings INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-Werror>
+                                                  $<$<COMPILE_LANGUAGE:CUDA>:--Werror=all-warnings>)
 endif()
 
 option(PD2BW_SANITIZE "Build with AddressSanitizer and UndefinedBehaviorSanitizer" OFF)

@@ -204,7 +204,7 @@ CheckpointManifest read_checkpoint_manifest(const std::string& dir) {
     throw UsageError(fmt::format("\"{}\" has no {}: it is not a complete checkpoint", dir, kManifestFileName),
                      "a save that was interrupted leaves no manifest; resume from an older checkpoint");
   }
-  return parse_manifest(detail::read_file_bytes(path, "checkpoint manifest"), path);
+  return parse_manifest(detail::read_file_bytes(path, "checkpoint manifest", schemas::kMaxDocumentBytes), path);
 }
 
 std::string stage_file_path(const std::string& dir, const CheckpointStage& stage) {

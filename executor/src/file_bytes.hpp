@@ -2,16 +2,20 @@
 // shared by the training-data loader, the safetensors reader/writer and the checkpoint manifest.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "pd2bw/schemas/files.hpp"
+
 namespace pd2bw::executor::detail {
 
-// All bytes of the file at `path` (may be empty). `what` says what the file is for ("training data",
-// "checkpoint") in messages. Throws UsageError naming the path when it is missing, a directory or
-// unreadable.
-std::string read_file_bytes(const std::string& path, std::string_view what);
+// All bytes of the file at `path` (may be empty), by schemas::read_input_file: a regular file of at most
+// `max_bytes`. `what` says what the file is for ("training data", "checkpoint") in messages. Throws
+// UsageError naming the path when it is missing, not a regular file, too large or unreadable.
+std::string read_file_bytes(const std::string& path, std::string_view what,
+                            int64_t max_bytes = schemas::kMaxDataBytes);
 
 // Replaces `path` with `bytes` through schemas::write_file_atomic (temporary sibling, fsync, rename,
 // directory fsync), so a crash or a full disk never leaves a half-written file under the final name.

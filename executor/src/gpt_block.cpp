@@ -34,7 +34,7 @@ int64_t block_layer(const GptConfig& config, int64_t block) {
 
 int64_t BlockStash::bytes() const {
   int64_t total = 0;
-  for (const Buffer* b : {&x, &ln1, &ln1_mean, &ln1_rstd, &qkv, &probs, &attn, &x1, &ln2, &ln2_mean, &ln2_rstd, &fc, &fc_act})
+  for (const Buffer* b : {&x, &ln1, &ln1_mean, &ln1_rstd, &qkv, &attn_stash, &attn, &x1, &ln2, &ln2_mean, &ln2_rstd, &fc, &fc_act})
     total += b->bytes();
   return total;
 }
@@ -60,13 +60,14 @@ void BlockLayer::forward(ConstView params, ConstView input, int64_t batch, int64
   for (Buffer* b : {&s.ln1, &s.attn, &s.x1, &s.ln2}) *b = be.alloc(compute_, n * c);
   for (Buffer* b : {&s.ln1_mean, &s.ln1_rstd, &s.ln2_mean, &s.ln2_rstd}) *b = be.alloc(acc, n);
   s.qkv = be.alloc(compute_, n * 3 * c);
-  s.probs = be.alloc(compute_, batch * cfg.heads * seq * seq);
+  const AttentionStash as = be.attention_stash(compute_, batch, seq, cfg.heads);
+  s.attn_stash = be.alloc(as.dtype, as.numel);
   s.fc = be.alloc(compute_, n * 4 * c);
   s.fc_act = be.alloc(compute_, n * 4 * c);
 
   be.layernorm_forward(input, p(kLn1W), p(kLn1B), s.ln1.view(), s.ln1_mean.view(), s.ln1_rstd.view(), n, c);
   be.linear_forward(s.ln1.view(), p(kAttnW), p(kAttnB), s.qkv.view(), n, c, 3 * c);
-  be.attention_forward(s.qkv.view(), s.attn.view(), s.probs.view(), batch, seq, c, cfg.heads);
+  be.attention_forward(s.qkv.view(), s.attn.view(), s.attn_stash.view(), batch, seq, c, cfg.heads);
   // The projections land in `output`, used as scratch before it receives the block's result.
   be.linear_forward(s.attn.view(), p(kProjW), p(kProjB), output, n, c, c);
   be.add(input, output, s.x1.view(), n * c);
@@ -106,7 +107,8 @@ void BlockLayer::backward(ConstView params, const BlockStash& s, ConstView grad_
 
   // Attention: x1 = x + c_proj(attn(c_attn(ln_1(x)))).
   be.linear_backward(dx1, s.attn.view(), p(kProjW), narrow.view(), g(kProjW), g(kProjB), n, c, c);
-  be.attention_backward(narrow.view(), s.qkv.view(), s.probs.view(), w3, s.batch, s.seq, c, cfg.heads);
+  be.attention_backward(narrow.view(), s.qkv.view(), s.attn.view(), s.attn_stash.view(), w3, s.batch, s.seq, c,
+                        cfg.heads);
   be.linear_backward(w3, s.ln1.view(), p(kAttnW), narrow.view(), g(kAttnW), g(kAttnB), n, c, 3 * c);
   be.layernorm_backward(narrow.view(), s.x.view(), p(kLn1W), s.ln1_mean.view(), s.ln1_rstd.view(), grad_input,
                         g(kLn1W), g(kLn1B), n, c);

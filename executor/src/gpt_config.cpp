@@ -23,6 +23,17 @@ void check_layer(const GptConfig& config, int64_t layer) {
   }
 }
 
+// Parameters of the whole model, times 64 bytes (double weights, versions, gradients and moments): every
+// tensor's element count and byte size is below this, so once it fits nothing derived overflows.
+void check_model_size(const GptConfig& g) {
+  const char* what = "the GPT's parameter count";
+  const int64_t c = g.d_model;
+  const int64_t block = checked_add(checked_mul(12, checked_mul(c, c, what), what), checked_mul(13, c, what), what);
+  const int64_t tables = checked_mul(checked_add(checked_mul(2, g.vocab, what), g.seq_len, what), c, what);
+  const int64_t all = checked_add(checked_mul(block, g.blocks, what), checked_add(tables, checked_mul(2, c, what), what), what);
+  (void)checked_mul(all, 64, "the GPT's parameter bytes (weights, gradients and moments in double)");
+}
+
 void push_block(ParamLayout& out, int64_t c, int64_t i) {
   const std::string p = fmt::format("h.{}.", i);
   push_tensor(out, p + "ln_1.weight", {c});
@@ -54,6 +65,8 @@ void GptConfig::validate() const {
   if (d_model % heads != 0) {
     throw UsageError(fmt::format("GPT config: d_model = {} is not divisible by heads = {}", d_model, heads));
   }
+  (void)layer_count();
+  check_model_size(*this);
 }
 
 GptLayerKind gpt_layer_kind(const GptConfig& config, int64_t layer) {

@@ -3,23 +3,24 @@
 
 #include <fmt/format.h>
 
+#include "pd2bw/checked.hpp"
 #include "pd2bw/error.hpp"
 
 namespace pd2bw::executor {
 
 int64_t TensorInfo::numel() const {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape) n = checked_mul(n, d, fmt::format("the element count of parameter {}", name));
   return n;
 }
 
 int64_t layout_numel(const ParamLayout& layout) {
-  return layout.empty() ? 0 : layout.back().offset + layout.back().numel();
+  return layout.empty() ? 0 : checked_add(layout.back().offset, layout.back().numel(), "a layout's element count");
 }
 
 int64_t append_layout(ParamLayout& dst, const ParamLayout& src) {
   const int64_t base = layout_numel(dst);
-  for (const TensorInfo& t : src) dst.push_back({t.name, base + t.offset, t.shape});
+  for (const TensorInfo& t : src) dst.push_back({t.name, checked_add(base, t.offset, "a stage's element count"), t.shape});
   return base;
 }
 

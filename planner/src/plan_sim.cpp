@@ -1,8 +1,11 @@
 // Simulating what the planner chose, from a Plan file (for `pd2bw simulate` and `pd2bw validate`).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "pd2bw/error.hpp"
 #include "pd2bw/planner/simulator.hpp"
@@ -11,12 +14,27 @@ namespace pd2bw::planner {
 
 namespace {
 
+// Names every model field on which the plan and the profile differ ("blocks 24 vs 26").
+std::string model_differences(const schemas::ModelDesc& plan, const schemas::ModelDesc& profile) {
+  std::vector<std::string> out;
+  const auto field = [&out](const char* name, const auto& a, const auto& b) {
+    if (a != b) out.push_back(fmt::format("{} {} in the plan, {} in the profile", name, a, b));
+  };
+  field("kind", plan.kind, profile.kind);
+  field("name", plan.name, profile.name);
+  field("blocks", plan.blocks, profile.blocks);
+  field("d_model", plan.d_model, profile.d_model);
+  field("heads", plan.heads, profile.heads);
+  field("seq_len", plan.seq_len, profile.seq_len);
+  field("vocab", plan.vocab, profile.vocab);
+  field("dtype", schemas::to_string(plan.dtype), schemas::to_string(profile.dtype));
+  return fmt::format("{}", fmt::join(out, "; "));
+}
+
 void check_plan_matches(const Profile& profile, const schemas::Plan& plan) {
-  const auto& a = profile.model;
-  const auto& b = plan.model;
-  if (a.kind != b.kind || a.name != b.name || a.blocks != b.blocks || a.d_model != b.d_model ||
-      a.heads != b.heads || a.seq_len != b.seq_len || a.vocab != b.vocab || a.dtype != b.dtype)
-    throw UsageError(fmt::format("the plan is for model '{}' but the profile describes '{}'", b.name, a.name),
+  const std::string diff = model_differences(plan.model, profile.model);
+  if (!diff.empty())
+    throw UsageError(fmt::format("the plan's model '{}' is not the profile's: {}", plan.model.name, diff),
                      "simulate with the profile the plan was made from");
   if (plan.num_layers != static_cast<int64_t>(profile.layers.size()))
     throw UsageError(fmt::format("the plan has {} layers but the profile has {}", plan.num_layers,

@@ -1,7 +1,10 @@
-// Times one GPT layer kind at one microbatch size on the CPU backend (float): forward, backward and
-// recompute, each into a fresh stash as the pipeline runtime does, and measures the stash in the backend's arena.
+// Times one GPT layer kind at one microbatch size on a backend (cpu or cuda) in its compute dtype:
+// forward, backward and recompute, each into a fresh stash as the pipeline runtime does, and measures
+// the stash and the parameters as growth of the backend arena's live bytes. Every buffer a layer
+// reads or writes lives in that arena; inputs and outputs are allocated before anything is measured.
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <random>
@@ -14,24 +17,16 @@
 namespace pd2bw::profiler::detail {
 namespace {
 
+using executor::Buffer;
+using executor::ConstView;
+using executor::DType;
 using executor::GptConfig;
 using executor::GptLayerKind;
+using executor::View;
 using Clock = std::chrono::steady_clock;
 
-// One layer with its inputs, outputs and gradient buffers allocated up front, so that a forward
-// allocates nothing but its stash. Each forward (and recompute) starts from an empty stash.
-class LayerBench {
- public:
-  virtual ~LayerBench() = default;
-  virtual void forward() = 0;    // into a fresh stash, kept for backward()
-  virtual void recompute() = 0;  // rebuilds the stash from the layer input (a fresh stash)
-  virtual void backward() = 0;   // from the stash of the last forward() or recompute()
-  virtual void drop_stash() = 0;
-  virtual int64_t stash_bytes() const = 0;  // Stash::bytes() of the live stash
-};
-
-std::vector<float> random_floats(std::mt19937_64& rng, int64_t n) {
-  std::normal_distribution<float> dist(0.0f, 1.0f);
+std::vector<float> random_floats(std::mt19937_64& rng, int64_t n, float scale = 1.0f) {
+  std::normal_distribution<float> dist(0.0f, scale);
   std::vector<float> v(static_cast<size_t>(n));
   for (float& x : v) x = dist(rng);
   return v;
@@ -44,142 +39,195 @@ std::vector<int32_t> random_tokens(std::mt19937_64& rng, int64_t n, int64_t voca
   return v;
 }
 
+// A buffer of `t` in the target's arena holding `values` (rounded to t through an fp32 staging buffer).
+Buffer upload(const Target& target, DType t, const std::vector<float>& values) {
+  auto& be = target.backend;
+  const auto n = static_cast<int64_t>(values.size());
+  Buffer staged = be.alloc(DType::f32, n);
+  be.from_host(values.data(), staged.view());
+  if (t == DType::f32) return staged;
+  Buffer out = be.alloc(t, n);
+  be.copy(staged.view(), out.view());
+  return out;
+}
+
+Buffer zeros(const Target& target, DType t, int64_t n) {
+  Buffer b = target.backend.alloc(t, n);
+  target.backend.fill_zero(b.view());
+  return b;
+}
+
+// One layer with its weights, inputs, outputs and gradient buffers allocated up front, so that a
+// forward allocates nothing but its stash (and its scratch, back in the arena when it returns).
+class LayerBench {
+ public:
+  virtual ~LayerBench() = default;
+  virtual void forward() = 0;    // into a fresh stash, kept for backward()
+  virtual void recompute() = 0;  // rebuilds the stash from the layer input (a fresh stash)
+  virtual void backward() = 0;   // from the stash of the last forward() or recompute()
+  virtual void drop_stash() = 0;
+  virtual int64_t stash_bytes() const = 0;  // Stash::bytes() of the live stash
+  int64_t param_bytes = 0;                  // growth of the arena when the weights were allocated
+};
+
+// Allocates the layer's weights (init_gpt_layer) in the compute dtype and records their bytes.
+Buffer layer_weights(const Target& target, const GptConfig& cfg, int64_t layer, uint64_t seed, int64_t* bytes) {
+  std::vector<float> init(static_cast<size_t>(executor::layout_numel(executor::gpt_layer_layout(cfg, layer))));
+  executor::init_gpt_layer<float>(cfg, layer, seed, std::span<float>(init));
+  const int64_t before = target.backend.memory().current_bytes;
+  Buffer w = target.backend.alloc(target.compute, static_cast<int64_t>(init.size()));
+  *bytes = target.backend.memory().current_bytes - before;
+  Buffer values = upload(target, target.compute, init);
+  target.backend.copy(values.view(), w.view());
+  return w;
+}
+
 class EmbeddingBench final : public LayerBench {
  public:
-  EmbeddingBench(const GptConfig& cfg, int64_t b, uint64_t seed, std::mt19937_64& rng)
-      : layer_(cfg, seed), b_(b), s_(cfg.seq_len), tokens_(random_tokens(rng, b * s_, cfg.vocab)),
-        out_(static_cast<size_t>(b * s_ * cfg.d_model)), grad_out_(random_floats(rng, b * s_ * cfg.d_model)) {}
+  EmbeddingBench(const Target& t, const GptConfig& cfg, int64_t b, uint64_t seed, std::mt19937_64& rng)
+      : layer_(cfg, t.backend, t.compute), b_(b), s_(cfg.seq_len), params_(layer_weights(t, cfg, 0, seed, &param_bytes)),
+        grads_(zeros(t, executor::accumulate_dtype(t.compute), params_.numel())), tokens_(t.backend.alloc(DType::i32, b * s_)),
+        out_(t.backend.alloc(t.compute, b * s_ * cfg.d_model)),
+        grad_out_(upload(t, t.compute, random_floats(rng, b * s_ * cfg.d_model))) {
+    const auto ids = random_tokens(rng, b * s_, cfg.vocab);
+    t.backend.from_host(ids.data(), tokens_.view());
+  }
   void forward() override {
     stash_.emplace();
-    layer_.forward(layer_.params().data(), tokens_.data(), b_, s_, *stash_, out_.data());
+    layer_.forward(params_.view(), tokens_.view(), b_, s_, *stash_, out_.view());
   }
   void recompute() override { forward(); }  // the embedding keeps only its tokens: recompute = forward
-  void backward() override { layer_.backward(*stash_, grad_out_.data(), layer_.grads().data()); }
+  void backward() override { layer_.backward(*stash_, grad_out_.view(), grads_.view()); }
   void drop_stash() override { stash_.reset(); }
   int64_t stash_bytes() const override { return stash_->bytes(); }
 
  private:
-  executor::GptEmbedding<float> layer_;
+  executor::EmbeddingLayer layer_;
   int64_t b_, s_;
-  std::vector<int32_t> tokens_;
-  std::vector<float> out_, grad_out_;
-  std::optional<executor::GptEmbedding<float>::Stash> stash_;
+  Buffer params_, grads_, tokens_, out_, grad_out_;
+  std::optional<executor::EmbeddingStash> stash_;
 };
 
 class BlockBench final : public LayerBench {
  public:
-  BlockBench(const GptConfig& cfg, int64_t b, uint64_t seed, std::mt19937_64& rng)
-      : layer_(cfg, 0, seed), b_(b), s_(cfg.seq_len), in_(random_floats(rng, b * s_ * cfg.d_model)),
-        out_(in_.size()), grad_out_(random_floats(rng, b * s_ * cfg.d_model)), grad_in_(in_.size()) {}
+  BlockBench(const Target& t, const GptConfig& cfg, int64_t b, uint64_t seed, std::mt19937_64& rng)
+      : layer_(cfg, 0, t.backend, t.compute), b_(b), s_(cfg.seq_len), params_(layer_weights(t, cfg, 1, seed, &param_bytes)),
+        grads_(zeros(t, executor::accumulate_dtype(t.compute), params_.numel())),
+        in_(upload(t, t.compute, random_floats(rng, b * s_ * cfg.d_model))), out_(t.backend.alloc(t.compute, in_.numel())),
+        grad_out_(upload(t, t.compute, random_floats(rng, b * s_ * cfg.d_model))),
+        grad_in_(t.backend.alloc(t.compute, in_.numel())) {}
   void forward() override {
     stash_.emplace();
-    layer_.forward(layer_.params().data(), in_.data(), b_, s_, *stash_, out_.data());
+    layer_.forward(params_.view(), in_.view(), b_, s_, *stash_, out_.view());
   }
   void recompute() override {
     stash_.emplace();
-    layer_.recompute(layer_.params().data(), in_.data(), b_, s_, *stash_);
+    layer_.recompute(params_.view(), in_.view(), b_, s_, *stash_);
   }
-  void backward() override {
-    layer_.backward(layer_.params().data(), *stash_, grad_out_.data(), grad_in_.data(), layer_.grads().data());
-  }
+  void backward() override { layer_.backward(params_.view(), *stash_, grad_out_.view(), grad_in_.view(), grads_.view()); }
   void drop_stash() override { stash_.reset(); }
   int64_t stash_bytes() const override { return stash_->bytes(); }
 
  private:
-  executor::GptBlock<float> layer_;
+  executor::BlockLayer layer_;
   int64_t b_, s_;
-  std::vector<float> in_, out_, grad_out_, grad_in_;
-  std::optional<executor::GptBlock<float>::Stash> stash_;
+  Buffer params_, grads_, in_, out_, grad_out_, grad_in_;
+  std::optional<executor::BlockStash> stash_;
 };
 
 // With tied embeddings the head reads the embedding's token table; it gets a (V, C) table of its own
 // here, as the head's stage keeps a copy when the two layers sit on different stages.
 class HeadBench final : public LayerBench {
  public:
-  HeadBench(const GptConfig& cfg, int64_t b, uint64_t seed, std::mt19937_64& rng)
-      : layer_(cfg, seed), b_(b), s_(cfg.seq_len), in_(random_floats(rng, b * s_ * cfg.d_model)),
-        targets_(random_tokens(rng, b * s_, cfg.vocab)), grad_in_(in_.size()) {
-    if (cfg.tie_embeddings) {
-      wte_ = random_floats(rng, cfg.vocab * cfg.d_model);
-      for (float& w : wte_) w *= 0.02f;  // GPT-2's initial scale, so the logits look like training's
-      dwte_.assign(wte_.size(), 0.0f);
-    }
+  HeadBench(const Target& t, const GptConfig& cfg, int64_t b, uint64_t seed, std::mt19937_64& rng)
+      : layer_(cfg, t.backend, t.compute), tied_(cfg.tie_embeddings), b_(b), s_(cfg.seq_len),
+        params_(layer_weights(t, cfg, cfg.blocks + 1, seed, &param_bytes)),
+        grads_(zeros(t, executor::accumulate_dtype(t.compute), params_.numel())),
+        in_(upload(t, t.compute, random_floats(rng, b * s_ * cfg.d_model))), targets_(t.backend.alloc(DType::i32, b * s_)),
+        grad_in_(t.backend.alloc(t.compute, in_.numel())) {
+    const auto ids = random_tokens(rng, b * s_, cfg.vocab);
+    t.backend.from_host(ids.data(), targets_.view());
+    loss_ = t.backend.alloc(DType::f64, 1);
+    if (!tied_) return;
+    const int64_t before = t.backend.memory().current_bytes;
+    wte_ = upload(t, t.compute, random_floats(rng, cfg.vocab * cfg.d_model, 0.02f));  // GPT-2's initial scale
+    param_bytes += t.backend.memory().current_bytes - before;                        // the head's copy
+    dwte_ = zeros(t, executor::accumulate_dtype(t.compute), cfg.vocab * cfg.d_model);
   }
   void forward() override {
     stash_.emplace();
-    (void)layer_.forward(layer_.params().data(), wte(), in_.data(), targets_.data(), b_, s_, *stash_);
+    layer_.forward(params_.view(), wte(), in_.view(), targets_.view(), b_, s_, *stash_, loss_.view());
   }
-  void recompute() override {
-    stash_.emplace();
-    (void)layer_.recompute(layer_.params().data(), wte(), in_.data(), targets_.data(), b_, s_, *stash_);
-  }
+  void recompute() override { forward(); }  // the head keeps nothing but what its forward computes
   void backward() override {
-    layer_.backward(layer_.params().data(), wte(), *stash_, 1.0, grad_in_.data(), layer_.grads().data(),
-                    dwte_.empty() ? nullptr : dwte_.data());
+    layer_.backward(params_.view(), wte(), *stash_, 1.0, grad_in_.view(), grads_.view(), tied_ ? dwte_.view() : View{});
   }
   void drop_stash() override { stash_.reset(); }
   int64_t stash_bytes() const override { return stash_->bytes(); }
 
  private:
-  const float* wte() const { return wte_.empty() ? nullptr : wte_.data(); }
-  executor::GptHead<float> layer_;
+  ConstView wte() const { return tied_ ? wte_.view() : ConstView{}; }
+  executor::HeadLayer layer_;
+  bool tied_;
   int64_t b_, s_;
-  std::vector<float> in_;
-  std::vector<int32_t> targets_;
-  std::vector<float> grad_in_, wte_, dwte_;
-  std::optional<executor::GptHead<float>::Stash> stash_;
+  Buffer params_, grads_, in_, targets_, grad_in_, loss_, wte_, dwte_;
+  std::optional<executor::HeadStash> stash_;
 };
 
-std::unique_ptr<LayerBench> make_bench(const GptConfig& cfg, GptLayerKind kind, int64_t b, uint64_t seed) {
+std::unique_ptr<LayerBench> make_bench(const Target& t, const GptConfig& cfg, GptLayerKind kind, int64_t b,
+                                       uint64_t seed) {
   std::mt19937_64 rng(seed ^ (static_cast<uint64_t>(b) << 32) ^ static_cast<uint64_t>(kind));
   switch (kind) {
-    case GptLayerKind::embedding: return std::make_unique<EmbeddingBench>(cfg, b, seed, rng);
-    case GptLayerKind::block: return std::make_unique<BlockBench>(cfg, b, seed, rng);
-    case GptLayerKind::head: return std::make_unique<HeadBench>(cfg, b, seed, rng);
+    case GptLayerKind::embedding: return std::make_unique<EmbeddingBench>(t, cfg, b, seed, rng);
+    case GptLayerKind::block: return std::make_unique<BlockBench>(t, cfg, b, seed, rng);
+    case GptLayerKind::head: return std::make_unique<HeadBench>(t, cfg, b, seed, rng);
   }
   throw Error("profiler: unknown layer kind");
 }
 
-// At least 1 ns, so that a coarse clock never yields the 0 ms the profile format rejects.
-template <typename F>
-double time_ms(F&& f) {
-  const auto t0 = Clock::now();
-  f();
-  return std::max(1e-6, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-}
-
-// Growth of the backend arena's live bytes across one forward with its stash still alive: inputs and
-// outputs live outside the arena and the forward's scratch is back in it when the forward returns, so
-// the growth is what the stash holds on the device.
-int64_t measured_stash_bytes(LayerBench& bench) {
+// Growth of the arena's live bytes across one forward with its stash still alive: everything else the
+// layer touches was allocated before, and the forward's scratch is back in the arena when it returns.
+int64_t measured_stash_bytes(const Target& t, LayerBench& bench) {
   bench.drop_stash();
-  const int64_t before = executor::default_backend().memory().current_bytes;
+  const int64_t before = t.backend.memory().current_bytes;
   bench.forward();
-  return executor::default_backend().memory().current_bytes - before;
+  return t.backend.memory().current_bytes - before;
 }
 
 }  // namespace
 
-LayerMeasurement measure_layer(const GptConfig& config, GptLayerKind kind, int64_t microbatch, int64_t warmup,
-                               int64_t iters, uint64_t seed) {
-  const std::unique_ptr<LayerBench> bench = make_bench(config, kind, microbatch, seed);
+double time_ms(const Target& target, const std::function<void()>& f) {
+  if (target.backend.host_visible()) {
+    const auto t0 = Clock::now();
+    f();
+    return std::max(1e-6, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  const executor::TimerMark t0 = target.backend.mark();
+  f();
+  return std::max(1e-6, target.backend.elapsed_ms(t0, target.backend.mark()));
+}
+
+LayerMeasurement measure_layer(const Target& target, const GptConfig& config, GptLayerKind kind, int64_t microbatch,
+                               int64_t warmup, int64_t iters, uint64_t seed) {
+  const std::unique_ptr<LayerBench> bench = make_bench(target, config, kind, microbatch, seed);
   for (int64_t i = 0; i < warmup; ++i) {
     bench->forward();
     bench->backward();
     bench->drop_stash();
   }
   LayerMeasurement m;
-  const int64_t measured = measured_stash_bytes(*bench);
+  m.param_bytes = bench->param_bytes;
+  const int64_t measured = measured_stash_bytes(target, *bench);
   m.timing.stash_bytes_computed = bench->stash_bytes();
   m.timing.stash_bytes = measured;
 
   std::vector<double> fwd, bwd, rec;
   for (int64_t i = 0; i < iters; ++i) {
     bench->drop_stash();
-    fwd.push_back(time_ms([&] { bench->forward(); }));
-    bwd.push_back(time_ms([&] { bench->backward(); }));
+    fwd.push_back(time_ms(target, [&] { bench->forward(); }));
+    bwd.push_back(time_ms(target, [&] { bench->backward(); }));
     bench->drop_stash();
-    rec.push_back(time_ms([&] { bench->recompute(); }));
+    rec.push_back(time_ms(target, [&] { bench->recompute(); }));
   }
   bench->drop_stash();
   const Spread f = summarize(fwd), g = summarize(bwd), r = summarize(rec);
@@ -192,23 +240,33 @@ LayerMeasurement measure_layer(const GptConfig& config, GptLayerKind kind, int64
   m.timing.bwd_ms_p90 = g.p90;
   m.timing.recompute_ms = r.median;
   const int64_t tokens = microbatch * config.seq_len;
-  const int64_t activation = tokens * config.d_model * static_cast<int64_t>(sizeof(float));
+  const int64_t activation = tokens * config.d_model * executor::dtype_bytes(target.compute);
   m.timing.input_bytes = kind == GptLayerKind::embedding ? tokens * static_cast<int64_t>(sizeof(int32_t)) : activation;
   m.timing.output_bytes = kind == GptLayerKind::head ? static_cast<int64_t>(sizeof(float)) : activation;
   return m;
 }
 
-double measure_update_ms(const executor::ParamLayout& layout, int64_t warmup, int64_t iters) {
-  const auto n = static_cast<size_t>(executor::layout_numel(layout));
-  std::vector<float> params(n, 0.01f), next(n), grads(n, 0.001f), m(n, 0.0f), v(n, 0.0f);
+// The runtime's update (stage_math.cpp): AdamW out of place over the weights; with bf16 compute in place
+// on the fp32 master followed by its cast into the new version's buffer; then the gradients zeroed.
+double measure_update_ms(const Target& target, const executor::ParamLayout& layout, int64_t warmup, int64_t iters) {
+  auto& be = target.backend;
+  const int64_t n = executor::layout_numel(layout);
+  const bool mixed = target.compute != DType::f32;
+  Buffer params = upload(target, DType::f32, std::vector<float>(static_cast<size_t>(n), 0.01f));
+  Buffer next = be.alloc(DType::f32, n), grads = upload(target, DType::f32, std::vector<float>(static_cast<size_t>(n), 0.001f));
+  Buffer m1 = zeros(target, DType::f32, n), m2 = zeros(target, DType::f32, n);
+  Buffer version = mixed ? be.alloc(target.compute, n) : Buffer{};
   const executor::AdamWConfig config;
   std::vector<double> samples;
   for (int64_t i = 0; i < warmup + iters; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    executor::adamw_step<float>(config, layout, 1e-3, i + 1, 1.0, params, grads, m, v, next);
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const double ms = time_ms(target, [&] {
+      be.adamw_step(config, layout, 1e-3, i + 1, 1.0, params.view(), grads.view(), m1.view(), m2.view(),
+                    mixed ? params.view() : next.view());
+      if (mixed) be.copy(params.view(), version.view());
+      be.fill_zero(grads.view());
+    });
     if (i >= warmup) samples.push_back(ms);
-    std::swap(params, next);
+    if (!mixed) std::swap(params, next);
   }
   return summarize(samples).median;
 }

@@ -1,7 +1,7 @@
-// Times the in-process links: point-to-point messages between two ranks and Comm::allreduce_sum<float> over
-// several, with the ranks as threads of this process (the executor's threads transport).
+// Times links: point-to-point round trips between two ranks and Comm::allreduce_sum<float> over a group.
+// The same measurements run on any Comm: on the threads transport (ranks are threads of this process)
+// or on the mpi transport between the processes of a job (process_links.cpp).
 #include <algorithm>
-#include <barrier>
 #include <chrono>
 #include <cstddef>
 #include <exception>
@@ -17,14 +17,15 @@ namespace pd2bw::profiler::detail {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int64_t kTag = 7;  // the only traffic of these throwaway jobs
+constexpr int64_t kTag = 7;  // the only point-to-point traffic of a link measurement
+constexpr int64_t kWarmup = 1;
 
 double ms_since(Clock::time_point t0) {
   return std::max(1e-6, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
 }
 
-// Runs body(rank, comm) on one thread per rank. If a rank throws, the job is aborted so that its peers
-// stop waiting, and the first failure is rethrown here once every thread has finished.
+// Runs body(comm) on one thread per rank of a threads job. If a rank throws, the job is aborted so that
+// its peers stop waiting, and the first failure is rethrown here once every thread has finished.
 template <typename Body>
 void run_ranks(int64_t ranks, Body body) {
   auto comms = executor::make_threads_comms(ranks);
@@ -35,7 +36,7 @@ void run_ranks(int64_t ranks, Body body) {
     threads.emplace_back([&, r] {
       executor::Comm& comm = *comms[static_cast<size_t>(r)];
       try {
-        body(r, comm);
+        body(comm);
       } catch (...) {
         {
           const std::lock_guard<std::mutex> lock(mutex);
@@ -51,57 +52,61 @@ void run_ranks(int64_t ranks, Body body) {
 
 }  // namespace
 
-double measure_p2p_ms(int64_t bytes, int64_t reps) {
+double p2p_ms_on(executor::Comm& comm, int64_t first, int64_t second, int64_t bytes, int64_t reps) {
+  std::vector<std::byte> buffer(static_cast<size_t>(bytes));
   std::vector<double> samples;
-  constexpr int64_t kWarmup = 1;
-  run_ranks(2, [&](int64_t rank, executor::Comm& comm) {
-    std::vector<std::byte> buffer(static_cast<size_t>(bytes));
-    for (int64_t i = 0; i < kWarmup + reps; ++i) {
-      if (rank == 1) {
-        comm.recv(0, kTag, std::span<std::byte>(buffer));
-        comm.send(0, kTag, std::span<const std::byte>(buffer));
-        continue;
-      }
-      const auto t0 = Clock::now();
-      comm.send(1, kTag, std::span<const std::byte>(buffer));
-      comm.recv(1, kTag, std::span<std::byte>(buffer));
-      if (i >= kWarmup) samples.push_back(ms_since(t0) / 2);  // rank 0 alone writes samples
+  for (int64_t i = 0; i < kWarmup + reps; ++i) {
+    if (comm.rank() == second) {
+      comm.recv(first, kTag, std::span<std::byte>(buffer));
+      comm.send(first, kTag, std::span<const std::byte>(buffer));
+      continue;
     }
-  });
+    const auto t0 = Clock::now();
+    comm.send(second, kTag, std::span<const std::byte>(buffer));
+    comm.recv(second, kTag, std::span<std::byte>(buffer));
+    if (i >= kWarmup) samples.push_back(ms_since(t0) / 2);
+  }
+  return comm.rank() == first ? summarize(samples).median : 0.0;
+}
+
+double allreduce_ms_on(executor::Comm& comm, const executor::Group& group, int64_t bytes, int64_t reps) {
+  const auto n = static_cast<size_t>(group.size());
+  const auto me = static_cast<size_t>(group.position());
+  // Zeros stay zeros however often they are summed, so repeated rounds never overflow.
+  std::vector<float> values(static_cast<size_t>(bytes) / sizeof(float), 0.0f);
+  std::vector<double> start(1), times(n);
+  std::vector<double> samples;
+  for (int64_t i = 0; i < kWarmup + reps; ++i) {
+    comm.allreduce_sum(group, std::span<double>(start));  // a common start: nobody leaves before all arrive
+    const auto t0 = Clock::now();
+    comm.allreduce_sum(group, std::span<float>(values));
+    std::fill(times.begin(), times.end(), 0.0);
+    times[me] = ms_since(t0);
+    comm.allreduce_sum(group, std::span<double>(times));  // x + 0 + ... + 0 == x: everyone's time, exactly
+    if (i >= kWarmup) samples.push_back(*std::max_element(times.begin(), times.end()));
+  }
   return summarize(samples).median;
 }
 
-double measure_allreduce_ms(int64_t bytes, int64_t ranks, int64_t reps) {
-  constexpr int64_t kWarmup = 1;
-  const int64_t rounds = kWarmup + reps;
-  // per_rank[round][rank]: each rank writes only its own slots.
-  std::vector<std::vector<double>> per_rank(static_cast<size_t>(rounds),
-                                           std::vector<double>(static_cast<size_t>(ranks)));
-  std::vector<int64_t> group(static_cast<size_t>(ranks));
-  for (int64_t r = 0; r < ranks; ++r) group[static_cast<size_t>(r)] = r;
-  std::barrier start(static_cast<std::ptrdiff_t>(ranks));
-  run_ranks(ranks, [&](int64_t rank, executor::Comm& comm) {
-    // Zeros stay zeros however often they are summed, so repeated rounds never overflow.
-    std::vector<float> values(static_cast<size_t>(bytes) / sizeof(float), 0.0f);
-    const executor::Group all = comm.group(group);
-    try {
-      for (int64_t i = 0; i < rounds; ++i) {
-        start.arrive_and_wait();
-        const auto t0 = Clock::now();
-        comm.allreduce_sum(all, std::span<float>(values));
-        per_rank[static_cast<size_t>(i)][static_cast<size_t>(rank)] = ms_since(t0);
-      }
-    } catch (...) {
-      start.arrive_and_drop();  // peers waiting at the barrier go on, meet the abort and stop too
-      throw;
-    }
+double measure_p2p_ms(int64_t bytes, int64_t reps) {
+  double ms = 0;
+  run_ranks(2, [&](executor::Comm& comm) {
+    const double v = p2p_ms_on(comm, 0, 1, bytes, reps);
+    if (comm.rank() == 0) ms = v;
   });
-  std::vector<double> samples;
-  for (int64_t i = kWarmup; i < rounds; ++i) {
-    const auto& round = per_rank[static_cast<size_t>(i)];
-    samples.push_back(*std::max_element(round.begin(), round.end()));
-  }
-  return summarize(samples).median;
+  return ms;
+}
+
+double measure_allreduce_ms(int64_t bytes, int64_t ranks, int64_t reps) {
+  std::vector<int64_t> members(static_cast<size_t>(ranks));
+  for (int64_t r = 0; r < ranks; ++r) members[static_cast<size_t>(r)] = r;
+  double ms = 0;
+  run_ranks(ranks, [&](executor::Comm& comm) {
+    const executor::Group all = comm.group(members);
+    const double v = allreduce_ms_on(comm, all, bytes, reps);
+    if (comm.rank() == 0) ms = v;
+  });
+  return ms;
 }
 
 }  // namespace pd2bw::profiler::detail

@@ -6,9 +6,11 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "measure.hpp"
 #include "pd2bw/error.hpp"
+#include "pd2bw/executor/device.hpp"
 #include "pd2bw/profiler/profiler.hpp"
 #include "pd2bw/schemas/common.hpp"
 
@@ -27,15 +29,16 @@ void require_positive(int64_t value, const char* flag) {
 }
 
 void validate_device(const ProfileOptions& o) {
-  if (o.device == "cuda")
-    throw UsageError("the CUDA backend is not built yet; profile with --device cpu",
-                     "this build times the executor's CPU layers (float) only");
-  if (o.device != "cpu") throw UsageError(fmt::format("--device must be cpu or cuda, got '{}'", o.device));
-  if (o.dtype == "bf16" || o.dtype == "fp16")
-    throw UsageError(fmt::format("--dtype {} is not supported on the CPU; the CPU backend computes in fp32",
-                                 o.dtype),
-                     "profile with --dtype fp32");
-  if (o.dtype != "fp32") throw UsageError(fmt::format("--dtype must be fp32 or bf16, got '{}'", o.dtype));
+  if (o.device != "cpu" && o.device != "cuda")
+    throw UsageError(fmt::format("--device must be cpu or cuda, got '{}'", o.device));
+  std::string why;
+  if (o.device == "cuda" && !executor::backend_available("cuda", &why))
+    throw UsageError(why, "profile on a machine with an NVIDIA GPU, or with --device cpu");
+  if (o.device == "cpu" && (o.dtype == "bf16" || o.dtype == "fp16"))
+    throw UsageError(fmt::format("--dtype {} is not supported on the CPU; the CPU profile measures fp32", o.dtype),
+                     "profile with --dtype fp32, or bf16 with --device cuda");
+  if (o.dtype != "fp32" && o.dtype != "bf16")
+    throw UsageError(fmt::format("--dtype must be fp32 or bf16, got '{}'", o.dtype));
 }
 
 void validate_links(const ProfileOptions& o) {
@@ -64,6 +67,22 @@ std::string model_name(const ProfileOptions& o) {
       o.vocab == tiny.vocab && !o.tie_embeddings)
     return "gpt-tiny";  // the model of schemas/examples/gpt-tiny.profile.json
   return fmt::format("gpt-L{}-C{}", o.blocks, o.d_model);
+}
+
+// The GPU the profile ran on, with its copy bandwidths (256 MiB, median of 5).
+schemas::DeviceDesc gpu_device() {
+  const executor::DeviceInfo info = executor::device_info("cuda");
+  const executor::CopyBandwidth copies = executor::measure_copy_bandwidth("cuda", int64_t{256} << 20, 5);
+  schemas::DeviceDesc d;
+  d.name = info.name;
+  d.memory_bytes = info.memory_bytes;
+  d.driver_version = info.driver_version;
+  d.cuda_version = info.runtime_version;
+  d.compute_capability = info.compute_capability;
+  d.multiprocessors = info.multiprocessors;
+  d.device_copy_gbps = copies.device_to_device_gbps;
+  d.host_to_device_gbps = copies.host_to_device_gbps;
+  return d;
 }
 
 int64_t physical_memory_bytes() {
@@ -95,6 +114,7 @@ struct LayerPart {
   std::string notes;
 };
 
+// param_bytes comes from the arena when the layer is measured.
 schemas::LayerProfile kind_profile(const GptConfig& cfg, int64_t layer) {
   schemas::LayerProfile p;
   p.name = executor::gpt_layer_name(cfg, layer);
@@ -104,13 +124,13 @@ schemas::LayerProfile kind_profile(const GptConfig& cfg, int64_t layer) {
   // A tied head keeps its own copy of the token table when it sits apart from the embedding; the
   // format asks for that copy in the head's parameters.
   if (kind == GptLayerKind::head && cfg.tie_embeddings) numel += cfg.vocab * cfg.d_model;
-  p.param_bytes = numel * static_cast<int64_t>(sizeof(float));
   p.optimizer_bytes = numel * static_cast<int64_t>(sizeof(float)) * 2;  // AdamW's two fp32 moments
   return p;
 }
 
 // Times layers 0 (embedding), 1 (the first block) and the head, then lists every layer.
-LayerPart measure_layers(const ProfileOptions& o, const GptConfig& cfg, Progress& progress) {
+LayerPart measure_layers(const ProfileOptions& o, const detail::Target& target, const GptConfig& cfg,
+                         Progress& progress) {
   const int64_t distinct[] = {0, 1, cfg.layer_count() - 1};
   std::vector<schemas::LayerProfile> measured;
   std::string notes;
@@ -119,7 +139,8 @@ LayerPart measure_layers(const ProfileOptions& o, const GptConfig& cfg, Progress
     for (const int64_t b : o.microbatches) {
       progress.step(fmt::format("{} b={}", p.kind, b));
       const detail::LayerMeasurement m =
-          detail::measure_layer(cfg, executor::gpt_layer_kind(cfg, layer), b, o.warmup, o.iters, o.seed);
+          detail::measure_layer(target, cfg, executor::gpt_layer_kind(cfg, layer), b, o.warmup, o.iters, o.seed);
+      p.param_bytes = m.param_bytes;
       const auto measured_bytes = static_cast<double>(m.timing.stash_bytes);
       const auto computed_bytes = static_cast<double>(m.timing.stash_bytes_computed);
       if (std::abs(measured_bytes - computed_bytes) > 0.1 * computed_bytes)
@@ -129,7 +150,7 @@ LayerPart measure_layers(const ProfileOptions& o, const GptConfig& cfg, Progress
       p.per_microbatch.push_back(m.timing);
     }
     progress.step(fmt::format("{} optimizer step", p.kind));
-    p.update_ms = detail::measure_update_ms(executor::gpt_layer_layout(cfg, layer), o.warmup, o.iters);
+    p.update_ms = detail::measure_update_ms(target, executor::gpt_layer_layout(cfg, layer), o.warmup, o.iters);
     measured.push_back(std::move(p));
   }
   LayerPart part;
@@ -143,27 +164,43 @@ LayerPart measure_layers(const ProfileOptions& o, const GptConfig& cfg, Progress
   return part;
 }
 
+// Host buffers between threads on the cpu; device buffers between threads on one GPU with cuda.
 schemas::LinkLevel measure_links(const ProfileOptions& o, Progress& progress) {
   schemas::LinkLevel level;
   level.level = "node";
   level.allreduce_ranks = o.link_ranks;
+  const bool gpu = o.device == "cuda";
   // Small messages are cheap and noisy, so they get more round trips.
   const auto reps = [&](int64_t bytes) { return bytes < (int64_t{1} << 20) ? 4 * o.iters : o.iters; };
   for (const int64_t bytes : link_message_sizes(o)) {
     progress.step(fmt::format("p2p {}", schemas::format_bytes(bytes)));
-    level.p2p_curve.push_back({bytes, detail::measure_p2p_ms(bytes, reps(bytes))});
+    const double ms = gpu ? detail::measure_device_p2p_ms(o.device, bytes, reps(bytes)) : detail::measure_p2p_ms(bytes, reps(bytes));
+    level.p2p_curve.push_back({bytes, ms});
   }
   for (const int64_t bytes : link_message_sizes(o)) {
     progress.step(fmt::format("allreduce {}", schemas::format_bytes(bytes)));
-    level.allreduce_curve.push_back({bytes, detail::measure_allreduce_ms(bytes, o.link_ranks, reps(bytes))});
+    const double ms = gpu ? detail::measure_device_allreduce_ms(o.device, bytes, o.link_ranks, reps(bytes))
+                          : detail::measure_allreduce_ms(bytes, o.link_ranks, reps(bytes));
+    level.allreduce_curve.push_back({bytes, ms});
   }
-  const schemas::LinkPoint& p2p_large = level.p2p_curve.back();
-  const schemas::LinkPoint& ar_large = level.allreduce_curve.back();
-  const auto r = static_cast<double>(o.link_ranks);
-  level.p2p_gbps = static_cast<double>(p2p_large.bytes) / (p2p_large.ms * 1e-3) / 1e9;
-  level.p2p_latency_ms = level.p2p_curve.front().ms;
-  level.allreduce_busbw_gbps = 2 * (r - 1) / r * static_cast<double>(ar_large.bytes) / (ar_large.ms * 1e-3) / 1e9;
+  detail::derive_link_scalars(level);
   return level;
+}
+
+std::string cuda_notes(const ProfileOptions& o, const schemas::DeviceDesc& d) {
+  return fmt::format(
+      "Measured by pd2bw profile on the cuda backend ({}, {} SMs, compute capability {}, driver {}, CUDA runtime {}) "
+      "in {}. Each distinct layer (embedding, one block, head) was timed once per microbatch size with CUDA events on "
+      "the backend's stream: {} warm-up forward+backward pairs, then {} timed forwards, backwards and recomputes, "
+      "each forward into a fresh stash as the runtime does; fwd_ms/bwd_ms are medians (with min and p90). All {} "
+      "blocks are the same layer, so block.0..block.{} copy the one measured block. stash_bytes and param_bytes are "
+      "the growth of the device arena's live bytes; update_ms is the runtime's update (fused AdamW, with bf16 the "
+      "master's cast, the gradients zeroed). Links (level node): {} ranks as threads of one process sharing the GPU, "
+      "device buffers moved by the threads transport (a device-to-device copy in and one out, ordered by events); "
+      "allreduce sums through host memory in rank order. device_copy_gbps: cudaMemcpy device to device of 256 MiB; "
+      "host_to_device_gbps: from page-locked memory.",
+      d.name, d.multiprocessors, d.compute_capability, d.driver_version, d.cuda_version, o.dtype, o.warmup, o.iters,
+      o.blocks, o.blocks - 1, o.link_ranks);
 }
 
 std::string method_notes(const ProfileOptions& o) {
@@ -183,7 +220,62 @@ std::string method_notes(const ProfileOptions& o) {
       o.warmup, o.iters, o.blocks, o.blocks - 1, o.link_ranks, o.link_ranks);
 }
 
+std::string process_link_notes(const ProfileOptions& o, const executor::ProcessGroup& g) {
+  return fmt::format(
+      " Links: {} processes on {} node(s) under a launcher, over the mpi transport (MPI_Isend of a copy, "
+      "MPI_Recv after a probe); level node between the processes of node 0 (p2p: ranks 0 and 1; allreduce: "
+      "all of them), level cluster (when the job spans nodes) between the first process of each node. p2p is "
+      "the median round trip / 2; allreduce the median (slowest member from a common start) of "
+      "Comm::allreduce_sum (float); busbw = 2(R-1)/R * bytes / time at the largest size. --link-ranks does "
+      "not apply: R is the level's process count. Message sizes {} to {}.",
+      g.size(), g.nodes(), schemas::format_bytes(o.link_min_bytes), schemas::format_bytes(o.link_max_bytes));
+}
+
+schemas::Profile assemble(const ProfileOptions& o, LayerPart layers, std::vector<schemas::LinkLevel> links,
+                          const std::string& link_notes) {
+  const bool gpu = o.device == "cuda";
+  schemas::Profile p;
+  p.model = {"gpt", model_name(o), o.blocks, o.d_model, o.heads, o.seq_len, o.vocab,
+             o.dtype == "bf16" ? schemas::DType::bf16 : schemas::DType::fp32, o.tie_embeddings};
+  p.device.name = "cpu";
+  p.device.memory_bytes = physical_memory_bytes();
+  if (gpu) p.device = gpu_device();
+  p.microbatch_sizes = o.microbatches;
+  p.layers = std::move(layers.layers);
+  p.links = std::move(links);
+  p.provenance.tool = "pd2bw profile";
+  p.provenance.version = std::string(schemas::pd2bw_version());
+  p.provenance.git_sha = std::string(schemas::pd2bw_git_sha());
+  p.provenance.command_line = o.command_line.empty() ? "pd2bw profile" : o.command_line;
+  p.provenance.notes = (gpu ? cuda_notes(o, p.device) : method_notes(o)) + link_notes + layers.notes;
+  if (o.tie_embeddings)
+    p.provenance.notes += " Tied embeddings: the head's param_bytes counts its copy of the token table.";
+  return p;
+}
+
+executor::DType compute_dtype(const ProfileOptions& o) {
+  return o.dtype == "bf16" ? executor::DType::bf16 : executor::DType::f32;
+}
+
+int64_t layer_measurements(const ProfileOptions& o) {
+  constexpr int64_t kinds = 3;  // embedding, block, head
+  return kinds * (static_cast<int64_t>(o.microbatches.size()) + 1);
+}
+
 }  // namespace
+
+namespace detail {
+
+void derive_link_scalars(schemas::LinkLevel& level) {
+  const schemas::LinkPoint& p2p_large = level.p2p_curve.back();
+  const schemas::LinkPoint& ar_large = level.allreduce_curve.back();
+  const auto r = static_cast<double>(level.allreduce_ranks);
+  level.p2p_gbps = static_cast<double>(p2p_large.bytes) / (p2p_large.ms * 1e-3) / 1e9;
+  level.p2p_latency_ms = level.p2p_curve.front().ms;
+  level.allreduce_busbw_gbps = 2 * (r - 1) / r * static_cast<double>(ar_large.bytes) / (ar_large.ms * 1e-3) / 1e9;
+}
+
+}  // namespace detail
 
 void validate_options(const ProfileOptions& o) {
   validate_device(o);
@@ -220,28 +312,35 @@ schemas::Profile run_profile(const ProfileOptions& o, const ProgressFn& progress
   validate_options(o);
   const GptConfig cfg = gpt_config(o);
   cfg.validate();
-  constexpr int64_t kinds = 3;  // embedding, block, head
-  Progress progress(progress_fn,
-                    kinds * (static_cast<int64_t>(o.microbatches.size()) + 1) +
-                        2 * static_cast<int64_t>(link_message_sizes(o).size()));
-
-  schemas::Profile p;
-  p.model = {"gpt", model_name(o), o.blocks, o.d_model, o.heads, o.seq_len, o.vocab, schemas::DType::fp32,
-             o.tie_embeddings};
-  p.device = {"cpu", physical_memory_bytes()};
-  p.microbatch_sizes = o.microbatches;
-  LayerPart layers = measure_layers(o, cfg, progress);
-  p.layers = std::move(layers.layers);
-  p.links.push_back(measure_links(o, progress));
-  p.provenance.tool = "pd2bw profile";
-  p.provenance.version = std::string(schemas::pd2bw_version());
-  p.provenance.git_sha = std::string(schemas::pd2bw_git_sha());
-  p.provenance.command_line = o.command_line.empty() ? "pd2bw profile" : o.command_line;
-  p.provenance.notes = method_notes(o) + layers.notes;
-  if (o.tie_embeddings)
-    p.provenance.notes += " Tied embeddings: the head's param_bytes counts its copy of the token table.";
+  Progress progress(progress_fn, layer_measurements(o) + 2 * static_cast<int64_t>(link_message_sizes(o).size()));
+  const auto backend = executor::make_backend(o.device);
+  LayerPart layers = measure_layers(o, {*backend, compute_dtype(o)}, cfg, progress);
+  std::vector<schemas::LinkLevel> links{measure_links(o, progress)};
   progress.finish();
-  return p;
+  return assemble(o, std::move(layers), std::move(links), "");
+}
+
+std::optional<schemas::Profile> run_profile_in_job(const ProfileOptions& o, const ProgressFn& progress_fn,
+                                                   executor::ProcessGroup& group) {
+  validate_options(o);
+  const GptConfig cfg = gpt_config(o);
+  cfg.validate();
+  const bool root = group.rank() == 0;
+  const ProgressFn none;
+  Progress progress(root ? progress_fn : none, layer_measurements(o) + detail::process_link_measurements(o, group));
+  LayerPart layers;
+  if (root) {
+    const auto backend = executor::make_backend(o.device);
+    layers = measure_layers(o, {*backend, compute_dtype(o)}, cfg, progress);
+  }
+  group.barrier();  // the others sleep here while rank 0 has the machine to itself
+  auto links = detail::measure_process_links(o, group, [&](const std::string& what) { progress.step(what); });
+  if (!root) return std::nullopt;
+  if (links.empty())
+    throw UsageError("the job has one process, so there is no link between processes to measure",
+                     "run pd2bw profile without mpirun to measure the in-process links");
+  progress.finish();
+  return assemble(o, std::move(layers), std::move(links), process_link_notes(o, group));
 }
 
 }  // namespace pd2bw::profiler

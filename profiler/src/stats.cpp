@@ -22,5 +22,12 @@ Spread summarize(std::vector<double> samples) {
   return s;
 }
 
+double median_of_slowest(const std::vector<std::vector<double>>& per_round, int64_t skip) {
+  std::vector<double> samples;
+  for (size_t i = static_cast<size_t>(skip); i < per_round.size(); ++i)
+    samples.push_back(*std::max_element(per_round[i].begin(), per_round[i].end()));
+  return summarize(samples).median;
+}
+
 }  // namespace detail
 }  // namespace pd2bw::profiler

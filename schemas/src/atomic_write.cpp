@@ -2,6 +2,7 @@
 // target, then fsync the directory. Without the two fsyncs a power cut after the rename can leave an empty
 // or partial file under the final name (the rename reaches the disk before the data), or lose the rename.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,61 +15,15 @@
 
 #include <fmt/format.h>
 
+#include "fd_io.hpp"
 #include "pd2bw/error.hpp"
 #include "pd2bw/schemas/common.hpp"
+#include "pd2bw/schemas/files.hpp"
 
 namespace pd2bw::schemas {
-namespace {
+namespace detail {
 
-// Closes the descriptor on scope exit unless release() took it (so close errors can be checked).
-class FdGuard {
- public:
-  explicit FdGuard(int fd) : fd_(fd) {}
-  FdGuard(const FdGuard&) = delete;
-  FdGuard& operator=(const FdGuard&) = delete;
-  ~FdGuard() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-  int release() {
-    const int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-
- private:
-  int fd_;
-};
-
-// Writes all of `bytes`, retrying short writes and interrupted calls. Returns 0 or an errno value.
-int write_all(int fd, std::string_view bytes) {
-  while (!bytes.empty()) {
-    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    bytes.remove_prefix(static_cast<std::size_t>(n));
-  }
-  return 0;
-}
-
-// Writes the pieces to `fd`, syncs and closes it (always). Returns 0 or the errno of the first failure.
-int write_synced(int fd, const std::vector<std::string_view>& pieces) {
-  FdGuard guard(fd);
-  for (std::string_view piece : pieces) {
-    if (const int err = write_all(fd, piece)) return err;
-  }
-  if (::fsync(fd) != 0) return errno;
-  if (::close(guard.release()) != 0) return errno;
-  return 0;
-}
-
-// Syncs the directory that holds `path`, so the rename itself is durable. File systems that cannot sync a
-// directory answer EINVAL; there is nothing more to do on those.
-void sync_parent_directory(const std::string& path) {
-  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  const std::string dir = parent.empty() ? std::string(".") : parent.string();
+void sync_directory_of(const std::string& dir, const std::string& path) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
@@ -83,12 +38,25 @@ void sync_parent_directory(const std::string& path) {
   }
 }
 
-}  // namespace
+std::string follow_links(const std::string& path) {
+  std::filesystem::path p(path);
+  for (int hops = 0; hops < 40; ++hops) {
+    std::error_code ec;
+    if (!std::filesystem::is_symlink(std::filesystem::symlink_status(p, ec))) return p.string();
+    const std::filesystem::path target = std::filesystem::read_symlink(p, ec);
+    if (ec) return p.string();
+    p = target.is_absolute() ? target : p.parent_path() / target;
+  }
+  throw UsageError(fmt::format("cannot write \"{}\": too many levels of symbolic links", path),
+                   "fix the link chain or give another path");
+}
 
-void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces) {
+// Writes `path` through a temporary sibling created with `mode` (before the umask).
+void write_atomic(const std::string& path, const std::vector<std::string_view>& pieces, mode_t mode,
+                  bool keep_mode) {
   // The pid keeps two processes that write the same path from sharing a temporary.
   const std::string tmp = fmt::format("{}.tmp.{}", path, static_cast<long>(::getpid()));
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, keep_mode ? 0600 : mode);
   if (fd < 0) {
     const int err = errno;
     throw UsageError(fmt::format("cannot write \"{}\": {}", path, std::strerror(err)),
@@ -98,7 +66,15 @@ void write_file_atomic(const std::string& path, const std::vector<std::string_vi
     std::error_code ignored;
     std::filesystem::remove(tmp, ignored);
   };
-  if (const int err = write_synced(fd, pieces)) {
+  int err = 0;
+  {
+    FdGuard guard(fd);
+    if (keep_mode && ::fchmod(fd, mode) != 0) err = errno;
+    if (!err) err = write_pieces(fd, pieces);
+    if (!err && ::fsync(fd) != 0) err = errno;
+    if (!err && ::close(guard.release()) != 0) err = errno;
+  }
+  if (err) {
     discard_tmp();
     throw Error(fmt::format("error while writing \"{}\": {}", path, std::strerror(err)),
                 "check the free space on the disk");
@@ -110,7 +86,18 @@ void write_file_atomic(const std::string& path, const std::vector<std::string_vi
     throw Error(fmt::format("cannot replace \"{}\": {}", path, ec.message()),
                 "check that the path is not a directory and is writable");
   }
-  sync_parent_directory(path);
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  sync_directory_of(parent.empty() ? std::string(".") : parent.string(), path);
+}
+
+}  // namespace detail
+
+void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces) {
+  detail::write_atomic(path, pieces, 0666, false);
+}
+
+void sync_directory(const std::string& dir) {
+  detail::sync_directory_of(dir.empty() ? std::string(".") : dir, dir);
 }
 
 }  // namespace pd2bw::schemas

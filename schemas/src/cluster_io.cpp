@@ -74,6 +74,7 @@ void append_cluster_body(OrderedJson& out, const Cluster& c) {
 }
 
 Cluster cluster_from_json(const Json& root) {
+  check_kind(root, kClusterKind);
   const ObjectReader r(root, "", {"schema", "schema_version", "provenance", "device", "levels"});
   check_header(r, kClusterKind);
   // Hand-written cluster files may say where their numbers come from; the type has no place for it,

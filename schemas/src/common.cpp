@@ -2,21 +2,15 @@
 // reading and atomic writing, and the build's version stamp.
 #include "pd2bw/schemas/common.hpp"
 
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <iostream>
-#include <iterator>
 #include <limits>
-#include <sstream>
 
 #include <fmt/format.h>
 
 #include "json_reader.hpp"
 #include "pd2bw/error.hpp"
+#include "pd2bw/schemas/files.hpp"
 #include "pd2bw/schemas/plan.hpp"
 
 #ifndef PD2BW_VERSION
@@ -91,34 +85,11 @@ Optimizer parse_optimizer(std::string_view s, std::string_view pointer) {
 }
 
 std::string read_text_file(const std::string& path) {
-  if (path == "-") {
-    std::ostringstream ss;
-    ss << std::cin.rdbuf();
-    return ss.str();
-  }
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    throw UsageError(fmt::format("cannot read \"{}\": it is a directory", path), "give the path of a file");
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    const int err = errno;
-    throw UsageError(fmt::format("cannot read \"{}\": {}", path, std::strerror(err)),
-                     "check that the path exists and is readable");
-  }
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw UsageError(fmt::format("error while reading \"{}\"", path), "check the file and the disk");
-  return text;
+  return read_input_file(path, "file", kMaxDocumentBytes);
 }
 
 void write_text_file(const std::string& path, std::string_view text) {
-  if (path == "-") {
-    std::cout.write(text.data(), static_cast<std::streamsize>(text.size()));
-    std::cout.flush();
-    if (!std::cout) throw Error("cannot write to standard output");
-    return;
-  }
-  write_file_atomic(path, {text});
+  write_output_file(path, {text});
 }
 
 std::string_view pd2bw_version() {

@@ -27,7 +27,27 @@ bool parse_semver(std::string_view s, std::array<int, 3>& out) {
   return true;
 }
 
+// The noun a kind is called by in messages.
+std::string_view kind_noun(std::string_view kind) {
+  if (kind == kProfileKind) return "profile";
+  if (kind == kClusterKind) return "cluster";
+  if (kind == kPlanKind) return "plan";
+  if (kind == "pd2bw.checkpoint") return "checkpoint manifest";
+  return {};
+}
+
 }  // namespace
+
+void check_kind(const Json& root, std::string_view kind) {
+  if (!root.is_object()) return;
+  const auto it = root.find("schema");
+  if (it == root.end() || !it->is_string()) return;
+  const std::string given = it->get<std::string>();
+  const std::string_view noun = kind_noun(given);
+  if (given == kind || noun.empty()) return;
+  fail("/schema", fmt::format("this is a {} ({}), not a {}", noun, given, kind_noun(kind)),
+       fmt::format("give a {} file here; `pd2bw validate FILE` tells which kind a file is", kind_noun(kind)));
+}
 
 void check_header(const ObjectReader& root, std::string_view kind) {
   const std::string schema = root.string("schema");

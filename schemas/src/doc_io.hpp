@@ -17,6 +17,10 @@ inline constexpr std::string_view kProfileKind = "pd2bw.profile";
 inline constexpr std::string_view kClusterKind = "pd2bw.cluster";
 inline constexpr std::string_view kPlanKind = "pd2bw.plan";
 
+// Before anything else about the root: when it names another pd2bw kind in "schema" (a plan given where
+// a profile belongs, a checkpoint manifest, ...), throws SchemaError "/schema: this is a plan
+// (pd2bw.plan), not a profile". Anything else is left to the reader.
+void check_kind(const Json& root, std::string_view kind);
 // Checks the root's "schema" (must equal `kind`) and "schema_version" (semver with a supported major).
 void check_header(const ObjectReader& root, std::string_view kind);
 // Starts a writer's root object with "schema" and "schema_version".

@@ -172,6 +172,7 @@ OrderedJson array_json(const std::vector<T>& items, F one) {
 }  // namespace
 
 Plan plan_from_json(const Json& root) {
+  check_kind(root, kPlanKind);
   const ObjectReader r(root, "",
                        {"schema", "schema_version", "provenance", "profile_sha256", "model", "num_layers", "cluster",
                         "schedule", "optimizer", "placement", "microbatch_size", "microbatches_per_step", "depth",

@@ -155,7 +155,40 @@ OrderedJson layer_json(const LayerProfile& layer) {
 
 }  // namespace
 
+namespace {
+
+// The device with the optional measurement keys only a profile has.
+DeviceDesc read_profile_device(const ObjectReader& parent) {
+  const ObjectReader r = parent.object("device", {"name", "memory_bytes", "driver_version", "cuda_version",
+                                                  "compute_capability", "multiprocessors", "device_copy_gbps",
+                                                  "host_to_device_gbps"});
+  DeviceDesc d;
+  d.name = r.string("name");
+  d.memory_bytes = r.integer("memory_bytes", Min::positive);
+  if (r.has("driver_version")) d.driver_version = r.string("driver_version");
+  if (r.has("cuda_version")) d.cuda_version = r.string("cuda_version");
+  if (r.has("compute_capability")) d.compute_capability = r.string("compute_capability");
+  if (r.has("multiprocessors")) d.multiprocessors = r.integer("multiprocessors", Min::positive);
+  if (r.has("device_copy_gbps")) d.device_copy_gbps = r.number("device_copy_gbps", Min::positive);
+  if (r.has("host_to_device_gbps")) d.host_to_device_gbps = r.number("host_to_device_gbps", Min::positive);
+  return d;
+}
+
+OrderedJson profile_device_json(const DeviceDesc& d) {
+  OrderedJson out = device_json(d);
+  if (!d.driver_version.empty()) out["driver_version"] = d.driver_version;
+  if (!d.cuda_version.empty()) out["cuda_version"] = d.cuda_version;
+  if (!d.compute_capability.empty()) out["compute_capability"] = d.compute_capability;
+  if (d.multiprocessors != 0) out["multiprocessors"] = d.multiprocessors;
+  if (d.device_copy_gbps != 0) out["device_copy_gbps"] = d.device_copy_gbps;
+  if (d.host_to_device_gbps != 0) out["host_to_device_gbps"] = d.host_to_device_gbps;
+  return out;
+}
+
+}  // namespace
+
 Profile profile_from_json(const Json& root) {
+  check_kind(root, kProfileKind);
   const ObjectReader r(root, "",
                        {"schema", "schema_version", "provenance", "model", "device", "microbatch_sizes", "layers",
                         "links"});
@@ -163,7 +196,7 @@ Profile profile_from_json(const Json& root) {
   Profile p;
   p.provenance = read_provenance(r, "provenance");
   p.model = read_model(r, "model");
-  p.device = read_device(r, "device");
+  p.device = read_profile_device(r);
   p.microbatch_sizes = read_microbatch_sizes(r);
   p.layers = read_layers(r, p.microbatch_sizes);
   p.links = r.list("links", read_link);
@@ -179,9 +212,13 @@ Profile parse_profile(std::string_view json_text) {
 std::string dump_profile(const Profile& profile) {
   using detail::OrderedJson;
   OrderedJson out = detail::header_json(detail::kProfileKind);
+  const DeviceDesc& d = profile.device;
+  if (!d.driver_version.empty() || !d.cuda_version.empty() || !d.compute_capability.empty() || d.multiprocessors != 0 ||
+      d.device_copy_gbps != 0 || d.host_to_device_gbps != 0)
+    out["schema_version"] = kSchemaVersionGpuDevice;
   out["provenance"] = detail::provenance_json(profile.provenance);
   out["model"] = detail::model_json(profile.model);
-  out["device"] = detail::device_json(profile.device);
+  out["device"] = detail::profile_device_json(profile.device);
   out["microbatch_sizes"] = profile.microbatch_sizes;
   OrderedJson layers = OrderedJson::array();
   for (const LayerProfile& layer : profile.layers) layers.push_back(detail::layer_json(layer));

@@ -26,6 +26,18 @@ expect_exit() {
   ok
 }
 
+# micro_profile OUT: the tiny example's timings and sizes with a smaller model (2 blocks, d_model 32,
+# 32 tokens), for tests that train many times; plan it with --depth/--width to get the pipeline wanted.
+micro_profile() {
+  "${PD2BW_PYTHON:-/usr/bin/python3}" - "$SRC/schemas/examples/gpt-tiny.profile.json" "$1" <<'PYEOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["model"].update(blocks=2, d_model=32, heads=2, seq_len=32)
+d["layers"] = d["layers"][:3] + d["layers"][-1:]
+json.dump(d, open(sys.argv[2], "w"))
+PYEOF
+}
+
 finish() {
   echo "$passed passed, $failed failed"
   [ "$failed" = 0 ]

@@ -14,7 +14,10 @@ grep -q '"depth": 2' "$PLAN" && ok || fail "the tiny plan is not a 2-stage pipel
 expect_exit 0 "done: steps 1-6" -- "$PD2BW" train --plan "$PLAN" --steps 6 --log "$TMP/whole.jsonl"
 expect_exit 0 "checkpoint: step 3" -- "$PD2BW" train --plan "$PLAN" --steps 6 --stop-after 3 \
   --log "$TMP/parts.jsonl" --checkpoint-dir "$TMP/ck" --checkpoint-every 2
-[ -s "$TMP/ck/manifest.json" ] && [ -s "$TMP/ck/stage-000.safetensors" ] && ok || fail "checkpoint files missing"
+# Each save is a step directory of its own; `latest` names the newest, --keep (2) leaves two.
+[ -s "$TMP/ck/step-000003/manifest.json" ] && [ -s "$TMP/ck/step-000003/stage-000.safetensors" ] &&
+  [ -s "$TMP/ck/step-000002/manifest.json" ] && [ "$(cat "$TMP/ck/latest")" = "step-000003" ] && ok ||
+  fail "checkpoint files missing"
 expect_exit 0 "done: steps 4-6" -- "$PD2BW" train --plan "$PLAN" --steps 6 --log "$TMP/parts.jsonl" \
   --checkpoint-dir "$TMP/ck" --resume
 if "$PY" - "$TMP/whole.jsonl" "$TMP/parts.jsonl" <<'PYEOF'
@@ -58,7 +61,7 @@ grep -q '"tie_embeddings": true' "$TMP/tied.plan.json" && ok || fail "the plan l
 expect_exit 0 "done: steps 1-3" -- "$PD2BW" train --plan "$TMP/tied.plan.json" --steps 3
 
 # Bad input: errors before the first step, exit 2, nothing overwritten.
-cp "$TMP/ck/manifest.json" "$TMP/manifest.before"
+cp "$TMP/ck/step-000006/manifest.json" "$TMP/manifest.before"
 expect_exit 2 "already holds a checkpoint" -- "$PD2BW" train --plan "$PLAN" --steps 9 --checkpoint-dir "$TMP/ck"
 expect_exit 2 "not before --steps" -- "$PD2BW" train --plan "$PLAN" --steps 6 --checkpoint-dir "$TMP/ck" --resume
 expect_exit 2 "dtype" -- "$PD2BW" train --plan "$PLAN" --steps 9 --checkpoint-dir "$TMP/ck" --resume --dtype double
@@ -66,9 +69,9 @@ expect_exit 2 "seed" -- "$PD2BW" train --plan "$PLAN" --steps 9 --checkpoint-dir
 "$PD2BW" plan --profile "$P" --nodes 1 --gpus-per-node 2 --device-memory 4MiB --reserve 0 --global-batch 16 \
   -o "$TMP/other.json" -q
 expect_exit 2 "plan sha256" -- "$PD2BW" train --plan "$TMP/other.json" --steps 9 --checkpoint-dir "$TMP/ck" --resume
-printf 'garbage' | dd of="$TMP/ck/stage-001.safetensors" bs=1 seek=100 conv=notrunc 2>/dev/null
+printf 'garbage' | dd of="$TMP/ck/step-000006/stage-001.safetensors" bs=1 seek=100 conv=notrunc 2>"$TMP/dd.err"
 expect_exit 2 "corrupt checkpoint" -- "$PD2BW" train --plan "$PLAN" --steps 9 --checkpoint-dir "$TMP/ck" --resume
-cmp -s "$TMP/ck/manifest.json" "$TMP/manifest.before" && ok || fail "a failed run changed the checkpoint"
+cmp -s "$TMP/ck/step-000006/manifest.json" "$TMP/manifest.before" && ok || fail "a failed run changed the checkpoint"
 expect_exit 2 "vocabulary" -- "$PD2BW" train --plan "$SRC/schemas/examples/../../tests/schema/fixtures/writer.plan.json" --steps 1
 "$PY" - "$PLAN" "$TMP/blocks.plan.json" <<'PYEOF'
 import json, sys
@@ -84,5 +87,9 @@ expect_exit 2 "error:" -- "$PD2BW" train --plan "$PLAN" --dtype half
 expect_exit 2 "error:" -- "$PD2BW" train --plan "$TMP/missing.json"
 expect_exit 2 "error:" -- "$PD2BW" train --plan "$P"
 "$PD2BW" plan --nodes 8 --gpus-per-node 8 --device-memory 16GiB -o "$TMP/big.json" -q
-expect_exit 2 "host memory" -- "$PD2BW" train --plan "$TMP/big.json" --steps 1
+expect_exit 2 "host memory" -- "$PD2BW" train --plan "$TMP/big.json" --steps 1 --device cpu
+# A GPU's plan trains on cuda by default; here that is refused before anything starts (no device, no cuda
+# in this build, or 64 ranks that cannot share one GPU).
+expect_exit 2 "GPU|CUDA|cuda" -- "$PD2BW" train --plan "$TMP/big.json" --steps 1
+expect_exit 2 "must be cpu or cuda" -- "$PD2BW" train --plan "$PLAN" --steps 1 --device tpu
 finish

@@ -92,10 +92,12 @@ MUTATIONS = {
                 ("/layers/0/per_microbatch/0/stash_bytes_computed", 1.5, False),
                 ("/links/0/p2p_curve", [], False), ("/links/0/p2p_curve/0/ms", 0, False),
                 ("/links/0/allreduce_curve/0/bytes", 0, False), ("/links/0/allreduce_ranks", 1, False),
-                ("/links/0/allreduce_ranks", None, True)],
+                ("/links/0/allreduce_ranks", None, True), ("/device/multiprocessors", 0, False),
+                ("/device/device_copy_gbps", -1.0, False), ("/device/driver_version", 580, False)],
     "cluster": [("/surprise", 1, False), ("/levels/0/size", 0, False), ("/levels/0/p2p_latency_ms", -1, False),
                 ("/device", None, True), ("/levels", [], False), ("/levels/0/bogus", True, False),
                 ("/device/memory_bytes", "16GiB", False), ("/levels/0/p2p_curve/0/extra", 1, False),
+                ("/device/driver_version", "580.159.04", False),  # a profile's measurement, not a cluster's
                 ("/levels/0/allreduce_curve", None, True), ("/levels/1/allreduce_ranks", 4, False)],
     "plan": [("/surprise", 1, False), ("/microbatch_size", -2, False), ("/stages/0/memory/dominant", None, True),
              ("/schedule", "1f1b", False), ("/profile_sha256", "ABC", False), ("/cluster/schema", "x", False),
@@ -107,7 +109,10 @@ MUTATIONS = {
 # cluster's levels, curves included).
 CURVE = [{"bytes": 4096, "ms": 0.01}, {"bytes": 1048576, "ms": 0.05}]
 ACCEPTED = {
-    "profile": [("/layers/0/optimizer_bytes", 4096), ("/links/0/p2p_curve", CURVE)],
+    "profile": [("/layers/0/optimizer_bytes", 4096), ("/links/0/p2p_curve", CURVE),
+                ("/device/driver_version", "580.159.04"), ("/device/cuda_version", "13.0"),
+                ("/device/compute_capability", "9.0"), ("/device/multiprocessors", 132),
+                ("/device/device_copy_gbps", 2072.7), ("/device/host_to_device_gbps", 55.5)],
     "cluster": [("/levels/0/p2p_curve", CURVE), ("/levels/0/allreduce_curve", CURVE), ("/levels/0/allreduce_ranks", 8)],
     "plan": [("/cluster/levels/0/p2p_curve", CURVE), ("/cluster/levels/0/allreduce_curve", CURVE),
              ("/cluster/levels/0/allreduce_ranks", 8)],

@@ -12,6 +12,7 @@
 // loss) in place in both runs, computed by the same code from the same values: they must be equal.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -23,6 +24,7 @@
 #include "executor_test_util.hpp"
 #include "pd2bw/error.hpp"
 #include "pd2bw/executor/backend.hpp"
+#include "pd2bw/executor/device.hpp"
 
 using namespace pd2bw::executor;
 using pd2bw::test::random_ids;
@@ -222,7 +224,8 @@ TEST_CASE("attention forward and backward in bf16 agree with fp32") {
     check_rounded(out, "out");
     check_rounded(probs, "probs");
     probs.round_from_f32();  // both backward runs read the same saved probabilities
-    for (DType t : kRuns) be->attention_backward(dout.view(t), qkv.view(t), probs.view(t), dqkv.view(t), s.b, s.t, c, s.h);
+    for (DType t : kRuns)
+      be->attention_backward(dout.view(t), qkv.view(t), out.view(t), probs.view(t), dqkv.view(t), s.b, s.t, c, s.h);
     check_rounded(dqkv, "dqkv");
   }
 }
@@ -490,4 +493,34 @@ TEST_CASE("registry: cpu first, unknown names are refused with the list, names c
   CHECK(backend_names().front() == "cpu");
   CHECK(make_backend("cpu-again")->name() == "cpu");
   CHECK_THROWS_AS(register_backend("cpu-again", [] { return make_backend("cpu"); }), pd2bw::UsageError);
+}
+
+TEST_CASE("registry: cuda is listed exactly when built, and without a usable device it is refused, not a crash") {
+  const auto names = backend_names();
+  const bool built = std::find(names.begin(), names.end(), "cuda") != names.end();
+  std::string why;
+  const bool available = backend_available("cuda", &why);
+  CHECK(backend_available("cpu"));
+  if (!built) {
+    CHECK_FALSE(available);
+    CHECK_THROWS_AS(make_backend("cuda"), pd2bw::UsageError);
+    return;
+  }
+  if (available) {  // a GPU machine
+    CHECK(make_backend("cuda")->name() == "cuda");
+    CHECK(device_info("cuda").memory_bytes > 0);
+    return;
+  }
+  CHECK(why.rfind("no CUDA device: ", 0) == 0);
+  try {
+    make_backend("cuda");
+    FAIL("the cuda backend was made without a device");
+  } catch (const pd2bw::UsageError& e) {
+    CHECK(std::string(e.what()).rfind("no CUDA device: ", 0) == 0);
+    CHECK_FALSE(e.hint().empty());
+  }
+  CHECK_THROWS_AS(device_info("cuda"), pd2bw::UsageError);
+  CHECK(device_info("cpu").memory_bytes > 0);
+  CHECK(peak_tflops("NVIDIA H200", "bf16") > 900);
+  CHECK(peak_tflops("a toaster", "bf16") == 0);
 }

@@ -43,7 +43,7 @@ Vec delta(std::span<const double> after, const Vec& before) {
 template <typename T>
 bool same_block_stash(const typename ex::GptBlock<T>::Stash& a, const typename ex::GptBlock<T>::Stash& b) {
   return a.batch == b.batch && a.seq == b.seq && a.x == b.x && a.ln1 == b.ln1 && a.ln1_mean == b.ln1_mean &&
-         a.ln1_rstd == b.ln1_rstd && a.qkv == b.qkv && a.probs == b.probs && a.attn == b.attn &&
+         a.ln1_rstd == b.ln1_rstd && a.qkv == b.qkv && a.attn_stash == b.attn_stash && a.attn == b.attn &&
          a.x1 == b.x1 && a.ln2 == b.ln2 && a.ln2_mean == b.ln2_mean && a.ln2_rstd == b.ln2_rstd &&
          a.fc == b.fc && a.fc_act == b.fc_act;
 }

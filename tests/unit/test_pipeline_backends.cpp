@@ -79,9 +79,9 @@ class FakeCpu final : public Backend {
   void attention_forward(ConstView qkv, View out, View probs, int64_t b, int64_t t, int64_t c, int64_t h) override {
     op().attention_forward(qkv, out, probs, b, t, c, h);
   }
-  void attention_backward(ConstView dout, ConstView qkv, ConstView probs, View dqkv, int64_t b, int64_t t, int64_t c,
-                          int64_t h) override {
-    op().attention_backward(dout, qkv, probs, dqkv, b, t, c, h);
+  void attention_backward(ConstView dout, ConstView qkv, ConstView out, ConstView probs, View dqkv, int64_t b, int64_t t,
+                          int64_t c, int64_t h) override {
+    op().attention_backward(dout, qkv, out, probs, dqkv, b, t, c, h);
   }
   void embedding_forward(ConstView tokens, ConstView wte, ConstView wpe, View out, int64_t b, int64_t t, int64_t c,
                          int64_t v) override {

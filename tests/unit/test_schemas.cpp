@@ -208,7 +208,8 @@ TEST_CASE("bad inputs name the offending JSON pointer") {
       {"zero layers", P::profile, set("/layers", json::array()), "/layers: must have at least one layer"},
       {"unknown major", P::profile, set("/schema_version", "2.0.0"), "/schema_version: schema version 2.0.0"},
       {"not semver", P::profile, set("/schema_version", "1.0"), "/schema_version: \"1.0\" is not a version"},
-      {"wrong kind", P::profile, set("/schema", "pd2bw.plan"), "/schema: expected \"pd2bw.profile\""},
+      {"wrong kind", P::profile, set("/schema", "pd2bw.plan"), "/schema: this is a plan (pd2bw.plan), not a profile"},
+      {"unknown kind", P::profile, set("/schema", "pd2bw.other"), "/schema: expected \"pd2bw.profile\""},
       {"bad dtype", P::profile, set("/model/dtype", "fp8"), "/model/dtype: unknown dtype"},
       {"model zero", P::profile, set("/model/blocks", 0), "/model/blocks: must be > 0"},
       {"device zero memory", P::profile, set("/device/memory_bytes", 0), "/device/memory_bytes: must be > 0"},
@@ -261,7 +262,9 @@ TEST_CASE("bad inputs name the offending JSON pointer") {
       {"alternative time", P::plan, set("/alternatives/0/step_ms", -1.0), "/alternatives/0/step_ms: must be > 0"},
       {"memory negative", P::plan, set("/stages/1/memory/stash_bytes", -5), "/stages/1/memory/stash_bytes: must be >= 0"},
       {"missing memory key", P::plan, set("/stages/1/memory/dominant", kErase), "/stages/1/memory/dominant: missing"},
-      {"plan kind", P::plan, set("/schema", "pd2bw.cluster"), "/schema: expected \"pd2bw.plan\""},
+      {"plan kind", P::plan, set("/schema", "pd2bw.cluster"), "/schema: this is a cluster (pd2bw.cluster), not a plan"},
+      {"manifest as plan", P::plan, set("/schema", "pd2bw.checkpoint"),
+       "/schema: this is a checkpoint manifest (pd2bw.checkpoint), not a plan"},
   };
   for (const BadCase& c : cases) {
     SUBCASE(c.name) {
@@ -439,6 +442,31 @@ TEST_CASE("writer output matches the golden fixtures") {
     if (update) s::write_text_file(path, sample_text(kind));
     CHECK(s::read_text_file(path) == sample_text(kind));
   }
+}
+
+TEST_CASE("a profile's device keeps the optional GPU measurements; a cluster written from it leaves them out") {
+  s::Profile p = sample_profile();
+  p.device = {"NVIDIA H200", int64_t{140} << 30, "580.159.04", "13.0", "9.0", 132, 2072.75, 55.5};
+  const std::string text = s::dump_profile(p);
+  const s::Profile back = s::parse_profile(text);
+  CHECK(back.device.driver_version == "580.159.04");
+  CHECK(back.device.cuda_version == "13.0");
+  CHECK(back.device.compute_capability == "9.0");
+  CHECK(back.device.multiprocessors == 132);
+  CHECK(back.device.device_copy_gbps == 2072.75);
+  CHECK(back.device.host_to_device_gbps == 55.5);
+  CHECK(s::dump_profile(back) == text);
+  CHECK(text.find("\"schema_version\": \"1.1.0\"") != std::string::npos);  // 1.1's keys: a 1.1 file
+  CHECK(s::dump_profile(sample_profile()).find("\"schema_version\": \"1.0.0\"") != std::string::npos);
+  CHECK(s::dump_profile(sample_profile()).find("driver_version") == std::string::npos);  // absent when not measured
+  s::Cluster c = sample_cluster();
+  c.device = p.device;  // as `pd2bw plan` copies the profile's device
+  const std::string cluster_text = s::dump_cluster(c);
+  CHECK(cluster_text.find("driver_version") == std::string::npos);
+  CHECK(s::parse_cluster(cluster_text).device.name == "NVIDIA H200");
+  auto j = nlohmann::json::parse(text);
+  j["device"]["multiprocessors"] = 0;
+  check_prefix(schema_error_of([&] { s::parse_profile(j.dump()); }), "/device/multiprocessors: must be > 0");
 }
 
 TEST_CASE("version stamp") {

@@ -7,10 +7,23 @@
 #include <string>
 #include <string_view>
 
+#include "pd2bw/error.hpp"
+
 namespace pd2bw::cli {
 
 // The command line as typed, for provenance.
 std::string command_line();
+
+// Prints "pd2bw: error: <context><message>" and its hint on stderr; returns the error's exit code.
+int report_error(const Error& e);
+// Text put before every error message from now on, e.g. "rank 2: " in a multi-process job.
+void set_error_context(std::string context);
+// Thrown after an error was already reported (report_error): main only returns `code`. A process of a
+// multi-process job reports while MPI still runs, since the launcher may end the others as soon as one
+// process exits.
+struct ReportedError {
+  int code = 1;
+};
 
 // The built-in example profile (schemas/examples/gpt-3.8b.profile.json, embedded at build time).
 std::string_view builtin_profile_json();

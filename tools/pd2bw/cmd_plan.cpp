@@ -12,6 +12,7 @@
 #include "pd2bw/error.hpp"
 #include "pd2bw/planner/search.hpp"
 #include "pd2bw/schemas/common.hpp"
+#include "pd2bw/schemas/files.hpp"
 #include "pd2bw/schemas/plan.hpp"
 #include "plan_options.hpp"
 #include "plan_report.hpp"
@@ -94,6 +95,7 @@ void add_options(CLI::App* cmd, PlanOptions& o) {
 void run_plan(const PlanOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   const PlanInputs in = resolve_plan_inputs(o);
+  schemas::check_output_path(o.output, "-o");
   const planner::CostModel model(in.profile, in.cluster, in.constraints);
   if (!o.quiet) print_plan_header(in, model);
   planner::SearchOptions so;

@@ -1,17 +1,21 @@
-// `pd2bw profile`: times the executor's GPT layers and the in-process links on this machine and writes
-// a profile.json for `pd2bw plan`, with a progress bar and a summary table on stderr.
+// `pd2bw profile`: times the executor's GPT layers and the links on this machine (its CPU, or its GPU
+// with --device cuda; in-process ranks, or under mpirun / srun the links between the job's processes)
+// and writes a profile.json for `pd2bw plan`, with a progress bar and a summary table on stderr.
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string_view>
 
 #include "cli.hpp"
 #include "pd2bw/error.hpp"
+#include "pd2bw/executor/process_group.hpp"
 #include "pd2bw/profiler/profiler.hpp"
 #include "pd2bw/schemas/common.hpp"
+#include "pd2bw/schemas/files.hpp"
 
 namespace pd2bw::cli {
 
@@ -71,9 +75,17 @@ class ProgressBar {
   bool quiet_, tty_;
 };
 
-void print_summary(const schemas::Profile& p, double seconds) {
-  fmt::print(stderr, "model: {} ({} blocks, d_model {}, {} heads, seq {}, vocab {}), fp32 on the CPU; {:.1f} s\n",
-             p.model.name, p.model.blocks, p.model.d_model, p.model.heads, p.model.seq_len, p.model.vocab, seconds);
+void print_summary(const schemas::Profile& p, double seconds, bool processes) {
+  const bool gpu = p.device.name != "cpu";
+  fmt::print(stderr, "model: {} ({} blocks, d_model {}, {} heads, seq {}, vocab {}), {} on {}; {:.1f} s\n", p.model.name,
+             p.model.blocks, p.model.d_model, p.model.heads, p.model.seq_len, p.model.vocab,
+             schemas::to_string(p.model.dtype), gpu ? p.device.name : std::string("the CPU"), seconds);
+  if (gpu)
+    fmt::print(stderr, "device: {}, {}, {} SMs, compute capability {}, driver {}, CUDA {}; copies {:.0f} GB/s on the "
+                       "device, {:.1f} GB/s from pinned host memory\n",
+               p.device.name, schemas::format_bytes(p.device.memory_bytes), p.device.multiprocessors,
+               p.device.compute_capability, p.device.driver_version, p.device.cuda_version, p.device.device_copy_gbps,
+               p.device.host_to_device_gbps);
   fmt::print(stderr, "{:<10} {:>4} {:>10} {:>10} {:>10} {:>16} {:>16}\n", "layer", "b", "fwd ms", "bwd ms",
              "recomp ms", "stash computed", "stash measured");
   for (const schemas::LayerProfile* l : {&p.layers.front(), &p.layers[1], &p.layers.back()}) {
@@ -84,10 +96,31 @@ void print_summary(const schemas::Profile& p, double seconds) {
   }
   for (const schemas::LinkLevel& k : p.links)
     fmt::print(stderr,
-               "link {} ({} ranks as threads): p2p {:.2f} GB/s at {}, latency {:.4f} ms at {}; allreduce busbw "
+               "link {} ({} ranks as {}): p2p {:.2f} GB/s at {}, latency {:.4f} ms at {}; allreduce busbw "
                "{:.2f} GB/s\n",
-               k.level, k.allreduce_ranks, k.p2p_gbps, schemas::format_bytes(k.p2p_curve.back().bytes),
-               k.p2p_latency_ms, schemas::format_bytes(k.p2p_curve.front().bytes), k.allreduce_busbw_gbps);
+               k.level, k.allreduce_ranks, processes ? "processes" : "threads", k.p2p_gbps,
+               schemas::format_bytes(k.p2p_curve.back().bytes), k.p2p_latency_ms,
+               schemas::format_bytes(k.p2p_curve.front().bytes), k.allreduce_busbw_gbps);
+}
+
+// Under a launcher with several processes, every process joins the job and rank 0 writes the profile.
+// After joining, a failure on one process would leave the others waiting, so it ends the job.
+std::optional<schemas::Profile> profile_in_job(const ProfileCliOptions& o, ProgressBar& bar) {
+  auto group = executor::join_process_group();
+  set_error_context(fmt::format("rank {}: ", group->rank()));
+  int code = 0;
+  try {
+    auto profile = profiler::run_profile_in_job(o.opts, [&bar](double f, const std::string& what) { bar.update(f, what); },
+                                                *group);
+    if (profile) schemas::write_text_file(o.output, schemas::dump_profile(*profile));
+    group->barrier();
+    return profile;
+  } catch (const Error& e) {
+    code = report_error(e);
+  } catch (const std::exception& e) {
+    code = report_error(Error(fmt::format("internal error: {}", e.what())));
+  }
+  group->abort(code);
 }
 
 void run_profile_command(ProfileCliOptions& o) {
@@ -96,14 +129,23 @@ void run_profile_command(ProfileCliOptions& o) {
   o.opts.link_max_bytes = schemas::parse_bytes(o.link_max_bytes, "--link-max-bytes");
   o.opts.command_line = command_line();
   profiler::validate_options(o.opts);  // before anything is printed
-  ProgressBar bar(o.quiet);
+  const executor::LaunchEnvironment launch = executor::detect_launch_environment();
+  const bool in_job = launch.world_size > 1;
+  if (launch.world_rank == 0) schemas::check_output_path(o.output, "-o");  // rank 0 writes it
   const auto t0 = std::chrono::steady_clock::now();
-  const schemas::Profile profile =
-      profiler::run_profile(o.opts, [&bar](double f, const std::string& what) { bar.update(f, what); });
+  std::optional<schemas::Profile> profile;
+  if (in_job) {
+    ProgressBar bar(o.quiet);
+    profile = profile_in_job(o, bar);
+    if (!profile) return;  // rank 0 reports
+  } else {
+    ProgressBar bar(o.quiet);
+    profile = profiler::run_profile(o.opts, [&bar](double f, const std::string& what) { bar.update(f, what); });
+    schemas::write_text_file(o.output, schemas::dump_profile(*profile));
+  }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  schemas::write_text_file(o.output, schemas::dump_profile(profile));
   if (o.quiet) return;
-  print_summary(profile, seconds);
+  print_summary(*profile, seconds, in_job);
   if (o.output != "-") fmt::print(stderr, "wrote {}\n", o.output);
 }
 
@@ -123,13 +165,16 @@ void add_options(CLI::App* cmd, ProfileCliOptions& o) {
   cmd->add_option("--microbatch", o.microbatches,
                   "Microbatch sizes to time, samples, comma-separated and strictly increasing")
       ->capture_default_str();
-  cmd->add_option("--device", p.device, "cpu | cuda (cuda is not built yet)")->capture_default_str();
+  cmd->add_option("--device", p.device,
+                  "cpu | cuda (the current GPU: layers timed with CUDA events, links between stages sharing it)")
+      ->capture_default_str();
   cmd->add_option("--dtype", p.dtype, "Compute dtype: fp32 | bf16 (bf16 needs cuda)")->capture_default_str();
   cmd->add_option("--warmup", p.warmup, "Untimed forward+backward runs per layer and microbatch")
       ->capture_default_str();
   cmd->add_option("--iters", p.iters, "Timed runs per layer and microbatch (the profile keeps the median ms)")
       ->capture_default_str();
-  cmd->add_option("--link-ranks", p.link_ranks, "Ranks (threads) in the measured allreduce, >= 2")
+  cmd->add_option("--link-ranks", p.link_ranks,
+                  "Ranks (threads) in the measured allreduce, >= 2 (under mpirun: the processes of each level)")
       ->capture_default_str();
   cmd->add_option("--link-max-bytes", o.link_max_bytes,
                   "Largest link message (size such as 16MiB; from 4 KiB in powers of 4, at most 1 GiB; above 32 MiB "
@@ -145,7 +190,8 @@ void add_options(CLI::App* cmd, ProfileCliOptions& o) {
 void add_profile_command(CLI::App& app, Runner& run) {
   auto* cmd = app.add_subcommand(
       "profile", "Measure this machine: time the executor's GPT layers per microbatch size (ms) and the "
-                 "in-process links (GB/s), and write a profile for 'pd2bw plan'");
+                 "links (GB/s: between in-process ranks, or under mpirun / srun between the job's processes, "
+                 "within a node and across nodes), and write a profile for 'pd2bw plan'");
   cmd->footer("Times are medians in ms; sizes in bytes (flags accept KiB, MiB, GiB); bandwidths in GB/s (1e9 "
               "bytes/s). stash = what a forward keeps for its backward: computed from tensor shapes and "
               "measured as the growth of the backend arena's live bytes.");

@@ -10,6 +10,7 @@
 #include "pd2bw/planner/simulator.hpp"
 #include "pd2bw/planner/timeline.hpp"
 #include "pd2bw/schemas/common.hpp"
+#include "pd2bw/schemas/files.hpp"
 #include "sim_report.hpp"
 
 namespace pd2bw::cli {
@@ -26,6 +27,8 @@ void run_simulate(const SimulateOptions& o) {
   const schemas::Plan plan = load_plan(o.plan_path);
   const LoadedProfile profile = load_profile(o.profile_path);
   check_plan_profile(plan, o.plan_path, profile);
+  for (const auto& [path, flag] : {std::pair{o.trace_path, "--trace"}, {o.svg_path, "--svg"}, {o.json_path, "--json"}})
+    if (!path.empty()) schemas::check_output_path(path, flag);
   const planner::PlanModel pm = planner::plan_model(profile.profile, plan);
   auto in = planner::make_sim_input(pm.model, pm.candidate, pm.bounds, pm.recompute,
                                     o.steps > 0 ? o.steps : planner::default_sim_steps(plan.schedule));

@@ -6,6 +6,7 @@
 #include "cli.hpp"
 #include "pd2bw/error.hpp"
 #include "pd2bw/schemas/common.hpp"
+#include "pd2bw/schemas/files.hpp"
 
 namespace pd2bw::cli {
 
@@ -16,7 +17,7 @@ LoadedProfile load_profile(const std::string& path) {
     text = std::string(builtin_profile_json());
     out.label = "built-in example gpt-3.8b (pass --profile FILE for your own model)";
   } else {
-    text = schemas::read_text_file(path);
+    text = schemas::read_input_file(path, "profile", schemas::kMaxDocumentBytes);
     out.label = path;
   }
   try {
@@ -29,7 +30,7 @@ LoadedProfile load_profile(const std::string& path) {
 }
 
 schemas::Plan load_plan(const std::string& path, std::string* sha256) {
-  const std::string text = schemas::read_text_file(path);
+  const std::string text = schemas::read_input_file(path, "plan", schemas::kMaxDocumentBytes);
   if (sha256) *sha256 = schemas::sha256_hex(text);
   try {
     return schemas::parse_plan(text);

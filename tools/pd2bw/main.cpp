@@ -2,38 +2,43 @@
 // errors into "pd2bw: error: ..." messages and exit codes (0 ok, 1 runtime, 2 usage/bad input,
 // 3 no feasible plan).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cstdio>
 #include <exception>
 
 #include "cli.hpp"
+#include "flag_checks.hpp"
 #include "pd2bw/error.hpp"
+#include "pd2bw/executor/backend.hpp"
+#include "pd2bw/executor/process_group.hpp"
 #include "pd2bw/schemas/common.hpp"
-
-#ifndef PD2BW_FEATURES
-#define PD2BW_FEATURES "cpu"
-#endif
 
 namespace pd2bw::cli {
 namespace {
 std::string g_command_line;
+std::string g_error_context;
 }
 
 std::string command_line() { return g_command_line; }
+
+void set_error_context(std::string context) { g_error_context = std::move(context); }
+
+int report_error(const Error& e) {
+  fmt::print(stderr, "pd2bw: error: {}{}\n", g_error_context, e.what());
+  if (!e.hint().empty()) fmt::print(stderr, "hint: {}\n", e.hint());
+  std::fflush(stderr);
+  return static_cast<int>(e.code());
+}
 
 }  // namespace pd2bw::cli
 
 namespace {
 
-int report(const pd2bw::Error& e) {
-  fmt::print(stderr, "pd2bw: error: {}\n", e.what());
-  if (!e.hint().empty()) fmt::print(stderr, "hint: {}\n", e.hint());
-  return static_cast<int>(e.code());
-}
-
 std::string version_text() {
-  return fmt::format("pd2bw {} (git {})\nfeatures: {}", pd2bw::schemas::pd2bw_version(),
-                     pd2bw::schemas::pd2bw_git_sha(), PD2BW_FEATURES);
+  return fmt::format("pd2bw {} (git {})\nbackends: {}\ntransports: {}", pd2bw::schemas::pd2bw_version(),
+                     pd2bw::schemas::pd2bw_git_sha(), fmt::join(pd2bw::executor::backend_names(), ", "),
+                     fmt::join(pd2bw::executor::transport_names(), ", "));
 }
 
 }  // namespace
@@ -53,6 +58,7 @@ int main(int argc, char** argv) {
   pd2bw::cli::add_simulate_command(app, run);
   pd2bw::cli::add_train_command(app, run);
   pd2bw::cli::add_validate_command(app, run);
+  pd2bw::cli::add_strict_number_checks(app);
   app.footer("Units: sizes accept B, KiB, MiB, GiB, TiB (binary) and KB, MB, GB, TB (decimal); "
              "bandwidths are GB/s (1e9 bytes/s); times are ms.\nExit codes: 0 ok, 1 runtime error, "
              "2 bad usage or input, 3 no feasible plan.");
@@ -72,14 +78,14 @@ int main(int argc, char** argv) {
   try {
     run();
     return 0;
+  } catch (const pd2bw::cli::ReportedError& r) {
+    return r.code;
   } catch (const pd2bw::Error& e) {
-    return report(e);
+    return pd2bw::cli::report_error(e);
   } catch (const std::bad_alloc&) {
-    fmt::print(stderr, "pd2bw: error: out of host memory\n");
-    return 1;
+    return pd2bw::cli::report_error(pd2bw::Error("out of host memory"));
   } catch (const std::exception& e) {
-    fmt::print(stderr, "pd2bw: error: internal error: {}\nhint: please report this with the command "
-                       "line and input files\n", e.what());
-    return 1;
+    return pd2bw::cli::report_error(pd2bw::Error(fmt::format("internal error: {}", e.what()),
+                                                 "please report this with the command line and input files"));
   }
 }

@@ -9,6 +9,7 @@
 #include "cli.hpp"
 #include "pd2bw/error.hpp"
 #include "pd2bw/schemas/common.hpp"
+#include "pd2bw/schemas/files.hpp"
 
 namespace pd2bw::cli {
 
@@ -125,7 +126,8 @@ PlanInputs resolve_plan_inputs(const PlanOptions& o) {
   in.profile_label = loaded.label;
   if (!o.cluster_path.empty()) {
     try {
-      in.cluster = schemas::parse_cluster(schemas::read_text_file(o.cluster_path));
+      const std::string text = schemas::read_input_file(o.cluster_path, "cluster", schemas::kMaxDocumentBytes);
+      in.cluster = schemas::parse_cluster(text);
     } catch (const SchemaError& e) {
       throw SchemaError(fmt::format("{}: {}", o.cluster_path, e.what()), e.hint());
     }

@@ -1,14 +1,20 @@
-// The backend registry: the one place that knows which backends this build has. A CUDA backend adds
-// its factory here under `#if PD2BW_HAVE_CUDA`.
+// The backend registry: the one place that knows which backends this build has (the CUDA backend's
+// factory, device queries and device transfer are reached here under `#if PD2BW_HAVE_CUDA`).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <unistd.h>
 
 #include <mutex>
 #include <utility>
 
+#include "backend/device_transfer.hpp"
 #include "cpu/cpu_backend.hpp"
 #include "pd2bw/error.hpp"
 #include "pd2bw/executor/backend.hpp"
+#include "pd2bw/executor/device.hpp"
+#if PD2BW_HAVE_CUDA
+#include "cuda/cuda_factory.hpp"
+#endif
 
 namespace pd2bw::executor {
 
@@ -19,6 +25,9 @@ struct Registry {
   std::vector<std::pair<std::string, BackendFactory>> entries;
   Registry() {
     entries.emplace_back("cpu", [] { return std::make_unique<cpu::CpuBackend>(); });
+#if PD2BW_HAVE_CUDA
+    entries.emplace_back("cuda", [] { return cuda::make_cuda_backend(); });
+#endif
   }
 };
 
@@ -61,6 +70,57 @@ void register_backend(const std::string& name, BackendFactory factory) {
 Backend& default_backend() {
   static cpu::CpuBackend backend("cpu");
   return backend;
+}
+
+DeviceTransfer* device_transfer() {
+#if PD2BW_HAVE_CUDA
+  return &cuda::cuda_device_transfer();
+#else
+  return nullptr;
+#endif
+}
+
+bool backend_available(std::string_view backend, std::string* why) {
+  if (backend == "cpu") return true;
+#if PD2BW_HAVE_CUDA
+  if (backend == "cuda") return cuda::cuda_device_available(why);
+#endif
+  if (why) *why = fmt::format("this build has no backend named '{}' (it has: {})", backend, fmt::join(backend_names(), ", "));
+  return false;
+}
+
+void select_device(std::string_view backend, [[maybe_unused]] int64_t index) {
+  if (backend == "cpu") {
+    if (index != 0) throw UsageError(fmt::format("the cpu backend has one device, 0; asked for {}", index));
+    return;
+  }
+#if PD2BW_HAVE_CUDA
+  if (backend == "cuda") return cuda::cuda_select_device(index);
+#endif
+  throw UsageError(fmt::format("no backend named '{}'; this build has: {}", backend, fmt::join(backend_names(), ", ")));
+}
+
+CopyBandwidth measure_copy_bandwidth(std::string_view backend, [[maybe_unused]] int64_t bytes, [[maybe_unused]] int reps) {
+#if PD2BW_HAVE_CUDA
+  if (backend == "cuda") return cuda::cuda_copy_bandwidth(bytes, reps);
+#endif
+  throw UsageError(fmt::format("no device copies to measure for the '{}' backend", backend));
+}
+
+DeviceInfo device_info(std::string_view backend) {
+  if (backend == "cpu") {
+    DeviceInfo d;
+    d.backend = "cpu";
+    d.name = "cpu";
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE), cores = sysconf(_SC_NPROCESSORS_ONLN);
+    d.memory_bytes = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
+    d.multiprocessors = cores > 0 ? cores : 1;
+    return d;
+  }
+#if PD2BW_HAVE_CUDA
+  if (backend == "cuda") return cuda::cuda_device_info();
+#endif
+  throw UsageError(fmt::format("no backend named '{}'; this build has: {}", backend, fmt::join(backend_names(), ", ")));
 }
 
 std::string_view to_string(DType t) {

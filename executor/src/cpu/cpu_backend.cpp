@@ -177,8 +177,9 @@ void CpuBackend::gelu_backward(ConstView dy, ConstView x, View dx, int64_t n) {
 void CpuBackend::attention_forward(ConstView qkv, View out, View probs, int64_t b, int64_t t, int64_t c, int64_t h) {
   run_staged(qkv.dtype, [&](auto& s) { cpu::attention_forward(s.in(qkv), s.out(out), s.out(probs), b, t, c, h); });
 }
-void CpuBackend::attention_backward(ConstView dout, ConstView qkv, ConstView probs, View dqkv, int64_t b, int64_t t,
-                                    int64_t c, int64_t h) {
+// The probabilities hold everything the backward needs; the forward's output is not read.
+void CpuBackend::attention_backward(ConstView dout, ConstView qkv, ConstView /*out*/, ConstView probs, View dqkv, int64_t b,
+                                    int64_t t, int64_t c, int64_t h) {
   run_staged(qkv.dtype,
              [&](auto& s) { cpu::attention_backward(s.in(dout), s.in(qkv), s.in(probs), s.out(dqkv), b, t, c, h); });
 }

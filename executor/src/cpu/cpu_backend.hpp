@@ -37,8 +37,8 @@ class CpuBackend final : public Backend {
   void gelu_forward(ConstView x, View y, int64_t n) override;
   void gelu_backward(ConstView dy, ConstView x, View dx, int64_t n) override;
   void attention_forward(ConstView qkv, View out, View probs, int64_t b, int64_t t, int64_t c, int64_t h) override;
-  void attention_backward(ConstView dout, ConstView qkv, ConstView probs, View dqkv, int64_t b, int64_t t, int64_t c,
-                          int64_t h) override;
+  void attention_backward(ConstView dout, ConstView qkv, ConstView out, ConstView probs, View dqkv, int64_t b, int64_t t,
+                          int64_t c, int64_t h) override;
   void embedding_forward(ConstView tokens, ConstView wte, ConstView wpe, View out, int64_t b, int64_t t, int64_t c,
                          int64_t v) override;
   void embedding_backward(ConstView tokens, ConstView dout, View dwte, View dwpe, int64_t b, int64_t t, int64_t c) override;

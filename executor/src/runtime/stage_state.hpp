@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -52,13 +53,36 @@ struct StageWorker<T>::Impl {
   Buffer master;                  // T, the newest version, when mixed
   Buffer grads, m1, m2;           // T
   Buffer widened;                 // T, the older version widened for weights() when mixed
-  Buffer loss;                    // (1) f64, the last microbatch's loss (last stage)
   std::vector<int32_t> tokens_host, targets_host;  // (B, S) staging for the data source
   int64_t steps_done = 0;
   std::map<std::pair<int64_t, int64_t>, Microbatch> live;  // (step, microbatch) -> state
   double compute_ms = 0;           // backend clock in forward, recompute, backward
   int64_t computed_microbatches = 0;
   std::vector<double> update_end;  // steady-clock ms of each update's end, by step
+
+  // Read back once per step, at the update, so that a device backend is never waited for inside a step:
+  // the last stage's losses, (m) f64 per step (with which microbatches to report), and the compute
+  // times of the ops, as pairs of marks on the backend's clock.
+  struct StepLosses {
+    Buffer values;               // (m) f64
+    std::vector<bool> reported;  // microbatch k's forward had a sink
+  };
+  std::map<int64_t, StepLosses> losses;
+  std::vector<std::pair<TimerMark, TimerMark>> timed;
+  View loss_slot(int64_t step, int64_t k, bool report);
+  void report_losses(int64_t step, LossSink* sink);
+  void time_since(const TimerMark& from) { timed.emplace_back(from, backend->mark()); }
+  void resolve_times();
+
+  // Host copies behind weights(), moment1() and moment2() when the backend is not host-visible.
+  std::vector<T> host_current, host_previous, host_m1, host_m2;
+  std::span<T> host_view(Buffer& b, std::vector<T>& mirror);
+  // Moving a stage buffer over Comm: in place when the backend is host-visible or the transport takes
+  // device memory (ordered on the backend's stream), else staged through host memory.
+  std::vector<std::byte> staging;
+  void send(Comm& comm, int64_t dst, int64_t tag, ConstView data);
+  void recv(Comm& comm, int64_t src, int64_t tag, View data);
+  void allreduce_grads(Comm& comm);
 
   Impl(const PipelineConfig& config, int64_t rank);
   bool two_bw() const { return cfg.schedule == schemas::Schedule::two_bw; }
@@ -88,9 +112,17 @@ struct StageWorker<T>::Impl {
 
   // The math of one op (stage_math.cpp).
   // keep_input: leave mb.input intact (a recomputing stage runs the forward again from it).
-  void forward(Microbatch& mb, int64_t step, ConstView params, LossSink* sink, int64_t k, bool keep_input);
+  // report_loss: the last stage reports this forward's loss at the step's update (report_losses).
+  void forward(Microbatch& mb, int64_t step, ConstView params, bool report_loss, int64_t k, bool keep_input);
   void backward(Microbatch& mb, ConstView params);
-  void update(Comm& comm, int64_t step);
+  // Applies (or, with skip_nonfinite, skips) the update of `step`; returns why it was skipped, or "".
+  // Throws Error when the step is not finite and may not be skipped, or the new weights are not finite.
+  std::string update(Comm& comm, int64_t step);
+  // The step's health, the same on every rank: per stage its gradient's sum of squares (scaled as the
+  // clip needs it), then the count of non-finite losses over all replicas (stage_health.cpp).
+  std::vector<double> step_health(Comm& comm, int64_t step, double scale);
+  // W(step + 1) = W(step), moments untouched, gradients cleared.
+  void skip_update(int64_t step);
 };
 
 // Message tags, compact enough for MPI (Comm takes [0, kMaxUserTag]; the job's reports use 8192 and up):

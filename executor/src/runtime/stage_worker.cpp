@@ -5,6 +5,7 @@
 #include <chrono>
 #include <optional>
 
+#include "fault.hpp"
 #include "pd2bw/error.hpp"
 #include "stage_state.hpp"
 
@@ -15,8 +16,6 @@ namespace {
 double steady_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
-
-MessageBuffer message(Buffer& b) { return {b.data<std::byte>(), static_cast<size_t>(b.bytes()), MemoryKind::host}; }
 
 }  // namespace
 
@@ -42,43 +41,45 @@ void StageWorker<T>::run(Comm& comm, const MicrobatchSource& data, int64_t first
   const auto& c = s.cfg;
   Backend& be = *s.backend;
   const auto ops = pipeline::stage_ops({c.schedule, c.depth, c.microbatches, steps, c.width}, s.stage, s.recompute);
+  int64_t entered = -1;  // the last step whose first op ran (for fault injection)
   for (const pipeline::Op& op : ops) {
     const int64_t step = first_step + op.step, k = op.microbatch;
+    if (step != entered) fault_point("step", s.rank, entered = step);
     const auto key = std::make_pair(step, k);
     const ConstView params = s.buffer_of(s.version_of_step(step)).cview();
     switch (op.kind) {
       case pipeline::OpKind::recv_activation: {
         auto& mb = s.live[key];
         mb.input = be.alloc(s.compute, act);
-        comm.recv(s.rank_of(s.stage - 1, s.replica), make_tag(TagKind::activation, step, k), message(mb.input));
+        s.recv(comm, s.rank_of(s.stage - 1, s.replica), make_tag(TagKind::activation, step, k), mb.input.view());
         break;
       }
       case pipeline::OpKind::forward: {
         auto& mb = s.live[key];
         s.load_batch(mb, data, step, k);
         const TimerMark t0 = be.mark();
-        s.forward(mb, step, params, sink, k, s.recompute);
-        s.compute_ms += be.elapsed_ms(t0, be.mark());
+        s.forward(mb, step, params, sink != nullptr, k, s.recompute);
+        s.time_since(t0);
         if (s.recompute) mb.drop_stash();  // keep only the stage input
         break;
       }
       case pipeline::OpKind::send_activation: {
         auto& mb = s.live.at(key);
-        comm.send(s.rank_of(s.stage + 1, s.replica), make_tag(TagKind::activation, step, k), message(mb.output));
+        s.send(comm, s.rank_of(s.stage + 1, s.replica), make_tag(TagKind::activation, step, k), mb.output.view());
         mb.output.reset();
         break;
       }
       case pipeline::OpKind::recv_gradient: {
         auto& mb = s.live.at(key);
         mb.grad_out = be.alloc(s.compute, act);
-        comm.recv(s.rank_of(s.stage + 1, s.replica), make_tag(TagKind::gradient, step, k), message(mb.grad_out));
+        s.recv(comm, s.rank_of(s.stage + 1, s.replica), make_tag(TagKind::gradient, step, k), mb.grad_out.view());
         break;
       }
       case pipeline::OpKind::recompute: {
         auto& mb = s.live.at(key);
         const TimerMark t0 = be.mark();
-        s.forward(mb, step, params, nullptr, k, false);
-        s.compute_ms += be.elapsed_ms(t0, be.mark());
+        s.forward(mb, step, params, false, k, false);
+        s.time_since(t0);
         mb.output.reset();
         break;
       }
@@ -86,28 +87,31 @@ void StageWorker<T>::run(Comm& comm, const MicrobatchSource& data, int64_t first
         auto& mb = s.live.at(key);
         const TimerMark t0 = be.mark();
         s.backward(mb, params);
-        s.compute_ms += be.elapsed_ms(t0, be.mark());
+        s.time_since(t0);
         ++s.computed_microbatches;
         if (s.first) s.live.erase(key);
         break;
       }
       case pipeline::OpKind::send_gradient: {
         auto& mb = s.live.at(key);
-        comm.send(s.rank_of(s.stage - 1, s.replica), make_tag(TagKind::gradient, step, k), message(mb.grad_in));
+        s.send(comm, s.rank_of(s.stage - 1, s.replica), make_tag(TagKind::gradient, step, k), mb.grad_in.view());
         s.live.erase(key);
         break;
       }
       case pipeline::OpKind::allreduce:
-        comm.allreduce_sum(s.stage_comm_group, s.host_span(s.grads));
+        s.allreduce_grads(comm);
         break;
       case pipeline::OpKind::update:
-        s.update(comm, step);
+        const std::string skipped = s.update(comm, step);
+        s.report_losses(step, sink);
+        if (!skipped.empty() && sink) sink->on_skip(step, skipped);
         if (s.update_end.size() <= static_cast<size_t>(step)) s.update_end.resize(static_cast<size_t>(step) + 1, 0.0);
         s.update_end[static_cast<size_t>(step)] = steady_ms();
         if (sink) sink->on_update(step);
         break;
     }
   }
+  s.resolve_times();
   if (!s.live.empty()) throw Error(fmt::format("stage {}: {} microbatches left in flight", s.stage, s.live.size()));
 }
 
@@ -120,9 +124,9 @@ int64_t StageWorker<T>::steps_done() const { return impl_->steps_done; }
 template <typename T>
 const ParamLayout& StageWorker<T>::layout() const { return impl_->layout; }
 template <typename T>
-std::span<T> StageWorker<T>::moment1() { return impl_->host_span(impl_->m1); }
+std::span<T> StageWorker<T>::moment1() { return impl_->host_view(impl_->m1, impl_->host_m1); }
 template <typename T>
-std::span<T> StageWorker<T>::moment2() { return impl_->host_span(impl_->m2); }
+std::span<T> StageWorker<T>::moment2() { return impl_->host_view(impl_->m2, impl_->host_m2); }
 template <typename T>
 int64_t StageWorker<T>::versions_allocated() const { return impl_->allocated; }
 template <typename T>
@@ -145,11 +149,12 @@ std::span<T> StageWorker<T>::weights(int64_t version) {
   Impl& s = *impl_;
   const bool held = version == s.steps_done || (s.two_bw() && version == s.steps_done - 1 && version >= 0);
   if (!held) throw Error(fmt::format("stage {}: weight version {} is not held (steps done {})", s.stage, version, s.steps_done));
-  if (!s.mixed) return s.host_span(s.buffer_of(version));
-  if (version == s.steps_done) return s.host_span(s.master);
+  std::vector<T>& mirror = version == s.steps_done ? s.host_current : s.host_previous;
+  if (!s.mixed) return s.host_view(s.buffer_of(version), mirror);
+  if (version == s.steps_done) return s.host_view(s.master, mirror);
   if (s.widened.empty()) s.widened = s.backend->alloc(dtype_of<T>(), s.numel);
   s.backend->copy(s.buffer_of(version).view(), s.widened.view());
-  return s.host_span(s.widened);
+  return s.host_view(s.widened, mirror);
 }
 
 // With a master copy, `current` goes to the master and its cast to the compute buffer (as an update

@@ -1,10 +1,9 @@
 // Checkpoint writing and restoring for the trainer, one rank's shard at a time.
 #include "train_checkpoint.hpp"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <map>
 
@@ -47,17 +46,23 @@ void check_identity(const CheckpointManifest& m, const CheckpointIdentity& id, c
              fmt::format("{} d={} w={}", id.schedule, id.depth, id.width));
 }
 
-// The shard must be on disk before rank 0 is told it is durable and writes the manifest naming it.
-void flush_to_disk(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0 || ::fsync(fd) != 0) {
-    if (fd >= 0) ::close(fd);
-    throw Error(fmt::format("cannot flush {} to disk", path));
-  }
-  ::close(fd);
+template <typename T>
+bool all_finite(std::span<const T> values) {
+  for (const T v : values)
+    if (!std::isfinite(v)) return false;
+  return true;
 }
 
 }  // namespace
+
+template <typename T>
+std::string nonfinite_state(StageWorker<T>& w, const PipelineConfig& config, int64_t step) {
+  if (!all_finite<T>(w.weights(step))) return "weights are";
+  if (config.schedule == schemas::Schedule::two_bw && step > 0 && !all_finite<T>(w.weights(step - 1)))
+    return "older weight version is";
+  if (!all_finite<T>(w.moment1()) || !all_finite<T>(w.moment2())) return "optimizer state is";
+  return {};
+}
 
 template <typename T>
 CheckpointStage save_stage_shard(StageWorker<T>& w, const PipelineConfig& config, const std::string& dir,
@@ -72,8 +77,8 @@ CheckpointStage save_stage_shard(StageWorker<T>& w, const PipelineConfig& config
   if (!w.moment2().empty()) add_tensors<T>(views, w.layout(), "optimizer.v/", w.moment2());
   CheckpointStage st{w.stage(), stage_file_name(w.stage()), ""};
   const std::string path = stage_file_path(dir, st);
+  // write_safetensors syncs the file and the step directory before it returns: the shard is durable.
   write_safetensors(path, views, {{"stage", std::to_string(w.stage())}, {"step", std::to_string(step)}});
-  flush_to_disk(path);
   st.sha256 = sha256_file(path);
   return st;
 }
@@ -98,6 +103,13 @@ void write_checkpoint_manifest(const CheckpointIdentity& id, const std::string& 
 int64_t check_checkpoint(const CheckpointIdentity& id, const std::string& dir) {
   const CheckpointManifest m = read_checkpoint_manifest(dir);
   check_identity(m, id, dir);
+  for (const CheckpointStage& st : m.stages) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(stage_file_path(dir, st), ec))
+      throw UsageError(fmt::format("the checkpoint in {} lacks the file of stage {} ({})", dir, st.stage, st.file),
+                       "the checkpoint was damaged after it was written; remove that directory to resume from an "
+                       "older checkpoint");
+  }
   return m.step;
 }
 
@@ -118,6 +130,8 @@ void load_stage_shard(StageWorker<T>& w, const PipelineConfig& config, const std
 
 template CheckpointStage save_stage_shard<float>(StageWorker<float>&, const PipelineConfig&, const std::string&, int64_t);
 template CheckpointStage save_stage_shard<double>(StageWorker<double>&, const PipelineConfig&, const std::string&, int64_t);
+template std::string nonfinite_state<float>(StageWorker<float>&, const PipelineConfig&, int64_t);
+template std::string nonfinite_state<double>(StageWorker<double>&, const PipelineConfig&, int64_t);
 template void load_stage_shard<float>(StageWorker<float>&, const PipelineConfig&, const std::string&);
 template void load_stage_shard<double>(StageWorker<double>&, const PipelineConfig&, const std::string&);
 

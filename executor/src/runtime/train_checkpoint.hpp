@@ -21,19 +21,25 @@ struct CheckpointIdentity {
 // worker): every stage's replica-0 rank writes its shard, rank 0 writes the manifest once every shard
 // is durable; on resume rank 0 checks the manifest and then every rank loads its own stage's shard.
 
-// Writes `worker`'s stage file for the state after `step` updates into `dir` (created if needed) and
-// flushes it to disk; returns the manifest entry (file name, sha256). Throws Error on I/O failure.
+// Writes `worker`'s stage file for the state after `step` updates into `dir` (created if needed), durably
+// (file and directory synced); returns the manifest entry (file name, sha256). Throws Error on I/O failure.
 template <typename T>
 CheckpointStage save_stage_shard(StageWorker<T>& worker, const PipelineConfig& config, const std::string& dir,
                                  int64_t step);
+
+// Which part of `worker`'s state after `step` updates is not finite ("weights are", "older weight
+// version is", "optimizer state is"), or "" when all of it is: a checkpoint never stores such a state.
+template <typename T>
+std::string nonfinite_state(StageWorker<T>& worker, const PipelineConfig& config, int64_t step);
 
 // Writes the manifest of the checkpoint after `step` updates, `stages` in stage order (call once every
 // shard is durable). Throws Error on I/O failure.
 void write_checkpoint_manifest(const CheckpointIdentity& id, const std::string& dir, int64_t step,
                                std::vector<CheckpointStage> stages);
 
-// Checks that the checkpoint in `dir` belongs to `id` (plan, dtype, seed, data, shape); returns its step.
-// Throws UsageError / SchemaError when it does not match or the manifest is corrupt.
+// Checks that the checkpoint in `dir` belongs to `id` (plan, dtype, seed, data, shape) and that every
+// stage file it names is there; returns its step. Throws UsageError / SchemaError when it does not match,
+// a file is missing or the manifest is corrupt.
 int64_t check_checkpoint(const CheckpointIdentity& id, const std::string& dir);
 
 // Verifies `worker`'s stage file in the checkpoint in `dir` and restores the worker from it. Throws

@@ -1,5 +1,6 @@
 // Collects the last stage's per-microbatch losses into step losses, in a fixed order, and prints a
-// progress line and a JSONL record when a step's losses are all in. Private to the trainer.
+// progress line and a JSONL record once a step's losses are all in and rank 0 has applied (or skipped)
+// its update. Private to the trainer.
 #pragma once
 
 #include <fmt/format.h>
@@ -9,8 +10,11 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <string>
 #include <vector>
 
+#include "fault.hpp"
+#include "metrics_log.hpp"
 #include "pd2bw/error.hpp"
 #include "pd2bw/executor/optimizer.hpp"
 #include "pd2bw/executor/pipeline.hpp"
@@ -20,41 +24,66 @@ namespace pd2bw::executor {
 class TrainProgress final : public LossSink {
  public:
   TrainProgress(int64_t per_step, int64_t tokens_per_step, int64_t first_step, int64_t total_steps,
-                const LrSchedule& lr, std::FILE* out, std::FILE* log)
+                const LrSchedule& lr, std::FILE* out, MetricsLog* log)
       : per_step_(per_step), tokens_(tokens_per_step), first_(first_step), total_(total_steps), lr_(lr), out_(out),
         log_(log), start_(std::chrono::steady_clock::now()) {}
 
   void on_loss(int64_t step, int64_t replica, int64_t microbatch, double loss) override {
     const std::lock_guard<std::mutex> lock(mutex_);
+    pending_[step][{replica, microbatch}] = loss;
+  }
+  void on_skip(int64_t step, const std::string& why) override {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    skipped_[step] = why;
+  }
+  // After rank 0's update of `step` (every loss of the step is in by then).
+  void on_update(int64_t step) override {
+    const std::lock_guard<std::mutex> lock(mutex_);
     auto& parts = pending_[step];
-    parts[{replica, microbatch}] = loss;
-    if (static_cast<int64_t>(parts.size()) < per_step_) return;
+    if (static_cast<int64_t>(parts.size()) < per_step_)
+      throw Error(fmt::format("rank 0 has {} of the {} losses of step {} at its update", parts.size(), per_step_, step + 1));
     double sum = 0;
     for (const auto& [key, l] : parts) sum += l;  // (replica, microbatch) order
     pending_.erase(step);
     finish_step(step, sum / static_cast<double>(per_step_));
   }
 
+  // Adds "MFU x%" to each line: model FLOPs per token (6 x parameters + 12 x layers x width x sequence)
+  // times tokens per second over the device's peak FLOP/s. Off (the cpu's line) while peak_flops is 0.
+  void set_mfu(double flops_per_token, double peak_flops) {
+    flops_per_token_ = flops_per_token;
+    peak_flops_ = peak_flops;
+  }
+
   const std::vector<double>& losses() const { return losses_; }
-  bool diverged() const { return diverged_; }  // a step's mean loss was not finite
+  // Steps skipped for a non-finite loss or gradient (1-based, as the progress lines count).
+  const std::vector<int64_t>& skipped_steps() const { return skipped_list_; }
   double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
 
  private:
   void finish_step(int64_t step, double loss) {
     losses_.push_back(loss);
+    const auto skip = skipped_.find(step);
+    const bool skipped = skip != skipped_.end();
+    if (skipped) skipped_list_.push_back(step + 1);
     const double elapsed = seconds();
     const auto done = static_cast<double>(losses_.size());
     const double tps = static_cast<double>(tokens_) * done / elapsed;
     const double eta = elapsed / done * static_cast<double>(total_ - first_ - static_cast<int64_t>(losses_.size()));
+    const double mfu = peak_flops_ > 0 ? flops_per_token_ * tps / peak_flops_ : 0.0;
+    const std::string mfu_text = peak_flops_ > 0 ? fmt::format(" | MFU {:4.1f}%", 100.0 * mfu) : std::string();
     if (out_)
-      fmt::print(out_, "step {:>5}/{} | loss {:.4f} | lr {:.2e} | {:>8.0f} tok/s | {:>7.1f} s elapsed | ETA {:.0f} s\n",
-                 step + 1, total_, loss, lr_.at(step), tps, elapsed, eta);
+      fmt::print(out_, "step {:>5}/{} | loss {:.4f} | lr {:.2e} | {:>8.0f} tok/s{} | {:>7.1f} s elapsed | ETA {:.0f} s{}\n",
+                 step + 1, total_, std::isnan(loss) ? std::fabs(loss) : loss, lr_.at(step), tps, mfu_text, elapsed, eta,
+                 skipped ? fmt::format(" | skipped, not finite: {}", skip->second) : std::string());
     if (log_)
-      fmt::print(log_, "{{\"step\": {}, \"loss\": {:.17g}, \"lr\": {:.17g}, \"tokens\": {}, \"tokens_per_s\": {:.1f}, "
-                       "\"elapsed_s\": {:.3f}}}\n",
-                 step + 1, loss, lr_.at(step), tokens_ * (step + 1), tps, elapsed);
-    if (log_) std::fflush(log_);
-    if (!std::isfinite(loss)) diverged_ = true;
+      log_->append(fmt::format("{{\"step\": {}, \"loss\": {}, \"lr\": {}, \"tokens\": {}, \"tokens_per_s\": {}, "
+                               "\"elapsed_s\": {}, \"skipped\": {}{}}}",
+                               step + 1, json_number(loss), json_number(lr_.at(step)), tokens_ * (step + 1),
+                               json_number(tps, 1), json_number(elapsed, 3), skipped ? "true" : "false",
+                               peak_flops_ > 0 ? fmt::format(", \"mfu\": {}", json_number(mfu, 4)) : std::string()));
+    if (log_) fault_point("log", 0, step);
+    if (skipped) skipped_.erase(skip);
   }
 
  private:
@@ -62,11 +91,13 @@ class TrainProgress final : public LossSink {
   int64_t per_step_, tokens_, first_, total_;
   LrSchedule lr_;
   std::FILE* out_;
-  std::FILE* log_;
+  MetricsLog* log_;
   std::chrono::steady_clock::time_point start_;
   std::map<int64_t, std::map<std::pair<int64_t, int64_t>, double>> pending_;
+  std::map<int64_t, std::string> skipped_;
   std::vector<double> losses_;
-  bool diverged_ = false;
+  std::vector<int64_t> skipped_list_;
+  double flops_per_token_ = 0, peak_flops_ = 0;
 };
 
 }  // namespace pd2bw::executor

@@ -9,6 +9,9 @@
 #include <map>
 #include <memory>
 
+#include "checkpoint_store.hpp"
+#include "fault.hpp"
+#include "metrics_log.hpp"
 #include "pd2bw/error.hpp"
 #include "train_progress.hpp"
 
@@ -25,15 +28,27 @@ constexpr int64_t kShardTag = 8195;    // stage's replica 0 -> 0: its shard is d
 constexpr int64_t kStatusTag = 8196;   // 0 -> every rank: go on (1) or stop (0); on resume, the step too
 constexpr int64_t kLoadedTag = 8197;   // every rank -> 0: its shard is loaded
 
+// A shard writer's report: durable (with its sha256), refused (its state is not finite) or failed.
+enum ShardStatus : int64_t { kShardDurable = 0, kShardNotFinite = 1, kShardFailed = 2 };
 struct ShardReport {
   int64_t stage = 0;
+  int64_t status = kShardDurable;
   std::array<char, 64> sha256{};
+  std::array<char, 448> why{};  // what went wrong, NUL-terminated (cut to fit)
 };
 
 struct Status {
   int64_t go = 0;
   int64_t step = 0;
+  int64_t legacy = 0;  // on resume: the checkpoint is in the flat layout of earlier releases
 };
+
+template <size_t N>
+void put_text(std::array<char, N>& out, std::string_view text) {
+  const size_t n = std::min(text.size(), N - 1);
+  std::memcpy(out.data(), text.data(), n);
+  out[n] = '\0';
+}
 
 template <typename V>
 std::span<const V> one(const V& v) { return std::span<const V>(&v, 1); }
@@ -77,6 +92,10 @@ class RankLosses final : public LossSink {
         throw Error(fmt::format("rank 0 expected the losses of step {} from rank {}, got step {}", step, from, record[0]));
       for (int64_t k = 0; k < c_.microbatches; ++k) progress_->on_loss(step, replica, k, record[static_cast<size_t>(k + 1)]);
     }
+    progress_->on_update(step);
+  }
+  void on_skip(int64_t step, const std::string& why) override {
+    if (progress_) progress_->on_skip(step, why);
   }
 
  private:
@@ -121,59 +140,140 @@ void report_metrics(Comm& comm, StageWorker<T>& w, const PipelineConfig& c, int6
   }
 }
 
-// Every stage's replica-0 rank writes its shard; rank 0 writes the manifest once all are durable.
+// A stage's replica-0 rank writes its shard into the step's directory unless its state is not finite;
+// failures become the report, so rank 0 can name them and stop every rank in order.
 template <typename T>
-void save_checkpoint(Comm& comm, StageWorker<T>& w, const TrainSetup& s, int64_t step) {
-  const auto& c = s.config;
-  const std::string& dir = s.options.checkpoint_dir;
-  std::optional<CheckpointStage> mine;
-  if (w.replica() == 0) mine = save_stage_shard(w, c, dir, step);
-  if (comm.rank() != 0) {
-    if (mine) {
-      ShardReport rep{mine->stage, {}};
-      std::memcpy(rep.sha256.data(), mine->sha256.data(), rep.sha256.size());
-      comm.send(0, kShardTag, one(rep));
+ShardReport write_shard(StageWorker<T>& w, const PipelineConfig& c, const std::string& at, int64_t rank, int64_t step) {
+  ShardReport rep;
+  rep.stage = w.stage();
+  try {
+    fault_point("shard-begin", rank, step);
+    if (const std::string bad = nonfinite_state(w, c, step); !bad.empty()) {
+      rep.status = kShardNotFinite;
+      put_text(rep.why, bad);
+      return rep;
     }
-    return;
+    const CheckpointStage st = save_stage_shard(w, c, at, step);
+    std::memcpy(rep.sha256.data(), st.sha256.data(), rep.sha256.size());
+    fault_point("shard", rank, step);
+  } catch (const std::exception& e) {
+    rep.status = kShardFailed;
+    put_text(rep.why, e.what());
   }
-  std::vector<CheckpointStage> stages;
-  for (int64_t i = 0; i < c.depth; ++i) {
-    const int64_t owner = c.ranks[static_cast<size_t>(i)][0];
-    if (owner == 0) {
-      stages.push_back(*mine);
-      continue;
-    }
-    ShardReport rep;
-    comm.recv(owner, kShardTag, one_mut(rep));
-    if (rep.stage != i) throw Error(fmt::format("rank {} reported the shard of stage {}, not {}", owner, rep.stage, i));
-    stages.push_back({i, stage_file_name(i), std::string(rep.sha256.data(), rep.sha256.size())});
-  }
-  write_checkpoint_manifest(s.id, dir, step, std::move(stages));
-  if (s.progress) fmt::print(s.progress, "checkpoint: step {} written to {}\n", step, dir);
+  return rep;
 }
 
-// Rank 0 checks the manifest and says go (with the step) or stop; then every rank loads its own shard
-// and tells rank 0, which starts nothing before all are loaded. Returns the steps done, or -1 to stop.
-template <typename T>
-int64_t resume(Comm& comm, StageWorker<T>& w, const TrainSetup& s) {
-  Status st;
-  if (comm.rank() == 0) {
-    try {
-      st.step = check_checkpoint(s.id, s.options.checkpoint_dir);
-      if (st.step >= s.options.steps)
-        throw UsageError(fmt::format("the checkpoint is at step {}, not before --steps {}", st.step, s.options.steps),
-                         "raise --steps to train further");
-    } catch (...) {
-      broadcast_status(comm, {0, 0});
-      throw;
+// Rank 0: the shards' reports in stage order, or throws Error naming the first stage that did not write.
+std::vector<CheckpointStage> collect_shards(Comm& comm, const PipelineConfig& c, const std::optional<ShardReport>& mine,
+                                            int64_t step) {
+  std::vector<CheckpointStage> stages;
+  std::string problem, hint;
+  for (int64_t i = 0; i < c.depth; ++i) {
+    const int64_t owner = c.ranks[static_cast<size_t>(i)][0];
+    ShardReport rep = owner == 0 ? *mine : ShardReport{};
+    if (owner != 0) comm.recv(owner, kShardTag, one_mut(rep));
+    if (rep.stage != i) throw Error(fmt::format("rank {} reported the shard of stage {}, not {}", owner, rep.stage, i));
+    if (rep.status != kShardDurable && problem.empty()) {
+      problem = rep.status == kShardNotFinite ? fmt::format("stage {}'s {} not finite", i, rep.why.data())
+                                               : fmt::format("stage {} (rank {}): {}", i, owner, rep.why.data());
+      hint = rep.status == kShardNotFinite ? "lower --lr and --resume from the last checkpoint"
+                                           : "fix the cause (free space, permissions), then --resume";
     }
-    st.go = 1;
-    broadcast_status(comm, st);
-  } else {
-    comm.recv(0, kStatusTag, one_mut(st));
-    if (!st.go) return -1;
+    stages.push_back({i, stage_file_name(i), std::string(rep.sha256.data(), rep.sha256.size())});
   }
-  load_stage_shard(w, s.config, s.options.checkpoint_dir);
+  if (!problem.empty())
+    throw Error(fmt::format("the checkpoint of step {} was not written: {}; the earlier checkpoints are intact", step,
+                            problem),
+                hint);
+  return stages;
+}
+
+// Every stage's replica-0 rank writes its shard; rank 0 commits the checkpoint once all are durable and
+// then tells every rank to go on or stop. Returns false on a rank told to stop (rank 0 throws JobStopped
+// instead).
+template <typename T>
+bool save_checkpoint(Comm& comm, StageWorker<T>& w, const TrainSetup& s, int64_t step, CheckpointStore* store,
+                     MetricsLog* log) {
+  const std::string at = step_directory(s.options.checkpoint_dir, step);
+  std::optional<ShardReport> mine;
+  if (w.replica() == 0) mine = write_shard(w, s.config, at, comm.rank(), step);
+  if (comm.rank() != 0) {
+    if (mine) comm.send(0, kShardTag, one(*mine));
+    Status st;
+    comm.recv(0, kStatusTag, one_mut(st));
+    return st.go != 0;
+  }
+  // On any failure every rank is told to stop, and what the save wrote is removed.
+  const auto stop_all = [&] {
+    store->abandon(step);
+    broadcast_status(comm, {0, step, 0});
+  };
+  std::vector<CheckpointStage> stages;
+  try {
+    stages = collect_shards(comm, s.config, mine, step);
+  } catch (const Error& e) {
+    stop_all();
+    throw JobStopped(e);
+  }
+  try {
+    if (log) log->sync();
+    store->commit(step, std::move(stages));
+  } catch (const Error& e) {
+    stop_all();
+    throw JobStopped(Error(fmt::format("the checkpoint of step {} was not written: {}; the earlier checkpoints are "
+                                       "intact",
+                                       step, e.what()),
+                           e.hint()));
+  } catch (const std::exception& e) {
+    stop_all();
+    throw JobStopped(Error(fmt::format("the checkpoint of step {} was not written: internal error: {}", step, e.what())));
+  }
+  broadcast_status(comm, {1, step, 0});
+  if (s.progress) fmt::print(s.progress, "checkpoint: step {} written to {}\n", step, at);
+  return true;
+}
+
+// Rank 0 alone owns the checkpoint directory (its lock) and the metrics log: it opens both before any
+// rank allocates its stage (the store checks the directory and finds the step to resume), then tells
+// every rank to go on, with that step, or to stop (and throws JobStopped with the reason).
+Status start_job(Comm& comm, const TrainSetup& s, std::unique_ptr<CheckpointStore>& store,
+                 std::unique_ptr<MetricsLog>& log) {
+  const TrainOptions& o = s.options;
+  Status st{1, 0, 0};
+  if (comm.rank() != 0) {
+    comm.recv(0, kStatusTag, one_mut(st));
+    return st;
+  }
+  try {
+    if (!o.checkpoint_dir.empty())
+      store = std::make_unique<CheckpointStore>(o.checkpoint_dir, s.id, o.resume, o.keep, s.checkpoint_bytes);
+    if (o.resume) {
+      const ResumePoint& p = store->resume_point();
+      if (p.step >= o.steps)
+        throw UsageError(fmt::format("the checkpoint is at step {}, not before --steps {}", p.step, o.steps),
+                         "raise --steps to train further");
+      st = {1, p.step, p.legacy ? 1 : 0};
+    }
+    if (!o.log_path.empty()) log = std::make_unique<MetricsLog>(o.log_path, o.resume, st.step);
+  } catch (const Error& e) {
+    broadcast_status(comm, {0, 0, 0});
+    throw JobStopped(e);
+  } catch (const std::exception& e) {
+    broadcast_status(comm, {0, 0, 0});
+    throw JobStopped(Error(fmt::format("internal error: {}", e.what())));
+  }
+  broadcast_status(comm, st);
+  if (o.resume && s.progress) fmt::print(s.progress, "{}\n", store->resume_point().note);
+  return st;
+}
+
+// Every rank loads its own shard of the checkpoint rank 0 chose and tells rank 0, which starts nothing
+// before all are loaded. Returns the steps done.
+template <typename T>
+int64_t load_checkpoint(Comm& comm, StageWorker<T>& w, const TrainSetup& s, const Status& st) {
+  const std::string& dir = s.options.checkpoint_dir;
+  load_stage_shard(w, s.config, st.legacy ? dir : step_directory(dir, st.step));
+  fault_point("resume", comm.rank(), st.step);
   const int64_t loaded = 1;
   if (comm.rank() != 0)
     comm.send(0, kLoadedTag, one(loaded));
@@ -207,18 +307,17 @@ std::optional<TrainResult> train_rank(Comm& comm, const TrainSetup& s) {
   const auto& c = s.config;
   const TrainOptions& o = s.options;
   const bool root = comm.rank() == 0;
+  std::unique_ptr<CheckpointStore> store;
+  std::unique_ptr<MetricsLog> log;
+  const Status start = start_job(comm, s, store, log);
+  if (!start.go) return std::nullopt;
   StageWorker<T> worker(c, comm.rank(), comm);
-  int64_t done = o.resume ? resume(comm, worker, s) : 0;
-  if (done < 0) return std::nullopt;
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> log(nullptr, &std::fclose);
+  int64_t done = o.resume ? load_checkpoint(comm, worker, s, start) : 0;
   std::unique_ptr<TrainProgress> progress;
   if (root) {
-    if (!o.log_path.empty()) {
-      log.reset(std::fopen(o.log_path.c_str(), o.resume ? "a" : "w"));
-      if (!log) throw UsageError(fmt::format("cannot write the metrics log {}", o.log_path));
-    }
     progress = std::make_unique<TrainProgress>(c.microbatches * c.width, s.tokens_per_step, done, o.steps, c.optimizer.lr,
                                                o.quiet ? nullptr : s.progress, log.get());
+    progress->set_mfu(s.flops_per_token, s.peak_flops);
   }
   RankLosses losses(comm, c, progress.get());
   Gathered gathered;
@@ -230,21 +329,12 @@ std::optional<TrainResult> train_rank(Comm& comm, const TrainSetup& s) {
     worker.run(comm, *s.source, done, n, &losses);
     report_metrics(comm, worker, c, done, n, root ? &gathered : nullptr);
     done += n;
-    // Rank 0 says whether to go on before any shard is written: a diverged run keeps its last checkpoint.
-    Status st{1, done};
-    if (root && progress->diverged()) {
-      broadcast_status(comm, {0, done});
-      throw Error(fmt::format("the loss is not finite at step {}", done), "lower --lr");
-    }
-    if (root)
-      broadcast_status(comm, st);
-    else
-      comm.recv(0, kStatusTag, one_mut(st));
-    if (!st.go) return std::nullopt;
-    if (!o.checkpoint_dir.empty()) save_checkpoint(comm, worker, s, done);
+    if (!o.checkpoint_dir.empty() && !save_checkpoint(comm, worker, s, done, store.get(), log.get()))
+      return std::nullopt;
   }
   if (!root) return std::nullopt;
   result.losses = progress->losses();
+  result.skipped_steps = progress->skipped_steps();
   fill_result(gathered, result);
   result.seconds = progress->seconds();
   result.tokens_per_s = static_cast<double>(s.tokens_per_step) * static_cast<double>(result.losses.size()) / result.seconds;

@@ -22,7 +22,10 @@ struct TrainSetup {
   TrainOptions options;
   const MicrobatchSource* source = nullptr;  // not owned; pure, shared by the ranks
   int64_t tokens_per_step = 0;               // global batch x sequence length
+  int64_t checkpoint_bytes = 0;              // about what one checkpoint takes (free-space check)
   std::FILE* progress = nullptr;             // rank 0's progress lines (null: none)
+  double flops_per_token = 0;                // model FLOPs of one token's forward and backward
+  double peak_flops = 0;                     // the device's peak FLOP/s for MFU (0: no MFU, e.g. the cpu)
 };
 
 // One rank's metrics as sent to rank 0 after each segment of steps.
@@ -31,6 +34,14 @@ struct RankMetrics {
   int64_t peak_bytes = 0;     // largest memory the worker held
   int64_t versions = 0;       // weight buffers ever allocated
   double compute_ms = 0;      // thread CPU ms of forward (+ recompute) + backward per microbatch
+};
+
+// Thrown by rank 0 alone when it stops the job for a reason it found (a checkpoint directory that is
+// locked, full or does not match, a save that failed) after telling every other rank to stop: unlike a
+// failure of one rank, nobody waits.
+class JobStopped : public Error {
+ public:
+  explicit JobStopped(const Error& why) : Error(why.what(), why.hint(), why.code()) {}
 };
 
 // Runs rank comm.rank() of the job to the end (or --stop-after). Returns the result on rank 0 and

@@ -1,19 +1,25 @@
-// The training loop behind `pd2bw train`: checks everything first, then runs the plan's ranks as threads
-// of this process, each rank's work being train_rank (train_rank.cpp) over its own Comm.
+// The training loop behind `pd2bw train`: checks everything first, then runs the plan's ranks, either as
+// threads of this process (on the cpu, or all on the current GPU) or as this process's one rank of a
+// multi-process job; each rank's work is train_rank (train_rank.cpp) over its own Comm.
 #include "pd2bw/executor/trainer.hpp"
 
 #include <fmt/format.h>
-
-#include <unistd.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
-#include <filesystem>
+#include <cmath>
+#include <map>
 #include <optional>
+#include <utility>
 
+#include "pd2bw/checked.hpp"
 #include "pd2bw/error.hpp"
 #include "pd2bw/executor/data.hpp"
+#include "pd2bw/executor/device.hpp"
+#include "pd2bw/executor/process_group.hpp"
 #include "pd2bw/pipeline/memory.hpp"
 #include "pd2bw/schemas/common.hpp"
+#include "checkpoint_store.hpp"
 #include "train_rank.hpp"
 
 namespace pd2bw::executor {
@@ -44,8 +50,14 @@ GptConfig model_of(const schemas::Plan& plan) {
 
 void check_options(const TrainOptions& o) {
   if (o.steps < 1) throw UsageError(fmt::format("--steps must be >= 1, got {}", o.steps));
+  for (const auto& [value, flag] : {std::pair{o.lr, "--lr"}, {o.min_lr, "--min-lr"}, {o.weight_decay, "--weight-decay"},
+                                    {o.clip_norm, "--clip"}})
+    if (!std::isfinite(value)) throw UsageError(fmt::format("{} must be a finite number, got {}", flag, value));
   if (!(o.lr > 0)) throw UsageError("--lr must be > 0");
   if (o.min_lr < 0 || o.min_lr > o.lr) throw UsageError("--min-lr must be in [0, --lr]");
+  if (o.weight_decay < 0) throw UsageError(fmt::format("--weight-decay must be >= 0, got {}", o.weight_decay));
+  if (o.clip_norm < 0) throw UsageError(fmt::format("--clip must be >= 0 (0 turns it off), got {}", o.clip_norm));
+  if (o.keep < 1) throw UsageError(fmt::format("--keep must be >= 1, got {}", o.keep));
   if (o.warmup_steps < 0) throw UsageError("--warmup must be >= 0 steps");
   if (o.dtype != "float" && o.dtype != "double" && o.dtype != "bf16")
     throw UsageError(fmt::format("--dtype must be float, double or bf16, got '{}'", o.dtype));
@@ -53,38 +65,88 @@ void check_options(const TrainOptions& o) {
   if (o.stop_after < 0) throw UsageError("--stop-after must be >= 0 steps");
   if ((o.resume || o.checkpoint_every > 0) && o.checkpoint_dir.empty())
     throw UsageError("--resume and --checkpoint-every need --checkpoint-dir");
-  if (!o.resume && !o.checkpoint_dir.empty() &&
-      std::filesystem::exists(std::filesystem::path(o.checkpoint_dir) / std::string(kManifestFileName)))
-    throw UsageError(fmt::format("{} already holds a checkpoint", o.checkpoint_dir),
-                     "pass --resume to continue it, or choose another --checkpoint-dir");
+  // What the checkpoint directory holds, its lock and its free space are rank 0's to check (CheckpointStore).
 }
 
-// The CPU backend runs every rank in this process: refuse plans that cannot fit (threads, host memory)
-// before allocating anything. Counts the static terms of the memory model (1 or 2 weight versions,
-// gradients, optimizer moments; everything in the scalar type, so no master copy) of every stage's replicas.
-void check_host_fits(const PipelineConfig& c, DType master) {
-  constexpr int64_t kMaxThreads = 256;
-  if (c.ranks_total() > kMaxThreads)
-    throw UsageError(fmt::format("the plan has {} ranks; the CPU backend runs at most {} as threads of one process",
-                                 c.ranks_total(), kMaxThreads),
-                     "plan for fewer devices to train on the CPU");
+// The ranks `here` share one memory (the cpu: this machine's; cuda: one GPU's): refuse plans that cannot
+// fit in it before allocating anything. Counts the static terms of the memory model (1 or 2 weight
+// versions, gradients, optimizer moments, the master copy for bf16) of each rank's stage.
+void check_fits(const PipelineConfig& c, DType master, const std::vector<int64_t>& here) {
   const int64_t scalar = dtype_bytes(c.compute.value_or(master));
   const pipeline::MemoryFactors f = pipeline::memory_factors(c.schedule, c.optimizer.kind, scalar, dtype_bytes(master));
+  const char* what = "the host memory the plan needs";
+  std::vector<int64_t> stage_of(static_cast<size_t>(c.ranks_total()));
+  for (int64_t i = 0; i < c.depth; ++i)
+    for (const int64_t r : c.ranks[static_cast<size_t>(i)]) stage_of[static_cast<size_t>(r)] = i;
   int64_t need = 0;
-  for (int64_t i = 0; i < c.depth; ++i) {
+  for (const int64_t r : here) {
+    const auto i = static_cast<size_t>(stage_of[static_cast<size_t>(r)]);
     int64_t numel = 0;
-    for (int64_t l = c.bounds[static_cast<size_t>(i)]; l < c.bounds[static_cast<size_t>(i + 1)]; ++l)
-      numel += layout_numel(gpt_layer_layout(c.model, l));
-    need += c.width * f.total(numel * scalar);
+    for (int64_t l = c.bounds[i]; l < c.bounds[i + 1]; ++l)
+      numel = checked_add(numel, layout_numel(gpt_layer_layout(c.model, l)), what);
+    need = checked_add(need, f.total(checked_mul(numel, scalar, what)), what);
   }
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-  const int64_t have = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
-  if (have > 0 && need > have)
-    throw UsageError(fmt::format("training a {}-block GPT on the CPU needs at least {} of host memory for weights, gradients "
-                                 "and optimizer state; this machine has {}",
-                                 c.model.blocks, schemas::format_bytes(need), schemas::format_bytes(have)),
-                     "the CPU backend is for small models; plan a smaller model (e.g. "
-                     "schemas/examples/gpt-tiny.profile.json)");
+  const int64_t have = device_info(c.backend).memory_bytes;
+  if (have <= 0 || need <= have) return;
+  if (c.backend == "cuda")
+    throw UsageError(fmt::format("{} rank(s) share one GPU here, and their weights, gradients and optimizer state alone "
+                                 "need {}; the GPU has {}",
+                                 here.size(), schemas::format_bytes(need), schemas::format_bytes(have)),
+                     "plan fewer stages and replicas per GPU, or run one process per GPU");
+  throw UsageError(fmt::format("training a {}-block GPT on the CPU needs at least {} of host memory for weights, gradients "
+                               "and optimizer state on this machine ({} ranks); it has {}",
+                               c.model.blocks, schemas::format_bytes(need), here.size(), schemas::format_bytes(have)),
+                   "the CPU backend is for small models; plan a smaller model (e.g. "
+                   "schemas/examples/gpt-tiny.profile.json)");
+}
+
+// The device's dense peak in the compute dtype, or 0 (the cpu, or a GPU missing from the table).
+double peak_flops_of(const DeviceInfo& d, const std::string& dtype) {
+  if (d.backend != "cuda") return 0;
+  return (dtype == "bf16" ? d.peak_bf16_tflops : d.peak_fp32_tflops) * 1e12;
+}
+
+// Ranks per node as "4" or "2, 2, 1" (by node).
+std::string per_node_text(const std::map<int64_t, int64_t>& counts) {
+  std::vector<int64_t> n;
+  for (const auto& [node, count] : counts) n.push_back(count);
+  const bool same = std::all_of(n.begin(), n.end(), [&](int64_t x) { return x == n.front(); });
+  return same ? fmt::format("{} rank(s) on each of {} node(s)", n.front(), n.size())
+              : fmt::format("{} rank(s) on nodes 0..{}", fmt::join(n, ", "), n.size() - 1);
+}
+
+}  // namespace
+
+void check_process_layout(const schemas::Plan& plan, const ProcessGroup& g) {
+  const int64_t ranks = plan.depth * plan.width;
+  if (g.size() != ranks)
+    throw UsageError(fmt::format("the plan has {} ranks ({} stages x {} replicas), but this job has {} process(es)", ranks,
+                                 plan.depth, plan.width, g.size()),
+                     fmt::format("start one process per rank: mpirun -np {} pd2bw train ...", ranks));
+  const std::vector<int64_t> job_node = g.node_of_ranks();
+  std::map<int64_t, int64_t> plan_to_job, job_to_plan, plan_count, job_count;
+  bool same = true;
+  for (int64_t r = 0; r < ranks; ++r) {
+    const int64_t pn = plan.ranks[static_cast<size_t>(r)].node, jn = job_node[static_cast<size_t>(r)];
+    same = same && plan_to_job.emplace(pn, jn).first->second == jn && job_to_plan.emplace(jn, pn).first->second == pn;
+    ++plan_count[pn];
+    ++job_count[jn];
+  }
+  if (!same)
+    throw UsageError(fmt::format("the plan puts {}, but this job runs {}", per_node_text(plan_count), per_node_text(job_count)),
+                     "start as many processes on each node as the plan puts ranks there (e.g. mpirun --map-by "
+                     "ppr:N:node), or plan for the nodes you have (pd2bw plan --nodes, --gpus-per-node)");
+}
+
+namespace {
+
+// The ranks whose processes share this process's node.
+std::vector<int64_t> ranks_on_node(const ProcessGroup& g) {
+  std::vector<int64_t> here;
+  const auto node_of = g.node_of_ranks();
+  for (size_t r = 0; r < node_of.size(); ++r)
+    if (node_of[r] == g.node()) here.push_back(static_cast<int64_t>(r));
+  return here;
 }
 
 TokenData load_data(const TrainOptions& o, const GptConfig& model) {
@@ -98,13 +160,32 @@ TokenData load_data(const TrainOptions& o, const GptConfig& model) {
   return data;
 }
 
+// Everything a rank needs, checked; the data outlives the ranks that read it.
+struct Prepared {
+  TokenData data;
+  std::unique_ptr<DataSource> source;
+  TrainSetup setup;
+  DeviceInfo device;
+
+  // The device and the MFU in rank 0's result.
+  void describe(TrainResult& r) const {
+    r.device = device.name;
+    r.device_memory_bytes = device.backend == "cuda" ? device.memory_bytes : 0;
+    r.model_flops_per_token = setup.flops_per_token;
+    r.peak_flops = setup.peak_flops;
+    r.mfu = setup.peak_flops > 0 ? setup.flops_per_token * r.tokens_per_s / setup.peak_flops : 0.0;
+  }
+};
+
+// `here`: the ranks whose workers share this process's memory (the cpu: the machine's, every rank when
+// they are threads; cuda: one GPU's). The data is checked before the device, so that a plan for a GPU
+// with data that does not fit its model says so on any machine.
 template <typename T>
-TrainResult run(const schemas::Plan& plan, const std::string& sha, const TrainOptions& o, std::FILE* out) {
+std::unique_ptr<Prepared> prepare(const schemas::Plan& plan, const std::string& sha, const TrainOptions& o, std::FILE* out,
+                                  const std::vector<int64_t>& here) {
   check_options(o);
   const GptConfig model = model_of(plan);
-  TrainSetup setup;
-  PipelineConfig& config = setup.config;
-  config = pipeline_from_plan(plan, model);
+  PipelineConfig config = pipeline_from_plan(plan, model);
   config.seed = o.seed;
   config.optimizer.kind = plan.optimizer;
   config.optimizer.lr = {o.lr, o.min_lr, std::min(o.warmup_steps, o.steps), o.steps};
@@ -112,26 +193,105 @@ TrainResult run(const schemas::Plan& plan, const std::string& sha, const TrainOp
   config.optimizer.adamw.weight_decay = o.weight_decay;
   config.optimizer.sgd.weight_decay = o.weight_decay;
   config.optimizer.clip_norm = o.clip_norm;
+  config.optimizer.skip_nonfinite = o.skip_nonfinite;
   if (o.dtype == "bf16") config.compute = DType::bf16;
+  config.backend = o.device;
   config.validate();
-  check_host_fits(config, dtype_of<T>());
-  const TokenData data = load_data(o, model);
+  auto p = std::make_unique<Prepared>(Prepared{load_data(o, model), nullptr, {}, {}});
+  std::string why;
+  if (!backend_available(o.device, &why))
+    throw UsageError(why, "train with --device cpu, or run on a machine with an NVIDIA GPU");
+  if (o.device == "cuda" && o.dtype == "double")
+    throw UsageError("the cuda backend computes in float or bf16, not double", "pass --dtype float or --dtype bf16");
+  check_fits(config, dtype_of<T>(), here);
+  p->device = device_info(o.device);
+  TrainSetup& setup = p->setup;
+  setup.config = std::move(config);
   setup.id = {sha, plan.profile_sha256, std::string(schemas::to_string(plan.schedule)), o.dtype,
-              data.label(), plan.depth, plan.width, o.seed};
+              p->data.label(), plan.depth, plan.width, o.seed};
   setup.options = o;
-  const DataSource source(data, o.seed, config.microbatch_size, config.seq);
-  setup.source = &source;
-  setup.tokens_per_step = plan.global_batch * config.seq;
+  p->source = std::make_unique<DataSource>(p->data, o.seed, setup.config.microbatch_size, setup.config.seq);
+  setup.source = p->source.get();
+  setup.tokens_per_step = checked_mul(plan.global_batch, setup.config.seq, "the tokens per step");
   setup.progress = o.quiet ? nullptr : out;
-  // The ranks are threads of this process; each runs train_rank with its own Comm, as a process would.
-  const auto comms = make_threads_comms(config.ranks_total());
+  if (!o.checkpoint_dir.empty())
+    setup.checkpoint_bytes = checkpoint_bytes(setup.config, static_cast<int64_t>(sizeof(T)));
+  setup.flops_per_token = model_flops_per_token(plan);
+  setup.peak_flops = peak_flops_of(p->device, o.dtype);
+  return p;
+}
+
+// The ranks are threads of this process; each runs train_rank with its own Comm, as a process would.
+template <typename T>
+TrainResult run_threads(const schemas::Plan& plan, const std::string& sha, const TrainOptions& o, std::FILE* out) {
+  std::vector<int64_t> all(static_cast<size_t>(plan.depth * plan.width));
+  for (size_t r = 0; r < all.size(); ++r) all[r] = static_cast<int64_t>(r);
+  constexpr size_t kMaxThreads = 256;
+  if (all.size() > kMaxThreads)
+    throw UsageError(fmt::format("the plan has {} ranks; pd2bw train runs at most {} as threads of one process",
+                                 all.size(), kMaxThreads),
+                     "plan for fewer devices, or run one process per rank under mpirun");
+  const auto p = prepare<T>(plan, sha, o, out, all);
+  const auto comms = make_threads_comms(p->setup.config.ranks_total());
   std::optional<TrainResult> result;
   run_on_threads(comms, [&](Comm& comm) {
-    auto r = train_rank<T>(comm, setup);
+    auto r = train_rank<T>(comm, p->setup);
     if (comm.rank() == 0) result = std::move(r);
   });
   if (!result) throw Error("rank 0 ended without a result");
+  p->describe(*result);
   return std::move(*result);
+}
+
+// This process is one rank of a multi-process job. Every process checks its inputs, then all agree
+// before any starts, so that a check failing on one process (a file missing on its node) stops all.
+template <typename T>
+TrainResult run_process(const schemas::Plan& plan, const std::string& sha, const TrainOptions& o, std::FILE* out,
+                        ProcessGroup& group) {
+  std::unique_ptr<Prepared> p;
+  std::optional<Error> failed;
+  try {
+    check_process_layout(plan, group);
+    // One GPU per process with cuda (the rank's local device); the node's memory on the cpu.
+    if (o.device == "cuda") select_device("cuda", plan.ranks[static_cast<size_t>(group.rank())].local_device);
+    p = prepare<T>(plan, sha, o, out, o.device == "cuda" ? std::vector<int64_t>{group.rank()} : ranks_on_node(group));
+  } catch (const Error& e) {
+    failed = e;
+  } catch (const std::exception& e) {
+    failed = Error(e.what());
+  }
+  if (!group.all_agree(!failed)) {
+    if (failed) throw *failed;
+    throw UsageError("another process of the job failed its checks before training", "its message says why");
+  }
+  const auto& rank = plan.ranks[static_cast<size_t>(group.rank())];
+  std::optional<TrainResult> result;
+  try {
+    const auto comm = group.make_comm(o.transport, rank.local_device);
+    result = train_rank<T>(*comm, p->setup);
+  } catch (const JobStopped&) {
+    throw;  // rank 0 has told every rank to stop
+  } catch (const Error& e) {
+    throw RankFailure(e.what(), e.hint(), e.code());
+  } catch (const std::exception& e) {
+    throw RankFailure(fmt::format("internal error: {}", e.what()));
+  }
+  if (result) {
+    p->describe(*result);
+    return std::move(*result);
+  }
+  TrainResult none;
+  none.has_results = false;
+  return none;
+}
+
+template <typename T>
+TrainResult run(const schemas::Plan& plan, const std::string& sha, const TrainOptions& o, std::FILE* out,
+                ProcessGroup* group) {
+  if (o.transport == "threads") return run_threads<T>(plan, sha, o, out);
+  if (group == nullptr)
+    throw UsageError(fmt::format("--transport {} runs one process per rank; start them with mpirun or srun", o.transport));
+  return run_process<T>(plan, sha, o, out, *group);
 }
 
 }  // namespace
@@ -160,12 +320,28 @@ std::string resolve_train_dtype(const schemas::Plan& plan, const std::string& re
   return chosen;
 }
 
+double model_flops_per_token(const schemas::Plan& plan) {
+  const GptConfig model = model_of(plan);
+  int64_t params = 0;
+  for (int64_t l = 0; l < model.layer_count(); ++l) params += layout_numel(gpt_layer_layout(model, l));
+  return 6.0 * static_cast<double>(params) +
+         12.0 * static_cast<double>(model.blocks) * static_cast<double>(model.d_model) * static_cast<double>(model.seq_len);
+}
+
+std::string resolve_train_device(const schemas::Plan& plan, const std::string& requested) {
+  const std::string chosen = !requested.empty() ? requested : plan.cluster.device.name == "cpu" ? "cpu" : "cuda";
+  if (chosen != "cpu" && chosen != "cuda")
+    throw UsageError(fmt::format("--device must be cpu or cuda, got '{}'", chosen));
+  return chosen;
+}
+
 TrainResult train(const schemas::Plan& plan, const std::string& plan_sha256, const TrainOptions& options,
-                  std::FILE* progress) {
+                  std::FILE* progress, ProcessGroup* processes) {
   TrainOptions o = options;
   o.dtype = resolve_train_dtype(plan, options.dtype, nullptr);
-  if (o.dtype == "double") return run<double>(plan, plan_sha256, o, progress);
-  return run<float>(plan, plan_sha256, o, progress);
+  o.device = resolve_train_device(plan, options.device);
+  if (o.dtype == "double") return run<double>(plan, plan_sha256, o, progress, processes);
+  return run<float>(plan, plan_sha256, o, progress, processes);
 }
 
 }  // namespace pd2bw::executor

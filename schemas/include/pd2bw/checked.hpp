@@ -14,20 +14,20 @@ namespace pd2bw {
 
 namespace detail {
 [[noreturn]] inline void throw_overflow(std::string_view what, char op, int64_t a, int64_t b) {
-  throw UsageError(std::string(what) + " overflows 64-bit arithmetic (" + std::to_string(a) + " " + op + " " +
+  throw UsageError(std::string(what) + " overflows int64 (" + std::to_string(a) + " " + op + " " +
                        std::to_string(b) + ")",
                    "check the sizes and counts in the input files and flags; no device holds 2^63 bytes");
 }
 }  // namespace detail
 
-// a + b. Throws UsageError("<what> overflows 64-bit arithmetic (a + b)") when the sum does not fit.
+// a + b. Throws UsageError("<what> overflows int64 (a + b)") when the sum does not fit.
 inline int64_t checked_add(int64_t a, int64_t b, std::string_view what) {
   int64_t out = 0;
   if (__builtin_add_overflow(a, b, &out)) detail::throw_overflow(what, '+', a, b);
   return out;
 }
 
-// a * b. Throws UsageError("<what> overflows 64-bit arithmetic (a x b)") when the product does not fit.
+// a * b. Throws UsageError("<what> overflows int64 (a x b)") when the product does not fit.
 inline int64_t checked_mul(int64_t a, int64_t b, std::string_view what) {
   int64_t out = 0;
   if (__builtin_mul_overflow(a, b, &out)) detail::throw_overflow(what, 'x', a, b);

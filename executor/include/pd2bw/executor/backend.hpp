@@ -11,8 +11,12 @@
 //   accumulate_dtype(C) (f32 for bf16). An op throws UsageError for a dtype it does not support.
 // - Input gradients (dx, dqkv, dlogits) are OVERWRITTEN; parameter gradients are ACCUMULATED (+=).
 // - Every reduction runs in a fixed order, so results are bit-reproducible from run to run.
-// - Outputs must not overlap inputs unless a comment allows it. Ops may run asynchronously on a device;
-//   a buffer's contents are visible to the host only through to_host().
+// - Outputs must not overlap inputs unless a comment allows it. Ops may run asynchronously on a device
+//   (in the order they were called, on the backend's one stream); a buffer's contents are visible to
+//   the host only through to_host(), and a host-visible backend (cpu) is the only one whose buffers the
+//   host may read directly.
+// - Data-dependent errors (a token or target id out of range) throw Error; a device backend reports
+//   them at its next synchronising call (to_host, sum_of_squares, elapsed_ms, synchronize).
 #pragma once
 
 #include <cstdint>
@@ -138,6 +142,14 @@ struct TimerMark {
   int64_t event = -1;
 };
 
+// What a backend's causal attention keeps for its backward: `numel` elements of `dtype` (the cpu: the
+// softmax probabilities, (B, H, T, T) in the compute dtype; a flash-style kernel: each row's
+// log-sum-exp, (B, H, T) in fp32).
+struct AttentionStash {
+  DType dtype = DType::f32;
+  int64_t numel = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -145,6 +157,15 @@ class Backend {
   virtual std::string_view name() const = 0;
   // Whether layers may compute in `compute` (f32, f64, bf16) on this backend.
   virtual bool supports(DType compute) const = 0;
+  // Whether the host may read and write this backend's buffers through their pointers (cpu: yes; a
+  // device backend: no, its buffers move through to_host / from_host or a device transport).
+  virtual bool host_visible() const { return true; }
+  // The opaque stream this backend's ops run on, in call order (a cudaStream_t for a CUDA backend), for
+  // a transport that orders its copies after them; null for a host backend.
+  virtual void* native_stream() { return nullptr; }
+  // Waits until every op called so far has finished (a no-op for a host backend). Throws Error for a
+  // data-dependent error an earlier op found.
+  virtual void synchronize() {}
 
   // ---- memory and time ------------------------------------------------------------------------------
   // A buffer of numel >= 0 elements from this backend's arena; contents unspecified. Blocks are reused
@@ -154,7 +175,8 @@ class Backend {
   virtual MemoryStats memory() const = 0;
   virtual void reset_peak() = 0;
   virtual TimerMark mark() = 0;
-  // Compute time between two marks of this backend, in milliseconds.
+  // Compute time between two marks of this backend, in milliseconds. A device backend waits for `to`
+  // to be reached and may recycle both marks: each mark is passed to elapsed_ms at most once.
   virtual double elapsed_ms(const TimerMark& from, const TimerMark& to) = 0;
 
   // ---- data movement --------------------------------------------------------------------------------
@@ -162,8 +184,10 @@ class Backend {
   // dst = src element by element (same numel); converts when the dtypes differ (f32/f64/bf16, rounding
   // to nearest even), copies bytes otherwise. Throws UsageError for mismatched lengths.
   virtual void copy(ConstView src, View dst) = 0;
-  virtual void to_host(ConstView src, void* host) = 0;          // host: src.bytes() bytes
-  virtual void from_host(const void* host, View dst) = 0;       // host: dst.bytes() bytes
+  // host: src.bytes() bytes; returns once they are there (a device backend waits for the ops before).
+  virtual void to_host(ConstView src, void* host) = 0;
+  // host: dst.bytes() bytes, which the caller may reuse as soon as the call returns.
+  virtual void from_host(const void* host, View dst) = 0;
 
   // ---- GPT ops (shapes and semantics as the CPU reference in ops.hpp) ---------------------------------
   // x: (N, In), weight: (Out, In), bias: (Out) or empty, y: (N, Out) = x W^T + bias.
@@ -181,11 +205,17 @@ class Backend {
   virtual void gelu_forward(ConstView x, View y, int64_t n) = 0;
   // dy, x: (n); dx: (n), may alias dy.
   virtual void gelu_backward(ConstView dy, ConstView x, View dx, int64_t n) = 0;
-  // qkv: (B, T, 3C); out: (B, T, C); probs: (B, H, T, T) saved softmax.
-  virtual void attention_forward(ConstView qkv, View out, View probs, int64_t b, int64_t t, int64_t c, int64_t h) = 0;
-  // dout: (B, T, C), qkv: (B, T, 3C), probs: (B, H, T, T); dqkv: (B, T, 3C).
-  virtual void attention_backward(ConstView dout, ConstView qkv, ConstView probs, View dqkv, int64_t b, int64_t t,
-                                  int64_t c, int64_t h) = 0;
+  // The stash attention_forward writes for a microbatch of b sequences of t tokens over h heads in
+  // `compute`. The default is the cpu's: the probabilities, (B, H, T, T) in the compute dtype.
+  virtual AttentionStash attention_stash(DType compute, int64_t b, int64_t t, int64_t h) const {
+    return {compute, b * h * t * t};
+  }
+  // qkv: (B, T, 3C); out: (B, T, C); stash: attention_stash(...) elements, saved for the backward.
+  virtual void attention_forward(ConstView qkv, View out, View stash, int64_t b, int64_t t, int64_t c, int64_t h) = 0;
+  // dout: (B, T, C), qkv: (B, T, 3C), out: (B, T, C) as the forward wrote it, stash: as the forward
+  // wrote it; dqkv: (B, T, 3C).
+  virtual void attention_backward(ConstView dout, ConstView qkv, ConstView out, ConstView stash, View dqkv, int64_t b,
+                                  int64_t t, int64_t c, int64_t h) = 0;
   // tokens: (B, T) i32 in [0, V), wte: (V, C), wpe: (Tmax, C), out: (B, T, C). Throws Error for an id
   // out of range.
   virtual void embedding_forward(ConstView tokens, ConstView wte, ConstView wpe, View out, int64_t b, int64_t t,

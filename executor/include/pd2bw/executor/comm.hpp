@@ -82,6 +82,10 @@ class Comm {
   uint64_t serial() const { return serial_; }
   virtual int64_t rank() const = 0;
   virtual int64_t size() const = 0;
+  // Whether send, recv and allreduce_sum take buffers of `kind` (host memory always; device memory only
+  // on a device transport). A caller with device buffers and a host-only Comm stages them through host
+  // memory.
+  virtual bool accepts(MemoryKind kind) const { return kind == MemoryKind::host; }
 
   // Sends `data` to rank `dst` (!= rank()) under `tag` in [0, kMaxUserTag]; returns once `data` may be
   // reused and never waits for the matching receive (the schedules send before they receive). Messages

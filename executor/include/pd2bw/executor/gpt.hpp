@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "pd2bw/checked.hpp"
 #include "pd2bw/executor/backend.hpp"
 #include "pd2bw/executor/layout.hpp"
 
@@ -35,9 +36,12 @@ struct GptConfig {
   int64_t blocks = 0;   // transformer blocks; the model has blocks + 2 layers
   bool tie_embeddings = false;
 
-  // Throws pd2bw::UsageError naming the first bad field (a dim <= 0, C % H != 0, blocks < 0).
+  // Throws pd2bw::UsageError naming the first bad field (a dim <= 0, C % H != 0, blocks < 0), or when
+  // the model is so large that its parameter bytes (in double, with versions, gradients and moments) would
+  // overflow int64, so no size derived from a valid config overflows.
   void validate() const;
-  int64_t layer_count() const { return blocks + 2; }
+  // blocks + 2; throws UsageError when that overflows.
+  int64_t layer_count() const { return checked_add(blocks, 2, "the GPT's layer count (blocks + 2)"); }
 };
 
 enum class GptLayerKind { embedding, block, head };
@@ -106,7 +110,8 @@ struct BlockStash {
   Buffer x;                        // (N, C) block input
   Buffer ln1, ln1_mean, ln1_rstd;  // (N, C), (N), (N)
   Buffer qkv;                      // (N, 3C)
-  Buffer probs;                    // (B, H, S, S)
+  Buffer attn_stash;               // the backend's attention_stash: (B, H, S, S) probabilities on the
+                                   // cpu, (B, H, S) fp32 log-sum-exp on cuda
   Buffer attn;                     // (N, C) attention output before c_proj
   Buffer x1;                       // (N, C) residual stream after attention
   Buffer ln2, ln2_mean, ln2_rstd;  // (N, C), (N), (N)

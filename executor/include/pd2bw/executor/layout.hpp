@@ -15,14 +15,14 @@ struct TensorInfo {
   int64_t offset = 0;          // in elements (not bytes) from the start of the buffer
   std::vector<int64_t> shape;  // e.g. {Out, In} for a linear weight, {C} for a bias
 
-  int64_t numel() const;
+  int64_t numel() const;  // throws UsageError when the product of the shape overflows int64
   // 2-D tensors are the weight matrices (and embedding tables); only they receive weight decay.
   bool is_matrix() const { return shape.size() == 2; }
 };
 
 using ParamLayout = std::vector<TensorInfo>;
 
-// Total elements of a layout: the end of its last tensor (0 when empty).
+// Total elements of a layout: the end of its last tensor (0 when empty). Throws UsageError on overflow.
 int64_t layout_numel(const ParamLayout& layout);
 
 // Appends src to dst with every offset shifted by layout_numel(dst), so a stage can hold the

@@ -28,6 +28,14 @@ struct OptimizerOptions {
   SgdConfig sgd;
   LrSchedule lr;
   double clip_norm = 0;  // global gradient-norm clipping over all stages; <= 0 turns it off
+  // At every update every rank checks the step's losses (all replicas) and gradients (all stages) and,
+  // after the update, its new weights. A non-finite loss or gradient stops training (StageWorker::run
+  // throws Error on every rank, before the update) unless skip_nonfinite, which skips the step instead:
+  // W(j+1) = W(j), the optimizer moments stay, the learning-rate schedule and the bias-correction count
+  // advance as usual and the step's data is not retried. Under 2BW the skipped gradient g(W(j-1)) is
+  // simply never applied: W(j) is already in use by step j + 1, so nothing is rewound. Non-finite
+  // weights after an update always stop training (the update itself overflowed; skipping cannot cure it).
+  bool skip_nonfinite = false;
 };
 
 // The pipeline's shape (schedule, depth, width, microbatches, microbatch_size in sequences, bounds,
@@ -67,6 +75,9 @@ class LossSink {
   // been computed (the update waits for the stage's last backward of the step and, with replicas, for
   // the allreduce), so a rank may collect them here.
   virtual void on_update(int64_t /*step*/) {}
+  // Before on_update(step), when the update of `step` was skipped (OptimizerOptions::skip_nonfinite);
+  // `why` says what was not finite. Called on every rank.
+  virtual void on_skip(int64_t /*step*/, const std::string& /*why*/) {}
 };
 
 // One rank's stage: its weights, optimizer state and the interpreter of its op list. T (float or double)
@@ -89,18 +100,20 @@ class StageWorker {
 
   // Runs steps [first_step, first_step + steps) of the schedule, exchanging with the other ranks
   // through `comm`; the pipeline fills at the start and drains at the end (a run of k steps then one of
-  // the rest computes exactly what one run of all of them does).
+  // the rest computes exactly what one run of all of them does). Throws Error naming the step (1-based)
+  // and stage when a loss, gradient or weight is not finite (see OptimizerOptions::skip_nonfinite).
   void run(Comm& comm, const MicrobatchSource& data, int64_t first_step, int64_t steps, LossSink* sink);
 
   int64_t stage() const;
   int64_t replica() const;
   int64_t steps_done() const;               // optimizer updates applied so far
   const ParamLayout& layout() const;        // the stage's parameters (its layers' layouts, in order)
-  // The weights of `version` (which must be held: the newest, or the one before it for 2BW), in host
-  // memory of a host-visible backend. With bf16 compute the newest version is the fp32 master and the
-  // older one is its bf16 copy widened to T (exactly), valid until the next call.
+  // The weights of `version` (which must be held: the newest, or the one before it for 2BW): the stage's
+  // own buffer on a host-visible backend (cpu), else a host copy of it, valid until the next call for
+  // that version (writing to a copy changes nothing). With bf16 compute the newest version is the fp32
+  // master and the older one is its bf16 copy widened to T (exactly), valid until the next call.
   std::span<T> weights(int64_t version);
-  std::span<T> moment1();                   // AdamW m, or SGD momentum
+  std::span<T> moment1();                   // AdamW m, or SGD momentum (a host copy likewise)
   std::span<T> moment2();                   // AdamW v (empty for SGD)
   // Restores the state after `steps` updates: for 2BW the weights of versions steps - 1 and steps (the
   // first must be empty when steps == 0), else of version steps.

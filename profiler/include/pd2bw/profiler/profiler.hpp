@@ -1,14 +1,20 @@
 // `pd2bw profile` as a library: times the executor's own GPT layers (embedding, one block, head) at
-// each microbatch size, measures what each forward keeps alive for its backward, times point-to-point
-// messages and allreduces between in-process ranks, and returns the result as a schemas::Profile.
+// each microbatch size on the cpu or the cuda backend, measures what each forward keeps alive for its
+// backward, times point-to-point messages and allreduces between in-process ranks (host memory, or
+// device memory of stages sharing one GPU), and returns the result as a schemas::Profile.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "pd2bw/schemas/profile.hpp"
+
+namespace pd2bw::executor {
+class ProcessGroup;
+}
 
 namespace pd2bw::profiler {
 
@@ -24,8 +30,8 @@ inline constexpr int64_t kDefaultLinkMaxBytes = int64_t{16} << 20;
 struct ProfileOptions {
   int64_t blocks = 4, d_model = 64, heads = 4, seq_len = 64, vocab = 256;
   std::vector<int64_t> microbatches{1, 2, 4, 8};  // samples per microbatch; strictly increasing, > 0
-  std::string device = "cpu";                     // "cpu" ("cuda" is refused: no CUDA backend yet)
-  std::string dtype = "fp32";                     // compute dtype; the CPU backend measures fp32 only
+  std::string device = "cpu";                     // "cpu" or "cuda" (the current GPU)
+  std::string dtype = "fp32";                     // compute dtype: fp32, or bf16 with cuda
   int64_t warmup = 2, iters = 7;                  // untimed then timed runs per layer and microbatch
   int64_t link_ranks = 4;                         // in-process ranks (threads) of the "node" level, >= 2
   int64_t link_min_bytes = 4096;                  // smallest link message; sizes grow by powers of 4
@@ -38,7 +44,8 @@ struct ProfileOptions {
 
 // Throws pd2bw::UsageError naming the first bad option: a non-positive dimension or count, heads not
 // dividing d_model, microbatches empty or not strictly increasing, link_ranks < 2, link sizes out of
-// order or not multiples of 4, an unknown device or dtype, "cuda" (not built yet), bf16 on the CPU.
+// order or not multiples of 4, an unknown device or dtype, "cuda" without a usable device ("no CUDA
+// device: ..." or no cuda backend in this build), bf16 on the CPU.
 void validate_options(const ProfileOptions& options);
 
 // The link message sizes run_profile measures: link_min_bytes, x4, x4, ... while <= link_max_bytes,
@@ -54,9 +61,21 @@ using ProgressFn = std::function<void(double fraction, const std::string& what)>
 // is timed and copied to every block, since all blocks are the same layer. Each LayerTiming holds the
 // median, min and p90 of the timed forward and backward runs in ms, recompute_ms, the boundary sizes,
 // stash_bytes_computed (Stash::bytes()) and stash_bytes (measured growth of the backend arena's live
-// bytes while the stash is alive). links holds one level "node": p2p and allreduce curves over link_message_sizes() and the
-// scalars derived from them. Blocks the calling thread for the whole run; starts link_ranks threads
-// for the link part. Throws pd2bw::UsageError for bad options, pd2bw::Error if a measurement fails.
+// bytes while the stash is alive); param_bytes is the arena's growth for the weights in the compute
+// dtype. links holds one level "node": p2p and allreduce curves over link_message_sizes() and the
+// scalars derived from them. With cuda the device carries the GPU's driver and CUDA versions and its
+// measured copy bandwidths, and the links are device buffers between stages sharing the GPU. Blocks
+// the calling thread for the whole run; starts link_ranks threads for the link part. Throws pd2bw::UsageError for bad options, pd2bw::Error if a measurement fails.
 schemas::Profile run_profile(const ProfileOptions& options, const ProgressFn& progress);
+
+// run_profile as one process of a multi-process job (mpirun, srun), called by every process: rank 0
+// times the layers while the others wait, then every process takes part in measuring the links between
+// processes: level "node" over the processes of node 0 (p2p between ranks 0 and 1, allreduce over all
+// of them), and level "cluster" over the first process of each node when the job spans nodes; each
+// level's allreduce_ranks is its process count (link_ranks does not apply). Returns the profile on rank
+// 0 and nullopt on the others. Throws as run_profile; UsageError when the job has a single process.
+// A failure on one process leaves the others waiting: the caller ends the job (ProcessGroup::abort).
+std::optional<schemas::Profile> run_profile_in_job(const ProfileOptions& options, const ProgressFn& progress,
+                                                   executor::ProcessGroup& group);
 
 }  // namespace pd2bw::profiler

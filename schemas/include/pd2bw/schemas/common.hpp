@@ -12,6 +12,9 @@ namespace pd2bw::schemas {
 // The major schema version this build reads and writes; readers reject any other major.
 inline constexpr int kSchemaMajor = 1;
 inline constexpr const char* kSchemaVersion = "1.0.0";
+// The newest minor: 1.1 added the optional GPU keys of a profile's device. A file is stamped with the
+// lowest version that has every key it holds, so files without 1.1's keys stay 1.0.0.
+inline constexpr const char* kSchemaVersionGpuDevice = "1.1.0";
 
 // Element type of compute tensors (weights, activations). Master weights and gradients are fp32.
 enum class DType { fp32, bf16, fp16 };
@@ -36,9 +39,11 @@ int64_t parse_bytes(std::string_view text, std::string_view what);
 // Formats bytes for humans: "15.2 GiB", "640 MiB", "12 KiB", "100 B".
 std::string format_bytes(int64_t bytes);
 
-// Reads a whole file. Throws UsageError (with a hint) when it cannot be opened.
+// Reads a whole JSON document: read_input_file(path, "file", kMaxDocumentBytes) (files.hpp), so only a
+// regular file (or "-", standard input) of at most 256 MiB. Throws UsageError naming the path.
 std::string read_text_file(const std::string& path);
-// Writes `text` to `path` through write_file_atomic; "-" means stdout. Throws Error.
+// Writes `text` to `path` by the output-file rules of write_output_file (files.hpp): a regular file is
+// replaced atomically, a device or pipe written in place, a link followed; "-" means stdout. Throws Error.
 void write_text_file(const std::string& path, std::string_view text);
 // Replaces `path` with the concatenation of `pieces`, durably and atomically: writes `path`.tmp.<pid>,
 // fsyncs and closes it, renames it onto `path`, then fsyncs the directory. Readers see the old file or the

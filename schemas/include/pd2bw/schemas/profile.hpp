@@ -31,6 +31,14 @@ struct ModelDesc {
 struct DeviceDesc {
   std::string name;          // e.g. "NVIDIA H200" or "cpu"
   int64_t memory_bytes = 0;  // usable memory of one device
+  // Optional, measured by `pd2bw profile --device cuda` (empty or 0 when absent). Profiles only: a
+  // cluster or plan file carries name and memory_bytes alone.
+  std::string driver_version;      // e.g. "580.159.04"
+  std::string cuda_version;        // the CUDA runtime the profiler ran on, e.g. "13.0"
+  std::string compute_capability;  // e.g. "9.0"
+  int64_t multiprocessors = 0;     // streaming multiprocessors
+  double device_copy_gbps = 0;     // device-to-device copy: bytes copied per second / 1e9
+  double host_to_device_gbps = 0;  // copy from page-locked host memory, GB/s
 };
 
 // One layer at one microbatch size. Times in milliseconds, sizes in bytes, all for one microbatch.

@@ -1,0 +1,96 @@
+// PD2BW_FAULT: one named point where one rank fails on purpose (fault.hpp).
+#include "fault.hpp"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <vector>
+#include <unistd.h>
+
+#include "pd2bw/error.hpp"
+
+namespace pd2bw::executor {
+
+namespace {
+
+enum class FaultAction { throw_error, exit_now, kill_self, stop_self };
+
+struct Fault {
+  std::string point;
+  int64_t rank = -1, step = 0;
+  FaultAction action = FaultAction::throw_error;
+};
+
+bool parse_int(const std::string& text, int64_t& out) {
+  if (text.empty()) return false;
+  size_t used = 0;
+  try {
+    out = std::stoll(text, &used);
+  } catch (...) {
+    return false;
+  }
+  return used == text.size();
+}
+
+std::optional<Fault> parse(const std::string& spec) {
+  std::vector<std::string> parts;
+  size_t from = 0;
+  for (size_t at; (at = spec.find(':', from)) != std::string::npos; from = at + 1) parts.push_back(spec.substr(from, at - from));
+  parts.push_back(spec.substr(from));
+  if (parts.size() < 3 || parts.size() > 4 || parts[0].empty()) return std::nullopt;
+  Fault f;
+  f.point = parts[0];
+  if (!parse_int(parts[1], f.rank) || !parse_int(parts[2], f.step)) return std::nullopt;
+  if (parts.size() == 4) {
+    if (parts[3] == "throw") f.action = FaultAction::throw_error;
+    else if (parts[3] == "exit") f.action = FaultAction::exit_now;
+    else if (parts[3] == "kill") f.action = FaultAction::kill_self;
+    else if (parts[3] == "stop") f.action = FaultAction::stop_self;
+    else return std::nullopt;
+  }
+  return f;
+}
+
+const std::optional<Fault>& configured() {
+  static const std::optional<Fault> fault = [] {
+    const char* env = std::getenv("PD2BW_FAULT");
+    if (env == nullptr || *env == '\0') return std::optional<Fault>{};
+    auto f = parse(env);
+    if (!f) std::fprintf(stderr, "pd2bw: warning: ignoring PD2BW_FAULT='%s' (want POINT:RANK:STEP[:throw|exit|kill|stop])\n", env);
+    return f;
+  }();
+  return fault;
+}
+
+}  // namespace
+
+void fault_point(std::string_view point, int64_t rank, int64_t step) {
+  const auto& f = configured();
+  if (!f || f->point != point || f->step != step || (f->rank >= 0 && f->rank != rank)) return;
+  // Once per process: a point may be passed more than once for the same step (a stage's ops of two
+  // steps interleave), and a stopped run must not stop again when continued.
+  static std::atomic<bool> fired{false};
+  if (fired.exchange(true)) return;
+  switch (f->action) {
+    case FaultAction::throw_error:
+      throw Error(fmt::format("injected fault (PD2BW_FAULT={}:{}:{})", point, rank, step));
+    case FaultAction::exit_now:
+      std::fflush(nullptr);
+      std::_Exit(1);
+    case FaultAction::kill_self:
+      std::fflush(nullptr);
+      ::kill(::getpid(), SIGKILL);
+      std::_Exit(137);  // not reached
+    case FaultAction::stop_self:
+      std::fflush(nullptr);
+      ::kill(::getpid(), SIGSTOP);  // continues where it stopped on SIGCONT
+      return;
+  }
+}
+
+}  // namespace pd2bw::executor

@@ -1,0 +1,82 @@
+// The non-finite guard: building the step's health vector over the job's groups, judging it, skipping
+// an update, and the messages that name the step and the stage.
+#include "stage_health.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
+#include <vector>
+
+#include "stage_state.hpp"
+
+namespace pd2bw::executor {
+
+double health_gradient_sum(std::span<const double> health, int64_t depth) {
+  double total = 0;
+  for (int64_t i = 0; i < depth; ++i) total += health[static_cast<size_t>(i)];
+  return total;
+}
+
+std::string nonfinite_verdict(std::span<const double> health, int64_t depth) {
+  std::vector<int64_t> stages;
+  for (int64_t i = 0; i < depth; ++i)
+    if (!std::isfinite(health[static_cast<size_t>(i)])) stages.push_back(i);
+  const double losses = health[static_cast<size_t>(depth)];
+  std::string out;
+  if (losses > 0) out = fmt::format("the loss of {:.0f} microbatch{}", losses, losses > 1 ? "es" : "");
+  if (!stages.empty())
+    out += fmt::format("{}the gradient norm (stage{} {})", out.empty() ? "" : " and ", stages.size() > 1 ? "s" : "",
+                       fmt::join(stages, ", "));
+  return out;
+}
+
+Error nonfinite_error(int64_t step, const std::string& what, const char* verb) {
+  return Error(fmt::format("step {}: {} {} not finite; training stopped, and no checkpoint holds this step",
+                           step + 1, what, verb),
+               "lower --lr or keep --clip on, then --resume from the last checkpoint; or pass --skip-nonfinite "
+               "to skip such steps");
+}
+
+// The replicas' gradients are already summed (AllReduce), so every slot but the losses is the same on
+// every replica; the last stage first sums its replicas' loss counts, so that one is too.
+template <typename T>
+std::vector<double> StageWorker<T>::Impl::step_health(Comm& comm, int64_t step, double scale) {
+  std::vector<double> health(static_cast<size_t>(cfg.depth + 1), 0.0);
+  // The head's copy of a tied table is counted once, on the embedding's stage (the copy is last).
+  const int64_t counted = tied_copy >= 0 ? tied_copy : numel;
+  health[static_cast<size_t>(stage)] = backend->sum_of_squares(grads.view().slice(0, counted)) * scale * scale;
+  if (last) {
+    // Every microbatch's forward (and recompute) wrote its loss into the step's slots by now.
+    std::vector<double> bad{0.0};
+    if (const auto it = losses.find(step); it != losses.end()) {
+      std::vector<double> values(static_cast<size_t>(cfg.microbatches));
+      backend->to_host(it->second.values.view(), values.data());
+      for (const double v : values) bad[0] += std::isfinite(v) ? 0.0 : 1.0;
+    }
+    if (cfg.width > 1) comm.allreduce_sum(stage_comm_group, std::span<double>(bad));
+    health.back() = bad[0];
+  }
+  comm.allreduce_sum(replica_comm_group, std::span<double>(health));
+  return health;
+}
+
+template <typename T>
+void StageWorker<T>::Impl::skip_update(int64_t step) {
+  Buffer& dst = buffer_of(step + 1);
+  if (dst.empty()) {
+    dst = backend->alloc(compute, numel);
+    ++allocated;
+  }
+  if (mixed)
+    backend->copy(master.view(), dst.view());  // the master still holds W(step)
+  else if (&dst != &buffer_of(step))
+    backend->copy(buffer_of(step).cview(), dst.view());
+  backend->fill_zero(grads.view());
+  steps_done = step + 1;
+}
+
+template struct StageWorker<float>::Impl;
+template struct StageWorker<double>::Impl;
+
+}  // namespace pd2bw::executor

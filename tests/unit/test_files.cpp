@@ -1,0 +1,96 @@
+// Input and output files (pd2bw/schemas/files.hpp): inputs are regular files under a size cap (a FIFO,
+// a directory or /dev/zero is refused at once, naming the file); outputs replace regular files (keeping
+// their mode), follow links (the link stays) and are written in place when the path is not a regular
+// file; check_output_path refuses what could not be written.
+#include <doctest/doctest.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "pd2bw/error.hpp"
+#include "pd2bw/schemas/files.hpp"
+#include "temp_dir.hpp"
+
+namespace s = pd2bw::schemas;
+namespace fs = std::filesystem;
+using pd2bw::test::read_bytes;
+using pd2bw::test::TempDir;
+using pd2bw::test::write_bytes;
+
+namespace {
+
+// The message of the UsageError `f` throws ("" when it throws none).
+template <typename F>
+std::string usage_message(F f) {
+  try {
+    f();
+  } catch (const pd2bw::UsageError& e) {
+    return e.what();
+  }
+  return {};
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("read_input_file takes regular files up to the cap and names the file otherwise") {
+  const TempDir tmp("files-in");
+  write_bytes(tmp.file("a.json"), std::string(100, 'x'));
+  CHECK(s::read_input_file(tmp.file("a.json"), "profile", 100) == std::string(100, 'x'));
+  const std::string big = usage_message([&] { (void)s::read_input_file(tmp.file("a.json"), "profile", 99); });
+  CHECK(contains(big, "cannot read profile \"" + tmp.file("a.json") + "\": it is larger than the 99 B"));
+  CHECK(contains(usage_message([&] { (void)s::read_input_file(tmp.path().string(), "plan", 100); }),
+                 "it is a directory, not a regular file"));
+  REQUIRE(::mkfifo(tmp.file("fifo").c_str(), 0600) == 0);  // nobody writes it: a blocking open would hang
+  CHECK(contains(usage_message([&] { (void)s::read_input_file(tmp.file("fifo"), "cluster", 100); }),
+                 "cannot read cluster \"" + tmp.file("fifo") + "\": it is a FIFO (named pipe), not a regular file"));
+  CHECK(contains(usage_message([] { (void)s::read_input_file("/dev/zero", "training data", 100); }),
+                 "\"/dev/zero\": it is a character device"));
+  CHECK(contains(usage_message([&] { (void)s::read_input_file(tmp.file("none"), "plan", 100); }),
+                 "No such file or directory"));
+}
+
+TEST_CASE("write_output_file replaces regular files, follows links and keeps permissions") {
+  const TempDir tmp("files-out");
+  write_bytes(tmp.file("real"), "old");
+  ::chmod(tmp.file("real").c_str(), 0640);
+  fs::create_symlink("real", tmp.path() / "link");
+  s::write_output_file(tmp.file("link"), {"new", "!"});
+  CHECK(fs::is_symlink(tmp.path() / "link"));
+  CHECK(read_bytes(tmp.file("real")) == "new!");
+  CHECK((fs::status(tmp.path() / "real").permissions() & fs::perms::all) ==
+        (fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read));
+  fs::create_symlink("sub/target", tmp.path() / "dangling");
+  fs::create_directory(tmp.path() / "sub");
+  s::write_output_file(tmp.file("dangling"), {"made"});
+  CHECK(fs::is_symlink(tmp.path() / "dangling"));
+  CHECK(read_bytes(tmp.file("sub/target")) == "made");
+  CHECK_THROWS_AS(s::write_output_file(tmp.file("sub"), {"x"}), pd2bw::UsageError);
+  CHECK(fs::is_directory(tmp.path() / "sub"));
+  fs::create_symlink("loop2", tmp.path() / "loop1");
+  fs::create_symlink("loop1", tmp.path() / "loop2");
+  CHECK(contains(usage_message([&] { s::write_output_file(tmp.file("loop1"), {"x"}); }), "too many levels"));
+  int temporaries = 0;
+  for (const auto& e : fs::recursive_directory_iterator(tmp.path()))
+    temporaries += e.path().filename().string().find(".tmp.") != std::string::npos;
+  CHECK(temporaries == 0);
+}
+
+TEST_CASE("check_output_path refuses directories, missing directories and files used as directories") {
+  const TempDir tmp("files-check");
+  s::check_output_path(tmp.file("new.json"), "-o");  // a new file in a writable directory
+  s::check_output_path("-", "-o");
+  CHECK(contains(usage_message([&] { s::check_output_path(tmp.path().string(), "--trace"); }),
+                 "--trace \"" + tmp.path().string() + "\" cannot be written: it is a directory"));
+  CHECK(contains(usage_message([&] { s::check_output_path(tmp.file("no/such.json"), "-o"); }), "does not exist"));
+  write_bytes(tmp.file("f"), "x");
+  CHECK(contains(usage_message([&] { s::check_output_path(tmp.file("f/x.json"), "-o"); }), "is not a directory"));
+  CHECK(contains(usage_message([] { s::check_output_path("", "--json"); }), "the path is empty"));
+  int left = 0;
+  for (const auto& e : fs::directory_iterator(tmp.path())) left += e.path().filename().string() != "f";
+  CHECK(left == 0);  // the probe is removed
+}
