@@ -16,18 +16,6 @@
 
 namespace pd2bw::planner::detail {
 
-namespace {
-
-// Replayed ops an exact search inside one candidate may spend, and those its search within
-// kReplayTolerance may (searches stop there and say how close they got).
-constexpr int64_t kExactReplayOps = int64_t{1} << 21;
-constexpr int64_t kToleranceReplayOps = int64_t{1} << 23;
-constexpr int64_t kWalkNodes = int64_t{1} << 16;  // partial splits one walk over the splits may visit
-// The objective is a lower bound on the replay in exact arithmetic; both are sums in different orders, so
-// comparisons between them allow this relative slack (a tie is replayed rather than missed).
-constexpr double kRounding = 1e-9;
-
-// Replays e's split until steady and records the result in e; returns the ops the replay took.
 int64_t replay_into(const CostModel& model, Evaluated& e) {
   std::vector<bool> recompute;
   for (const auto& st : e.stages) recompute.push_back(st.recompute);
@@ -41,6 +29,17 @@ int64_t replay_into(const CostModel& model, Evaluated& e) {
   e.steady = sim.steady;
   return sim.simulated_ops;
 }
+
+namespace {
+
+// Replayed ops an exact search inside one candidate may spend, and those its search within
+// kReplayTolerance may (searches stop there and say how close they got).
+constexpr int64_t kExactReplayOps = int64_t{1} << 21;
+constexpr int64_t kToleranceReplayOps = int64_t{1} << 23;
+constexpr int64_t kWalkNodes = int64_t{1} << 16;  // partial splits one walk over the splits may visit
+// The objective is a lower bound on the replay in exact arithmetic; both are sums in different orders, so
+// comparisons between them allow this relative slack (a tie is replayed rather than missed).
+constexpr double kRounding = 1e-9;
 
 // Walks the splits of `c` whose objective is <= limit_of(best replay), replaying each once (`seen`), and
 // keeps the best in `win`. Returns whether every such split was replayed within `ops` replayed ops.

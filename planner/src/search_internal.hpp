@@ -53,6 +53,10 @@ struct SearchSpace {
 void replay_search(const CostModel& model, SearchSpace& space, const std::vector<size_t>& finalists,
                    std::vector<Evaluated> representatives, const SearchOptions& options, SearchResult& result);
 
+// Replays e's split until steady (simulate_steady, the measured step only) and records the step, the
+// idle fractions and whether it settled in e (analytic_step_ms keeps the objective); returns the ops replayed.
+int64_t replay_into(const CostModel& model, Evaluated& e);
+
 // The best replayed split of `c`, starting from `best` (its best split by the objective): replays it, and
 // then every split whose objective is below the best replay so far while a replay budget lasts (within
 // kReplayTolerance of it when the replays are large). When `best` is exhausted (not the optimum) only it

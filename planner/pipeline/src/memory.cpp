@@ -42,12 +42,21 @@ schemas::MemoryBreakdown stage_memory(const MemoryFactors& f, const StageMemoryI
   m.stash_bytes = stash_term(in.in_flight, in.recompute, in.input_bytes, in.stash_bytes);
   m.comm_bytes = in.comm_bytes;
   m.reserve_bytes = in.reserve_bytes;
+  m.total_bytes = memory_total(m);
+  m.limit_bytes = limit_bytes;
+  m.dominant = dominant_term(m);
+  return m;
+}
+
+int64_t memory_total(const schemas::MemoryBreakdown& m) {
   int64_t total = 0;
   for (int64_t term : {m.weights_bytes, m.master_bytes, m.grads_bytes, m.optimizer_bytes, m.stash_bytes, m.comm_bytes,
                        m.reserve_bytes})
     total = saturating_add(total, term);
-  m.total_bytes = total;
-  m.limit_bytes = limit_bytes;
+  return total;
+}
+
+std::string dominant_term(const schemas::MemoryBreakdown& m) {
   const std::array<std::pair<const char*, int64_t>, 7> terms{{{"weights", m.weights_bytes},
                                                               {"master", m.master_bytes},
                                                               {"grads", m.grads_bytes},
@@ -58,8 +67,7 @@ schemas::MemoryBreakdown stage_memory(const MemoryFactors& f, const StageMemoryI
   const auto* top = &terms[0];
   for (const auto& t : terms)
     if (t.second > top->second) top = &t;
-  m.dominant = top->first;
-  return m;
+  return top->first;
 }
 
 }  // namespace pd2bw::pipeline

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "pd2bw/checked.hpp"
 #include "pd2bw/pipeline/shape.hpp"
@@ -84,5 +85,10 @@ StageMemoryTerms stage_memory_terms(const MemoryFactors& f, const StageMemoryInp
 // above; total_bytes their sum (saturating), limit_bytes = `limit_bytes`, dominant the name of the largest term
 // ("weights", "master", "grads", "optimizer", "stash", "comm", "reserve"; the first of equals).
 schemas::MemoryBreakdown stage_memory(const MemoryFactors& f, const StageMemoryInput& in, int64_t limit_bytes);
+
+// The sum of m's seven terms (saturating), and the name of the largest (the first of equals): what
+// stage_memory writes as total_bytes and dominant. Plan checks read them too.
+int64_t memory_total(const schemas::MemoryBreakdown& m);
+std::string dominant_term(const schemas::MemoryBreakdown& m);
 
 }  // namespace pd2bw::pipeline
