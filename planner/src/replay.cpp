@@ -90,6 +90,18 @@ Evaluated replay_candidate(const CostModel& model, const Candidate& c, const Spl
 
 namespace {
 
+// Alternatives whose replay would take more ops than this are shown only if they are replayed anyway
+// (because they could win): a replay of 2^23 ops takes about 0.2 s.
+constexpr int64_t kShownReplayOps = int64_t{1} << 23;
+
+bool cheap_to_replay(const CostModel& model, const Candidate& c, const Split& split) {
+  const Evaluated e = evaluate_split(model, c, split);
+  std::vector<bool> recompute;
+  for (const auto& st : e.stages) recompute.push_back(st.recompute);
+  return estimated_replay_ops(make_sim_input(model, c, split.bounds, recompute, default_sim_steps(c.schedule))) <=
+         kShownReplayOps;
+}
+
 // The replayed candidates, best first: the top `keep` and the best of each schedule.
 std::vector<Evaluated> rank(const std::vector<std::optional<Evaluated>>& replayed, size_t keep) {
   std::vector<size_t> idx;
@@ -126,7 +138,12 @@ void replay_search(const CostModel& model, SearchSpace& space, const std::vector
       result.replayed += counts[k];
     }
   };
-  replay_batch(finalists);
+  // The best finalist is replayed first; the others, only there to show the alternatives, when their
+  // replay is cheap (kShownReplayOps). One that could still win is replayed in the rounds below anyway.
+  std::vector<size_t> shown;
+  for (size_t k = 0; k < finalists.size(); ++k)
+    if (k == 0 || cheap_to_replay(model, cands[finalists[k]], space.known[finalists[k]].split)) shown.push_back(finalists[k]);
+  replay_batch(shown);
   // Rounds: every candidate whose lower bound, and then whose best objective, does not pass the best
   // replay so far is replayed; the best replay only falls, so this ends. A candidate whose dynamic program
   // ran out of work is tried again whenever the best replay falls below the bound it was tried under (a

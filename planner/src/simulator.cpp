@@ -9,6 +9,7 @@
 #include <map>
 #include <tuple>
 
+#include "pd2bw/checked.hpp"
 #include "pd2bw/error.hpp"
 #include "sim_lane.hpp"
 
@@ -205,6 +206,14 @@ void check_input(const SimInput& in) {
 }
 
 }  // namespace
+
+int64_t estimated_replay_ops(const SimInput& input) {
+  check_input(input);
+  const auto lanes = static_cast<int64_t>(distinct_replicas(input).first.size()) * input.spec.depth;
+  const int64_t steps = std::max(input.spec.steps, default_sim_steps(input.spec.kind));
+  // Up to 7 ops per microbatch (receive, forward, send; receive, recompute, backward, send), allreduce, update.
+  return saturating_mul(saturating_mul(lanes, steps), saturating_add(saturating_mul(7, input.spec.microbatches), 2));
+}
 
 SimResult simulate(const SimInput& input, bool keep_events, bool measured_only) {
   check_input(input);

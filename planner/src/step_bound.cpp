@@ -300,7 +300,44 @@ bool StepLowerBound::rules_out(const Candidate& c, double limit) const {
     return false;
   };
   const double t = limit * (1.0 + 1e-9);  // rounding must not rule out a split at the limit itself
+  if (static_cast<double>(c.microbatches) * crowded_stage_ms(c) > t) return true;
   return !lanes_hold(t) || (c.schedule == Schedule::flush && !flush_reaches(t));
+}
+
+// If every stage held fewer than k = ceil(L / d) layers, they would hold fewer than L; so n = L - d (k - 1)
+// stages at least hold k or more. Their first sits at position d - n or earlier and so keeps min(n, m)
+// microbatches in flight (2bw and flush; gpipe keeps m everywhere), at least. Some stage therefore holds k
+// consecutive layers with that many stashes: where they do not fit beside the layers' static bytes it
+// recomputes (or cannot hold them at all under --recompute never). A longer run or more stashes only
+// costs more, so the least such window bounds that stage's compute per microbatch from below.
+double StepLowerBound::crowded_stage_ms(const Candidate& c) const {
+  const int64_t layers = model_.num_layers();
+  const int64_t k = (layers + c.depth - 1) / c.depth;
+  const int64_t crowded = layers - c.depth * (k - 1);
+  const int64_t in_flight = c.schedule == Schedule::gpipe ? c.microbatches : std::min(crowded, c.microbatches);
+  const auto key = std::make_tuple(static_cast<int>(c.schedule), c.microbatch_index, k, in_flight);
+  {
+    const std::lock_guard<std::mutex> lock(crowded_mutex_);
+    if (const auto it = crowded_.find(key); it != crowded_.end()) return it->second;
+  }
+  const auto& cp = model_.compute_prefix(c.microbatch_index);
+  const auto& rp = model_.redo_prefix(c.microbatch_index);
+  const auto& sp = model_.stash_prefix(c.microbatch_index);
+  const auto policy = model_.constraints().recompute;
+  double least = kInfinity;
+  for (int64_t a = 0; a + k <= layers; ++a) {
+    const auto b = static_cast<size_t>(a), e = static_cast<size_t>(a + k);
+    bool redo = policy == RecomputePolicy::always;
+    if (!redo && saturating_add(model_.static_bytes(c.schedule, a, a + k), saturating_mul(in_flight, sp[e] - sp[b])) >
+                     cap_bytes_) {
+      if (policy == RecomputePolicy::never) continue;
+      redo = true;
+    }
+    least = std::min(least, cp[e] - cp[b] + (redo ? rp[e] - rp[b] : 0.0));
+  }
+  const std::lock_guard<std::mutex> lock(crowded_mutex_);
+  crowded_.emplace(key, least);
+  return least;
 }
 
 double StepLowerBound::least_window_ms(size_t bi, int64_t k) {

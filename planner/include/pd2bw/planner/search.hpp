@@ -88,9 +88,8 @@ Evaluated evaluate_split(const CostModel& model, const Candidate& c, const Split
 SearchResult search(const CostModel& model, const SearchOptions& options = {});
 
 // The first half of search(), alone: every candidate's best split by the objective, pruned by lower
-// bounds, without replays. ranked holds the top_k + 1 by objective (step_ms = the objective), then the
-// best evaluated of each other schedule; the winner has the least objective over all candidates and
-// splits (ties: fewer devices, then enumeration order). Exact; for tests and for explaining the search.
+// bounds, without replays. ranked holds the top_k + 1 by objective (step_ms = the objective); the
+// winner has the least objective over all candidates and splits (ties: fewer devices, then enumeration order). Exact; for tests and for explaining the search.
 SearchResult objective_search(const CostModel& model, const SearchOptions& options = {});
 
 // When search() found nothing feasible: the candidate and split with the smallest largest per-stage

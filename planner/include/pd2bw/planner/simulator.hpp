@@ -110,6 +110,10 @@ SimResult simulate(const SimInput& input, bool keep_events = false, bool measure
 // an upper bound on the steady one, stands. Predictions and `pd2bw simulate` use it.
 SimResult simulate_steady(SimInput input, bool keep_events = false, bool measured_only = false);
 
+// About how many ops simulate_steady replays for `input` when it is steady at the first try: distinct
+// replicas x stages x steps x ops per step. Cheap (no replay); for deciding what is worth replaying.
+int64_t estimated_replay_ops(const SimInput& input);
+
 // A plan resolved against its profile: a cost model with the plan's cluster, global batch, optimizer and
 // reserve, and the candidate, stage bounds (d + 1) and recompute flags (d) the plan describes.
 struct PlanModel {
