@@ -84,11 +84,12 @@ class Leaderboard {
 };
 
 // Gives the leaderboard cheap upper bounds before any exact evaluation: greedy splits of the most
-// promising candidates of each (schedule, width), so that different pipeline depths are represented.
+// promising candidates of each (schedule, width), so that different pipeline depths are represented; 8
+// per group, so that a group of near-equal depths alone can set the bound for the --top kept.
 // Without them the first exact evaluations run with loose bounds and cost the most.
 void seed_with_greedy(const CostModel& model, const std::vector<Candidate>& candidates,
                       const std::vector<size_t>& order, const std::vector<double>& lb, Leaderboard& board) {
-  constexpr int kPerGroup = 3;
+  constexpr int kPerGroup = 8;
   std::map<std::pair<size_t, int64_t>, int> seeded;
   for (size_t idx : order) {
     if (lb[idx] == kInfinity) break;

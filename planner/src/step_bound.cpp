@@ -300,44 +300,67 @@ bool StepLowerBound::rules_out(const Candidate& c, double limit) const {
     return false;
   };
   const double t = limit * (1.0 + 1e-9);  // rounding must not rule out a split at the limit itself
-  if (static_cast<double>(c.microbatches) * crowded_stage_ms(c) > t) return true;
-  return !lanes_hold(t) || (c.schedule == Schedule::flush && !flush_reaches(t));
+  return too_few_layers(c, t / m) || !lanes_hold(t) || (c.schedule == Schedule::flush && !flush_reaches(t));
 }
 
-// If every stage held fewer than k = ceil(L / d) layers, they would hold fewer than L; so n = L - d (k - 1)
-// stages at least hold k or more. Their first sits at position d - n or earlier and so keeps min(n, m)
-// microbatches in flight (2bw and flush; gpipe keeps m everywhere), at least. Some stage therefore holds k
-// consecutive layers with that many stashes: where they do not fit beside the layers' static bytes it
-// recomputes (or cannot hold them at all under --recompute never). A longer run or more stashes only
-// costs more, so the least such window bounds that stage's compute per microbatch from below.
-double StepLowerBound::crowded_stage_ms(const Candidate& c) const {
+// Whole layers: stage i holds a run of layers whose fwd + bwd, plus the redo where its in-flight stashes
+// do not fit beside the run's static bytes, is at most `budget` (ms per microbatch; its lane is at most
+// the limit). Stage 0's run starts at layer 0 and stage d - 1's ends at the last layer; every other run
+// lies strictly between them. So stage 0 holds at most the longest such prefix, stage d - 1 the longest
+// such suffix, and an inner stage with f stashes at most the longest inner run that can: if those
+// lengths add up to fewer than L layers, no split fits the budget. An inner run of length l can keep f
+// stashes when some inner run of that length either recomputes within the budget or fits f stashes
+// plainly within it; that most f falls as l grows (a longer run contains a shorter one). Only lengths
+// up to kMaxRun are tried: past them the test gives up (returns false).
+bool StepLowerBound::too_few_layers(const Candidate& c, double budget) const {
+  constexpr int64_t kMaxRun = 64;
   const int64_t layers = model_.num_layers();
-  const int64_t k = (layers + c.depth - 1) / c.depth;
-  const int64_t crowded = layers - c.depth * (k - 1);
-  const int64_t in_flight = c.schedule == Schedule::gpipe ? c.microbatches : std::min(crowded, c.microbatches);
-  const auto key = std::make_tuple(static_cast<int>(c.schedule), c.microbatch_index, k, in_flight);
-  {
-    const std::lock_guard<std::mutex> lock(crowded_mutex_);
-    if (const auto it = crowded_.find(key); it != crowded_.end()) return it->second;
-  }
+  if (c.depth < 3 || layers > kMaxRun * c.depth) return false;
   const auto& cp = model_.compute_prefix(c.microbatch_index);
   const auto& rp = model_.redo_prefix(c.microbatch_index);
   const auto& sp = model_.stash_prefix(c.microbatch_index);
   const auto policy = model_.constraints().recompute;
-  double least = kInfinity;
-  for (int64_t a = 0; a + k <= layers; ++a) {
-    const auto b = static_cast<size_t>(a), e = static_cast<size_t>(a + k);
-    bool redo = policy == RecomputePolicy::always;
-    if (!redo && saturating_add(model_.static_bytes(c.schedule, a, a + k), saturating_mul(in_flight, sp[e] - sp[b])) >
-                     cap_bytes_) {
-      if (policy == RecomputePolicy::never) continue;
-      redo = true;
-    }
-    least = std::min(least, cp[e] - cp[b] + (redo ? rp[e] - rp[b] : 0.0));
+  constexpr int64_t kAny = INT64_MAX;  // a run that recomputes within the budget keeps any number
+  // The most stashes layers [a, e) can keep within the budget; -1 when none.
+  auto most_stashes = [&](int64_t a, int64_t e) -> int64_t {
+    const auto b = static_cast<size_t>(a), x = static_cast<size_t>(e);
+    const double plain = cp[x] - cp[b];
+    if (policy != RecomputePolicy::never && plain + rp[x] - rp[b] <= budget) return kAny;
+    if (policy == RecomputePolicy::always || plain > budget) return -1;
+    const int64_t room = cap_bytes_ - model_.static_bytes(c.schedule, a, e);
+    if (room < 0) return -1;
+    const int64_t stash = sp[x] - sp[b];
+    return stash > 0 ? room / stash : kAny;
+  };
+  auto stashes_at = [&](int64_t i) { return CostModel::in_flight(c, i); };
+  // The longest length l <= kMaxRun for which keeps(l) holds (it holds for all shorter ones or none);
+  // -1 when it still holds at kMaxRun (the test gives up).
+  auto longest = [&](auto&& keeps) -> int64_t {
+    for (int64_t len = 1; len <= std::min(kMaxRun, layers); ++len)
+      if (!keeps(len)) return len - 1;
+    return layers <= kMaxRun ? layers : -1;
+  };
+  const int64_t first = longest([&](int64_t len) { return most_stashes(0, len) >= stashes_at(0); });
+  const int64_t last =
+      longest([&](int64_t len) { return most_stashes(layers - len, layers) >= stashes_at(c.depth - 1); });
+  // inner[l - 1]: the most stashes some inner run of length l can keep (>= 1).
+  std::vector<int64_t> inner;
+  const int64_t inner_runs = longest([&](int64_t len) {
+    int64_t most = -1;
+    for (int64_t a = 1; a + len <= layers - 1; ++a) most = std::max(most, most_stashes(a, a + len));
+    if (most < 1) return false;
+    inner.push_back(most);
+    return true;
+  });
+  if (first < 0 || last < 0 || inner_runs < 0) return false;
+  int64_t held = first + last;
+  for (int64_t i = 1; i + 1 < c.depth && held < layers; ++i) {
+    const int64_t f = stashes_at(i);
+    int64_t len = 0;
+    while (len < static_cast<int64_t>(inner.size()) && inner[static_cast<size_t>(len)] >= f) ++len;
+    held += len;
   }
-  const std::lock_guard<std::mutex> lock(crowded_mutex_);
-  crowded_.emplace(key, least);
-  return least;
+  return held < layers;
 }
 
 double StepLowerBound::least_window_ms(size_t bi, int64_t k) {

@@ -56,9 +56,9 @@ class StepLowerBound {
   double fill_bound(const Candidate& c, double redo) const;
   // Sum over stages of the compute each can hold when its compute budget is x (ms per microbatch).
   double capacity_sum(const Candidate& c, double x);
-  // The least compute per microbatch (fwd + bwd, and the redo where memory forces it) of the most
-  // crowded stage of any split of c (memoised; thread-safe). See step_bound.cpp.
-  double crowded_stage_ms(const Candidate& c) const;
+  // Whether the d stages cannot hold all L layers when each stage's compute per microbatch may be at
+  // most `budget` ms (see step_bound.cpp). O(L x the longest run that fits).
+  bool too_few_layers(const Candidate& c, double budget) const;
   // The least fwd + bwd of k consecutive layers at microbatch index bi (memoised).
   double least_window_ms(size_t bi, int64_t k);
   // Sum of plain_capacity over f = 1..n, each term clipped to [low, high].
@@ -75,8 +75,6 @@ class StepLowerBound {
   std::array<std::vector<std::vector<double>>, 2> capacity_vals_, capacity_sums_;
   std::vector<std::vector<double>> least_window_;  // [bi][k], -1 until computed
   ForcedRedo forced_redo_;
-  mutable std::mutex crowded_mutex_;
-  mutable std::map<std::tuple<int, int64_t, int64_t, int64_t>, double> crowded_;  // (schedule, bi, k, in-flight)
   mutable std::mutex levels_mutex_;
   mutable std::map<std::tuple<int64_t, int64_t, int>, std::shared_ptr<const PlacementLevels>> levels_;
 };

@@ -11,6 +11,7 @@
 #include "cli.hpp"
 #include "pd2bw/error.hpp"
 #include "pd2bw/planner/search.hpp"
+#include "pd2bw/planner/simulator.hpp"
 #include "pd2bw/schemas/common.hpp"
 #include "pd2bw/schemas/files.hpp"
 #include "pd2bw/schemas/plan.hpp"
@@ -138,6 +139,9 @@ void run_plan(const PlanOptions& o) {
     if (result.unproven > 0)
       fmt::print(stderr, "{} candidates that could still win needed more work than the split search allows: only "
                          "their greedy splits were tried\n", result.unproven);
+    if (!result.ranked.front().steady)
+      fmt::print(stderr, "note: the chosen plan's replay did not settle within {} steps; its predicted step is the "
+                         "last measured one, an upper bound on the steady step\n", planner::kMaxSteadySteps);
     if (result.proven_gap > 0)
       fmt::print(stderr, "no split of any candidate replays more than {:.2f}% faster than the chosen one\n",
                  100.0 * result.proven_gap);
