@@ -6,15 +6,8 @@ PY="${PD2BW_PYTHON:-/usr/bin/python3}"
 EX="$SRC/schemas/examples"
 P="$EX/gpt-1.3b.profile.json"
 
-# mutate OUT EXPR: writes the 1.3b profile with a Python expression applied to `d`.
-mutate() {
-  "$PY" - "$P" "$1" "$2" <<'PYEOF'
-import json, sys
-d = json.load(open(sys.argv[1]))
-exec(sys.argv[3])
-open(sys.argv[2], "w").write(json.dumps(d))
-PYEOF
-}
+# mutate OUT EXPR: writes the 1.3b profile with a Python statement applied to `d`.
+mutate() { json_edit "$P" "$1" "$2"; }
 
 head -c 2000 "$P" >"$TMP/truncated.json"
 expect_exit 2 "not valid JSON" -- "$PD2BW" plan --profile "$TMP/truncated.json" -o "$TMP/x.json"

@@ -4,20 +4,11 @@
 # each other) and, with --profile, against the plan recomputed from its profile. Each way of editing a
 # plan by hand is refused with the JSON pointer of the edited number; the planner's own plans pass.
 source "$(dirname "$0")/lib.bash"
-PY="${PD2BW_PYTHON:-/usr/bin/python3}"
 EX="$SRC/schemas/examples"
 P="$EX/gpt-1.3b.profile.json"
 
-# edit OUT EXPR: writes the plan with a Python expression applied to `d` (s: d["stages"]).
-edit() {
-  "$PY" - "$TMP/plan.json" "$1" "$2" <<'PYEOF'
-import json, sys
-d = json.load(open(sys.argv[1]))
-s = d["stages"]
-exec(sys.argv[3])
-open(sys.argv[2], "w").write(json.dumps(d))
-PYEOF
-}
+# edit OUT EXPR: writes the plan with a Python statement applied to `d` (s: d["stages"]).
+edit() { json_edit "$TMP/plan.json" "$1" "s = d[\"stages\"]; $2"; }
 
 # Plans of every schedule, with and without recompute, pass both checks.
 for args in "--schedule 2bw" "--schedule flush" "--schedule gpipe" "--schedule 2bw --device-memory 16GiB" \
