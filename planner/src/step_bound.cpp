@@ -377,7 +377,7 @@ double StepLowerBound::least_window_ms(size_t bi, int64_t k) {
 
 double StepLowerBound::operator()(const Candidate& c) {
   const int64_t total_static = model_.static_bytes(c.schedule, 0, model_.num_layers());
-  if (max_layer_static_[static_cast<size_t>(c.schedule)] > cap_bytes_ || total_static > cap_bytes_ * c.depth)
+  if (max_layer_static_[static_cast<size_t>(c.schedule)] > cap_bytes_ || total_static > saturating_mul(cap_bytes_, c.depth))
     return kInfinity;
   // Some stage holds at least ceil(L / d) layers, and so at least the least compute of that many in a row.
   const int64_t most = (model_.num_layers() + c.depth - 1) / c.depth;
