@@ -8,6 +8,7 @@
 #include <string>
 
 #include "pd2bw/error.hpp"
+#include "pd2bw/planner/plan_audit.hpp"
 #include "pd2bw/planner/search.hpp"
 #include "pd2bw/schemas/cluster.hpp"
 #include "pd2bw/schemas/plan.hpp"
@@ -39,9 +40,9 @@ void round_trip(const uint8_t* data, size_t size, Parse parse, Dump dump) {
   }
 }
 
-// Byte counts the planner targets draw or take: up to 1 TiB each, far beyond any device, while sums of a
-// few thousand of them stay inside int64.
-constexpr int64_t kValueCap = int64_t{1} << 40;
+// Byte counts the planner targets draw or take: up to 2^62 each, so that sums of a few of them pass int64
+// (the planner's checked and saturating arithmetic must answer them).
+constexpr int64_t kValueCap = int64_t{1} << 62;
 
 // Sizes and times the planner target explores: beyond these the planner's own checked arithmetic
 // answers (with a clear error), which is not what this target searches for.
@@ -137,7 +138,8 @@ schemas::Profile drawn_profile(Draw& d, int64_t cap) {
   return p;
 }
 
-// Searches, re-ranks by simulation and builds a plan; the plan must read back. Error: said, not a crash.
+// Searches (the search replays its finalists) and builds a plan; the plan must read back and pass the
+// number checks of `pd2bw validate`, alone and against its profile. Error: said, not a crash.
 void plan_and_check(const schemas::Profile& profile, const schemas::Cluster& cluster, int64_t global_batch) {
   schemas::Plan plan;
   try {
@@ -150,7 +152,6 @@ void plan_and_check(const schemas::Profile& profile, const schemas::Cluster& clu
     so.threads = 1;
     planner::SearchResult result = planner::search(model, so);
     if (!result.feasible()) return;
-    planner::rank_by_simulation(model, result, 1);
     plan = planner::build_plan(model, result, std::string(64, 'a'), {"fuzz", "0", "unknown", "", ""});
   } catch (const pd2bw::Error&) {
     return;  // an infeasible or unplannable profile, said with a message
@@ -162,6 +163,13 @@ void plan_and_check(const schemas::Profile& profile, const schemas::Cluster& clu
     std::fprintf(stderr, "%s\n", e.what());
     broken("the plan reader rejects a plan the planner wrote");
   }
+  auto report = [](const std::vector<planner::PlanFinding>& found, const char* what) {
+    if (found.empty()) return;
+    for (const auto& x : found) std::fprintf(stderr, "%s: %s\n", x.pointer.c_str(), x.message.c_str());
+    broken(what);
+  };
+  report(planner::check_plan_numbers(plan), "a plan the planner wrote breaks the rules of a plan's numbers");
+  report(planner::check_plan_against(profile, plan), "a plan the planner wrote disagrees with its own profile");
 }
 
 }  // namespace

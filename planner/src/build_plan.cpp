@@ -37,7 +37,6 @@ std::vector<schemas::RankEntry> rank_table(const CostModel& model, const Candida
 }
 
 schemas::Predictions predictions(const CostModel& model, const Evaluated& e) {
-  const auto& c = e.candidate;
   schemas::Predictions p;
   p.step_ms = e.step_ms;
   const double samples = static_cast<double>(model.constraints().global_batch);
@@ -46,12 +45,8 @@ schemas::Predictions predictions(const CostModel& model, const Evaluated& e) {
   for (size_t i = 1; i < e.stages.size(); ++i)
     if (e.stages[i].step_ms > e.stages[static_cast<size_t>(p.bottleneck_stage)].step_ms)
       p.bottleneck_stage = static_cast<int64_t>(i);
-  if (e.simulated())
-    p.bubble_fraction = e.bubble_fraction;
-  else
-    p.bubble_fraction = c.schedule == Schedule::two_bw
-                            ? 0.0
-                            : static_cast<double>(c.depth - 1) / static_cast<double>(c.microbatches + c.depth - 1);
+  p.bubble_fraction = e.bubble_fraction;
+  p.imbalance_fraction = e.imbalance_fraction;
   double fullest = -1.0;
   for (const auto& s : e.stages) {
     const double f = static_cast<double>(s.memory.total_bytes) / static_cast<double>(s.memory.limit_bytes);
@@ -77,9 +72,8 @@ const StageCost& bottleneck(const Evaluated& e, size_t* index) {
 }
 
 std::string step_terms(const Evaluated& e, const StageCost& s) {
-  const double k = static_cast<double>(CostModel::pipeline_factor(e.candidate));
-  return fmt::format("{} x ({:.2f} compute + {:.2f} p2p) + {:.2f} allreduce ms", k, s.compute_ms,
-                     s.p2p_ms, s.allreduce_ms);
+  return fmt::format("{} x ({:.2f} compute + {:.2f} p2p) + {:.2f} allreduce ms", e.candidate.microbatches,
+                     s.compute_ms, s.p2p_ms, s.allreduce_ms);
 }
 
 }  // namespace
@@ -95,10 +89,14 @@ std::string why_lost(const Evaluated& winner, const Evaluated& loser) {
     text = fmt::format("{:.1f}% slower", (loser.step_ms / winner.step_ms - 1.0) * 100.0);
   text += fmt::format(": bottleneck stage {} = {} (winner's stage {} = {})", li, step_terms(loser, ls),
                       wi, step_terms(winner, ws));
-  const auto& c = loser.candidate;
-  if (c.schedule != Schedule::two_bw && c.depth > 1)
-    text += fmt::format("; the flush adds d - 1 = {} microbatch slots per step", c.depth - 1);
+  if (loser.bubble_fraction >= 0.005)
+    text += fmt::format("; {:.1f}% of its ranks' time idles in fill and drain", 100.0 * loser.bubble_fraction);
+  if (loser.imbalance_fraction >= 0.005)
+    text += fmt::format("; {:.1f}% idles on stages less busy than the slowest", 100.0 * loser.imbalance_fraction);
   if (ls.recompute) text += "; recomputes activations to fit";
+  if (loser.representative)
+    text += "; this schedule was not searched further: its most promising candidate, split for the least "
+            "busiest-stage time";
   return text;
 }
 

@@ -7,7 +7,9 @@
 #include <array>
 #include <limits>
 
+#include "pd2bw/checked.hpp"
 #include "pd2bw/error.hpp"
+#include "objective.hpp"
 #include "prepared.hpp"
 
 namespace pd2bw::planner {
@@ -17,6 +19,14 @@ namespace {
 void check_constraints(const Profile& profile, const Cluster& cluster, const Constraints& k) {
   if (k.global_batch <= 0)
     throw UsageError(fmt::format("--global-batch must be > 0 samples, got {}", k.global_batch));
+  if (k.global_batch > kMaxGlobalBatch)
+    throw UsageError(fmt::format("--global-batch {} is above the planner's limit of {} samples per step",
+                                 k.global_batch, kMaxGlobalBatch),
+                     "plan a smaller global batch; the planner replays every microbatch of a step");
+  if (static_cast<int64_t>(profile.layers.size()) > kMaxLayers)
+    throw UsageError(fmt::format("the profile has {} layers, above the planner's limit of {}", profile.layers.size(),
+                                 kMaxLayers),
+                     "merge layers in the profile (e.g. one entry per transformer block)");
   if (k.depth < 0 || k.width < 0) throw UsageError("--depth and --width must be >= 0 (0 = search)");
   if (k.max_depth < 0)
     throw UsageError(fmt::format("--max-depth must be >= 0 (0 = no limit), got {}", k.max_depth));
@@ -28,6 +38,12 @@ void check_constraints(const Profile& profile, const Cluster& cluster, const Con
                                  schemas::format_bytes(cluster.device.memory_bytes)),
                      "lower --reserve or raise --device-memory");
   if (cluster.total_devices() < 1) throw UsageError("the cluster has no devices");
+  if (cluster.levels.size() > 8)  // the partitioner's link tables hold up to 8 levels per boundary
+    throw UsageError(fmt::format("the cluster has {} topology levels; the planner handles at most 8",
+                                 cluster.levels.size()));
+  if (k.depth > kMaxDepth || k.max_depth > kMaxDepth)
+    throw UsageError(fmt::format("--depth and --max-depth must be <= {} stages (the planner's limit), got {}", kMaxDepth,
+                                 std::max(k.depth, k.max_depth)));
   if (k.microbatch) {
     const auto& sizes = profile.microbatch_sizes;
     if (std::find(sizes.begin(), sizes.end(), *k.microbatch) == sizes.end()) {
@@ -53,7 +69,7 @@ CostModel::CostModel(const Profile& profile, const Cluster& cluster, const Const
         pipeline::memory_factors(s, constraints_.optimizer, schemas::dtype_bytes(profile_.model.dtype), 4);
   int64_t span = 1;
   for (const auto& level : cluster_.levels) {
-    span *= level.size;
+    span = checked_mul(span, level.size, "the cluster's device count");
     level_span_.push_back(span);
   }
   prepare_curves();
@@ -63,37 +79,45 @@ CostModel::CostModel(const Profile& profile, const Cluster& cluster, const Const
   update_prefix_.assign(n + 1, 0.0);
   compute_prefix_.assign(nb, std::vector<double>(n + 1, 0.0));
   fwd_prefix_.assign(nb, std::vector<double>(n + 1, 0.0));
+  redo_prefix_.assign(nb, std::vector<double>(n + 1, 0.0));
   stash_prefix_.assign(nb, std::vector<int64_t>(n + 1, 0));
   for (size_t j = 0; j < n; ++j) {
     const auto& layer = profile_.layers[j];
-    param_prefix_[j + 1] = param_prefix_[j] + layer.param_bytes;
+    param_prefix_[j + 1] = checked_add(param_prefix_[j], layer.param_bytes, "the model's param_bytes summed over layers");
     update_prefix_[j + 1] = update_prefix_[j] + layer.update_ms;
     for (size_t bi = 0; bi < nb; ++bi) {
       const auto& t = layer.per_microbatch[bi];
       compute_prefix_[bi][j + 1] = compute_prefix_[bi][j] + (t.fwd_ms + t.bwd_ms);
       fwd_prefix_[bi][j + 1] = fwd_prefix_[bi][j] + t.fwd_ms;
-      stash_prefix_[bi][j + 1] = stash_prefix_[bi][j] + t.stash_bytes;
+      redo_prefix_[bi][j + 1] = redo_prefix_[bi][j] + (t.recompute_ms > 0 ? t.recompute_ms : t.fwd_ms);
+      stash_prefix_[bi][j + 1] = checked_add(stash_prefix_[bi][j], t.stash_bytes, "the model's stash_bytes summed over layers");
     }
   }
+  check_state_bytes();
   input_bytes_.assign(nb, {});
   output_bytes_.assign(nb, {});
-  input_p2p_.assign(nb, std::vector<std::vector<double>>(cluster_.levels.size()));
   output_p2p_.assign(nb, std::vector<std::vector<double>>(cluster_.levels.size()));
   for (size_t bi = 0; bi < nb; ++bi)
     for (const auto& l : profile_.layers) {
       const auto& t = l.per_microbatch[bi];
       input_bytes_[bi].push_back(t.input_bytes);
       output_bytes_[bi].push_back(t.output_bytes);
-      for (size_t lv = 0; lv < cluster_.levels.size(); ++lv) {
-        input_p2p_[bi][lv].push_back(p2p_ms(t.input_bytes, static_cast<int64_t>(lv)));
+      for (size_t lv = 0; lv < cluster_.levels.size(); ++lv)
         output_p2p_[bi][lv].push_back(p2p_ms(t.output_bytes, static_cast<int64_t>(lv)));
-      }
+    }
+  least_boundary_p2p_.assign(nb, std::vector<double>(cluster_.levels.size(), 0.0));
+  for (size_t bi = 0; bi < nb; ++bi)
+    for (size_t lv = 0; lv < cluster_.levels.size(); ++lv) {
+      const auto& t = output_p2p_[bi][lv];
+      least_boundary_p2p_[bi][lv] = *std::min_element(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(std::max<size_t>(n - 1, 1)));
     }
   for (size_t bi = 0; bi < nb; ++bi) {
     double share = 1.0;
-    for (const auto& l : profile_.layers)
-      share = std::min(share, l.per_microbatch[bi].fwd_ms / (l.per_microbatch[bi].fwd_ms + l.per_microbatch[bi].bwd_ms));
-    min_fwd_share_.push_back(share);
+    for (const auto& l : profile_.layers) {
+      const auto& t = l.per_microbatch[bi];
+      share = std::min(share, (t.recompute_ms > 0 ? t.recompute_ms : t.fwd_ms) / (t.fwd_ms + t.bwd_ms));
+    }
+    min_redo_share_.push_back(share);
   }
   for (auto& per_b : capacity_cache_) per_b.assign(nb, {});
   for (int64_t j = 0; j < num_layers(); ++j) {
@@ -109,6 +133,20 @@ CostModel::CostModel(const Profile& profile, const Cluster& cluster, const Const
       auto& cache = capacity_cache_[v][bi];
       for (int64_t f = 0; f <= deepest; ++f) cache.push_back(compute_plain_capacity(v, bi, f));
     }
+}
+
+// The largest memory any stage can need is that of all layers on one stage: if the weights, master copy,
+// gradients and optimizer state of the whole model fit in 64 bits, every stage's do, so the partitioner's
+// inner loops can add them unchecked. Too large a profile is refused here, with the numbers.
+void CostModel::check_state_bytes() const {
+  const int64_t params = param_prefix_.back();
+  const StaticFactors& f = statics_[static_cast<size_t>(Schedule::two_bw)];  // the most versions
+  const int64_t state = checked_mul(params / f.compute_bytes, f.state_bytes, "the model's fp32 state bytes");
+  int64_t total = checked_mul(f.versions, params, "the model's weight versions");
+  total = checked_add(total, state, "the model's weights and master copy");
+  total = checked_add(total, state, "the model's weights and gradients");
+  (void)checked_add(total, checked_mul(f.moments, state, "the model's optimizer state"),
+                    "the model's weights, gradients and optimizer state");
 }
 
 void CostModel::prepare_curves() {
@@ -186,14 +224,13 @@ int64_t CostModel::level_between(int64_t rank_a, int64_t rank_b) const {
 }
 
 // A set of ranks shares a group at some level exactly when its smallest and largest rank do, because
-// groups are contiguous rank ranges; that keeps both functions O(levels) for contiguous sets.
-int64_t CostModel::boundary_level(const Candidate& c, int64_t left_stage) const {
-  if (c.placement == Placement::replicas_inner)  // ranks [i*w, (i+2)*w) in pairs (x, x + w)
-    return level_between(left_stage * c.width, (left_stage + 2) * c.width - 1);
-  int64_t level = 0;
+// groups are contiguous rank ranges; that keeps allreduce_level O(levels).
+std::vector<int64_t> CostModel::boundary_levels(const Candidate& c, int64_t left_stage) const {
+  std::vector<int64_t> out;
+  out.reserve(static_cast<size_t>(c.width));
   for (int64_t r = 0; r < c.width; ++r)
-    level = std::max(level, level_between(rank_of(c, left_stage, r), rank_of(c, left_stage + 1, r)));
-  return level;
+    out.push_back(level_between(rank_of(c, left_stage, r), rank_of(c, left_stage + 1, r)));
+  return out;
 }
 
 int64_t CostModel::allreduce_level(const Candidate& c, int64_t stage) const {
@@ -206,6 +243,36 @@ StageCost CostModel::stage_cost(const Candidate& c, int64_t stage, int64_t begin
     throw Error(fmt::format("stage_cost: bad range [{}, {}) for stage {} of {}", begin, end, stage,
                             c.depth));
   return detail::price_stage(*this, detail::prepare(*this, c), stage, begin, end);
+}
+
+namespace {
+
+template <class Fold>
+double fold_stages(const Candidate& c, const std::vector<StageCost>& stages) {
+  const double m = static_cast<double>(c.microbatches);
+  auto v = Fold::empty();
+  for (size_t k = stages.size(); k-- > 0;) {
+    const StageCost& s = stages[k];
+    v = Fold::prepend(v,
+                      detail::stage_terms(m, static_cast<int64_t>(stages.size() - 1 - k), s.compute_ms, s.p2p_ms,
+                                          s.forward_ms, s.backward_ms, s.in_ms, s.out_ms, s.allreduce_ms, s.update_ms),
+                      m);
+  }
+  return v[0];
+}
+
+}  // namespace
+
+double step_objective(const Candidate& c, const std::vector<StageCost>& stages) {
+  if (stages.empty()) return std::numeric_limits<double>::infinity();
+  for (const auto& s : stages)
+    if (!s.feasible) return std::numeric_limits<double>::infinity();
+  switch (c.schedule) {
+    case Schedule::flush: return fold_stages<detail::FlushFold>(c, stages);
+    case Schedule::gpipe: return fold_stages<detail::GpipeFold>(c, stages);
+    case Schedule::two_bw: break;
+  }
+  return fold_stages<detail::TwoBwFold>(c, stages);
 }
 
 }  // namespace pd2bw::planner

@@ -1,128 +1,72 @@
-// Exact min-max splitting of the layers into contiguous stages by dynamic programming, with windows
-// derived from an upper bound so that the work stays near O(layers^2) for a tight bound.
+// Exact splitting of the layers into contiguous stages for the search's objective: windows from an upper
+// bound on the step time, the dynamic program of split_tables.hpp over them, the enumeration of every
+// split below a limit, and the least-overage split.
 #include "pd2bw/planner/partition.hpp"
 
 #include <algorithm>
 #include <cstdint>
-#include <memory>
+#include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "prepared.hpp"
+#include "split_tables.hpp"
 
 namespace pd2bw::planner {
 
 namespace {
 
-// The DP over stage end points. cost(i, a, c) prices layers [a, c) as stage i (infinity when
-// infeasible); floor(i, a, c) is a cheap lower bound on it that does not grow with a, so scanning
-// starts from the latest a and stops once the floor passes the best found; lo(i, c) is the smallest
-// start worth trying for a stage ending at c (non-decreasing); cmin[i] is the smallest end of stage i
-// that leaves the rest coverable. Ties go to the smallest a. Returns bounds or empty.
-template <class Lo, class Floor, class Cost>
-std::vector<int64_t> minmax_dp(int64_t L, int64_t d, double bound, Lo&& lo,
-                               const std::vector<int64_t>& cmin, Floor&& floor, Cost&& cost,
-                               double* best_out) {
-  const auto n = static_cast<size_t>(L + 1);
-  std::vector<double> prev(n, kInfinity), cur(n, kInfinity);
-  // Only entries on the path are ever read back, so the table is left uninitialised.
-  auto back = std::make_unique_for_overwrite<int32_t[]>(static_cast<size_t>(d) * n);
-  int64_t plo = -1, phi = -1;  // finite range of prev
-  for (int64_t c = std::max<int64_t>(1, cmin[0]); c <= L - (d - 1); ++c) {
-    if (lo(0, c) > 0) break;
-    const double v = cost(0, 0, c);
-    if (v <= bound) {
-      prev[static_cast<size_t>(c)] = v;
-      if (plo < 0) plo = c;
-      phi = c;
-    }
-  }
-  for (int64_t i = 1; i < d; ++i) {
-    if (plo < 0) return {};
-    const int64_t c_first = i == d - 1 ? L : std::max({plo + 1, cmin[static_cast<size_t>(i)], i + 1});
-    const int64_t c_last = i == d - 1 ? L : L - (d - 1 - i);
-    int64_t nlo = -1, nhi = -1;
-    for (int64_t c = c_first; c <= c_last; ++c) {
-      const int64_t a_first = std::max(plo, lo(i, c));
-      if (a_first > phi) break;  // lo only grows with c
-      double best = bound;
-      int32_t arg = -1;
-      for (int64_t a = std::min(c - 1, phi); a >= a_first; --a) {
-        if (floor(i, a, c) > best) break;
-        const double pv = prev[static_cast<size_t>(a)];
-        if (!(pv <= best)) continue;
-        const double v = std::max(pv, cost(i, a, c));
-        if (v <= best) {
-          best = v;
-          arg = static_cast<int32_t>(a);
-        }
-      }
-      if (arg >= 0) {
-        cur[static_cast<size_t>(c)] = best;
-        back[static_cast<size_t>(i) * n + static_cast<size_t>(c)] = arg;
-        if (nlo < 0) nlo = c;
-        nhi = c;
-      } else {
-        cur[static_cast<size_t>(c)] = kInfinity;
-      }
-    }
-    std::swap(prev, cur);
-    plo = nlo;
-    phi = nhi;
-  }
-  if (plo < 0 || phi != L) return {};
-  const double result = prev[static_cast<size_t>(L)];
-  if (!(result <= bound) || result == kInfinity) return {};
-  std::vector<int64_t> bounds(static_cast<size_t>(d + 1));
-  bounds[static_cast<size_t>(d)] = L;
-  for (int64_t i = d - 1; i >= 1; --i)
-    bounds[static_cast<size_t>(i)] = back[static_cast<size_t>(i) * n + static_cast<size_t>(bounds[static_cast<size_t>(i + 1)])];
-  bounds[0] = 0;
-  *best_out = result;
-  return bounds;
+using detail::StageTerms;
+
+StageTerms terms_of(const detail::QuickCost& q, double m, int64_t downstream) {
+  return detail::stage_terms(m, downstream, q.compute_ms, q.p2p_ms, q.forward_ms, q.backward_ms, q.in_ms, q.out_ms,
+                             q.allreduce_ms, q.update_ms);
 }
 
-// The least p2p time (per microbatch) stage i can have: its links carry at least the smallest boundary
-// tensor of the model. Used only to narrow the DP's windows.
-std::vector<double> least_p2p(const CostModel& model, const detail::PreparedCandidate& pc) {
-  const auto bi = static_cast<size_t>(pc.candidate.microbatch_index);
-  int64_t small = INT64_MAX;
-  for (const auto& l : model.profile().layers)
-    small = std::min({small, l.per_microbatch[bi].input_bytes, l.per_microbatch[bi].output_bytes});
-  std::vector<double> out;
-  for (const auto& st : pc.stages)
-    out.push_back((st.in_level >= 0 ? 2.0 * model.p2p_ms(small, st.in_level) : 0.0) +
-                  (st.out_level >= 0 ? 2.0 * model.p2p_ms(small, st.out_level) : 0.0));
-  return out;
-}
-
-// lo[e]: smallest a whose layers [a, e) fit `static_cap` bytes of static memory (two pointers).
-std::vector<int64_t> static_starts(const CostModel& model, const Candidate& c, int64_t static_cap) {
-  const int64_t L = model.num_layers();
-  std::vector<int64_t> lo(static_cast<size_t>(L + 1), 0);
-  int64_t a = 0;
-  for (int64_t e = 1; e <= L; ++e) {
-    while (a < e && model.static_bytes(c.schedule, a, e) > static_cap) ++a;
-    lo[static_cast<size_t>(e)] = a;  // a == e means no start works
+// The largest parameter bytes whose static memory (weights, master, grads, optimizer) fits `cap` bytes.
+int64_t params_within(const StaticFactors& f, int64_t cap) {
+  if (cap < 0) return -1;
+  int64_t lo = 0, hi = cap;  // static bytes are at least the parameter bytes; total() never falls
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    if (f.total(mid) <= cap)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   return lo;
 }
 
-// The most compute (fwd + bwd per microbatch) stage i can hold in a split whose step time is <= bound:
-// k (compute + p2p) + allreduce <= bound with at least the stage's least p2p and allreduce latency;
-// a stage that recomputes pays at least (1 + the smallest forward share) times its compute, and one
-// that does not must fit its stash (CostModel::plain_capacity_ms). Negative: the stage cannot exist.
-std::vector<double> stage_compute_caps(const CostModel& model, const detail::PreparedCandidate& pc,
-                                       double bound) {
+// The least per-microbatch p2p a stage of `pc` can have: each boundary it has moves at least the smallest
+// boundary tensor, twice, over the fastest of its levels.
+double least_p2p(const CostModel& model, int64_t bi, const detail::PreparedStage& st) {
+  auto least = [&](const std::vector<int64_t>& levels) {
+    double out = kInfinity;
+    for (int64_t lv : levels) out = std::min(out, model.least_boundary_p2p_ms(bi, lv));
+    return levels.empty() ? 0.0 : 2.0 * out;
+  };
+  return least(st.in_levels) + least(st.out_levels);
+}
+
+// Per stage, the most compute (fwd + bwd per microbatch) it can hold in a split whose objective is <= bound:
+// its busy time m (compute + p2p) + allreduce <= bound with at least its least p2p and allreduce latency;
+// a stage that recomputes pays at least (1 + the smallest redo share) times its compute, and one that
+// does not must fit its stash (CostModel::plain_capacity_ms). GPipe also runs (m - 1) of each slot after
+// one microbatch has passed every layer: (m - 1) compute <= bound - all layers' compute.
+// With `lanes_only` the bound is on the busiest stage alone.
+std::vector<double> stage_compute_caps(const CostModel& model, const detail::PreparedCandidate& pc, double bound,
+                                       bool lanes_only) {
   const Candidate& c = pc.candidate;
-  const auto p2p = least_p2p(model, pc);
-  const double k = static_cast<double>(pc.factor);
-  const double share = model.min_fwd_share(c.microbatch_index);
+  const double m = static_cast<double>(c.microbatches);
+  const double share = model.min_redo_share(c.microbatch_index);
+  const double all = model.compute_prefix(c.microbatch_index).back();
   const auto policy = model.constraints().recompute;
   std::vector<double> caps;
   for (int64_t i = 0; i < c.depth; ++i) {
     const auto& st = pc.stages[static_cast<size_t>(i)];
     const double latency = st.ar_level >= 0 ? model.allreduce_ms(0, c.width, st.ar_level) : 0.0;
-    const double x = (bound - latency) / k - p2p[static_cast<size_t>(i)];
+    double x = (bound - latency) / m - least_p2p(model, c.microbatch_index, st);
+    if (!lanes_only && c.schedule == Schedule::gpipe && c.microbatches > 1) x = std::min(x, (bound - all) / (m - 1.0));
     const double plain = std::min(x, model.plain_capacity_ms(c.schedule, c.microbatch_index, st.in_flight));
     const double redo = x / (1.0 + share);
     const double cap = policy == RecomputePolicy::never    ? plain
@@ -133,66 +77,151 @@ std::vector<double> stage_compute_caps(const CostModel& model, const detail::Pre
   return caps;
 }
 
-// cmin[i]: smallest end of stage i such that stages i + 1 .. d - 1 can hold the rest: within their
-// compute caps (when given) and the static memory cap.
-std::vector<int64_t> stage_min_ends(const CostModel& model, const Candidate& c, const std::vector<double>& caps,
-                                    int64_t static_cap) {
-  const int64_t L = model.num_layers();
+// Where each stage may start and end for splits whose objective is <= bound: hi(i, a) is the furthest
+// end of stage i starting at a (its compute cap and static memory), and start_lo / start_hi bound the
+// starts from which the later stages can still reach the last layer / that the earlier stages can reach.
+struct Windows {
+  std::vector<double> caps;
+  int64_t max_params = 0;
+  std::vector<int64_t> start_lo, start_hi;
+  const std::vector<double>* cp = nullptr;
+  const std::vector<int64_t>* pp = nullptr;
+
+  int64_t hi(int64_t i, int64_t a) const {
+    const auto& c = *cp;
+    const auto by_compute = std::upper_bound(c.begin() + a, c.end(), c[static_cast<size_t>(a)] + caps[static_cast<size_t>(i)]);
+    const auto& p = *pp;
+    const auto by_memory = std::upper_bound(p.begin() + a, p.end(), p[static_cast<size_t>(a)] + max_params);
+    return std::min(by_compute - c.begin(), by_memory - p.begin()) - 1;
+  }
+  // Smallest start of stage i ending at e.
+  int64_t lo(int64_t i, int64_t e) const {
+    const auto& c = *cp;
+    const auto by_compute = std::lower_bound(c.begin(), c.begin() + e, c[static_cast<size_t>(e)] - caps[static_cast<size_t>(i)]);
+    const auto& p = *pp;
+    const auto by_memory = std::lower_bound(p.begin(), p.begin() + e, p[static_cast<size_t>(e)] - max_params);
+    return std::max(by_compute - c.begin(), by_memory - p.begin());
+  }
+};
+
+// Windows for `bound`; nullopt when no split can fit them.
+std::optional<Windows> make_windows(const CostModel& model, const detail::PreparedCandidate& pc, double bound,
+                                    int64_t static_cap, bool use_caps, bool lanes_only) {
+  const Candidate& c = pc.candidate;
+  const int64_t L = model.num_layers(), d = c.depth;
+  Windows w;
+  w.caps = use_caps ? stage_compute_caps(model, pc, bound, lanes_only)
+                    : std::vector<double>(static_cast<size_t>(d), kInfinity);
+  w.max_params = params_within(pc.statics, static_cap);
+  w.cp = &model.compute_prefix(c.microbatch_index);
+  w.pp = &model.param_prefix();
+  if (w.max_params < 0) return std::nullopt;
+  w.start_hi.assign(static_cast<size_t>(d), 0);
+  w.start_lo.assign(static_cast<size_t>(d), 0);
+  for (int64_t i = 1; i < d; ++i) {  // furthest start: each earlier stage as long as allowed
+    const int64_t prev = w.start_hi[static_cast<size_t>(i - 1)];
+    w.start_hi[static_cast<size_t>(i)] = std::min(w.hi(i - 1, prev), L - (d - i));
+    if (w.start_hi[static_cast<size_t>(i)] < i) return std::nullopt;
+  }
+  int64_t need = L;  // earliest start from which stages i..d-1 reach L
+  for (int64_t i = d - 1; i >= 0; --i) {
+    need = std::max(w.lo(i, need), i);
+    w.start_lo[static_cast<size_t>(i)] = need;
+    if (need > w.start_hi[static_cast<size_t>(i)]) return std::nullopt;
+  }
+  if (w.hi(d - 1, w.start_hi[static_cast<size_t>(d - 1)]) < L) return std::nullopt;
+  return w;
+}
+
+// Runs `body` with the fold of c's schedule.
+template <class Body>
+auto with_fold(Schedule s, Body&& body) {
+  switch (s) {
+    case Schedule::flush: return body(detail::FlushFold{});
+    case Schedule::gpipe: return body(detail::GpipeFold{});
+    case Schedule::two_bw: break;
+  }
+  return body(detail::TwoBwFold{});
+}
+
+// The tables of `c` for splits with objective <= bound, with the pricing they were built from.
+template <class Fold>
+struct Solved {
+  detail::PreparedCandidate pc;
+  Windows windows;
+  std::optional<detail::SplitTables<Fold>> tables;
+};
+
+template <class Fold>
+double stage_floor_of(const CostModel& model, const Candidate& c, int64_t a, int64_t e) {
   const auto& cp = model.compute_prefix(c.microbatch_index);
-  std::vector<int64_t> cmin(static_cast<size_t>(c.depth), 0);
-  double later = 0.0;
-  int64_t e = L;
-  for (int64_t i = c.depth - 1; i >= 0; --i) {
-    const auto rest = static_cast<double>(c.depth - 1 - i);
-    while (e > i + 1 && (caps.empty() || cp[static_cast<size_t>(L)] - cp[static_cast<size_t>(e - 1)] <= later) &&
-           static_cast<double>(model.static_bytes(c.schedule, e - 1, L)) <= rest * static_cast<double>(static_cap))
-      --e;
-    cmin[static_cast<size_t>(i)] = std::max(e, i + 1);
-    if (!caps.empty()) later += std::max(0.0, caps[static_cast<size_t>(i)]);
-  }
-  return cmin;
+  const double m = static_cast<double>(c.microbatches);
+  const double work = cp[static_cast<size_t>(e)] - cp[static_cast<size_t>(a)];
+  if constexpr (std::is_same_v<Fold, detail::FlushFold>) return cp[static_cast<size_t>(a)] + m * work;
+  if constexpr (std::is_same_v<Fold, detail::GpipeFold>) return cp.back() + (m - 1.0) * work;
+  return m * work;
 }
 
-// A necessary condition for any split, checked before pricing anything: stage by stage, the furthest
-// end the windows allow (a stage ending at e starts at or after lo(i, e), which never decreases in e)
-// must move forward and reach the last layer.
-template <class Lo>
-bool windows_reach_end(int64_t L, int64_t d, Lo&& lo) {
-  int64_t reach = 0;
-  for (int64_t i = 0; i < d; ++i) {
-    int64_t e_lo = reach + 1, e_hi = L - (d - 1 - i);
-    if (e_lo > e_hi || lo(i, e_lo) > reach) return false;
-    while (e_lo < e_hi) {  // the largest e with lo(i, e) <= reach
-      const int64_t mid = e_lo + (e_hi - e_lo + 1) / 2;
-      if (lo(i, mid) <= reach)
-        e_lo = mid;
-      else
-        e_hi = mid - 1;
-    }
-    reach = e_lo;
-  }
-  return reach == L;
+template <class Fold>
+void solve(const CostModel& model, const detail::PreparedCandidate& prepared, double bound, Solved<Fold>& out,
+           int64_t max_work) {
+  const Candidate& c = prepared.candidate;
+  out.pc = prepared;
+  const int64_t static_cap = model.memory_limit_bytes() - model.constraints().reserve_bytes;
+  auto w = make_windows(model, out.pc, bound, static_cap, true, std::is_same_v<Fold, detail::TwoBwFold>);
+  if (!w) return;
+  out.windows = std::move(*w);
+  const auto& win = out.windows;
+  const auto& pc = out.pc;
+  const auto& cp = model.compute_prefix(c.microbatch_index);
+  const double m = static_cast<double>(c.microbatches);
+  out.tables.emplace(
+      model.num_layers(), c.depth, m, bound, win.start_lo, win.start_hi,
+      [&](int64_t i, int64_t a) { return win.hi(i, a); },
+      [&](int64_t i, int64_t a, int64_t e) -> std::optional<StageTerms> {
+        const auto q = detail::quick_price(model, pc, i, a, e);
+        if (!q.feasible) return std::nullopt;
+        return terms_of(q, m, c.depth - 1 - i);
+      },
+      [&](int64_t, int64_t a, int64_t e) { return stage_floor_of<Fold>(model, c, a, e); },
+      [&](int64_t a) { return cp[static_cast<size_t>(a)]; }, max_work);
 }
 
-// A feasible split found greedily (each stage as long as allowed) at threshold t, or empty.
+// A feasible split found greedily (each stage as long as allowed) with every stage's busy time <= t, or
+// empty.
 std::vector<int64_t> greedy_split(const CostModel& model, const detail::PreparedCandidate& pc, double t,
                                   int64_t static_cap) {
   const int64_t L = model.num_layers();
   const int64_t d = pc.candidate.depth;
   const auto& cp = model.compute_prefix(pc.candidate.microbatch_index);
-  const double k = static_cast<double>(pc.factor);
+  const double m = static_cast<double>(pc.candidate.microbatches);
   std::vector<int64_t> bounds{0};
   int64_t a = 0;
   for (int64_t i = 0; i < d; ++i) {
     const int64_t last = i == d - 1 ? L : L - (d - 1 - i);
-    int64_t pick = -1;
-    for (int64_t e = a + 1; e <= last; ++e) {
-      if (k * (cp[static_cast<size_t>(e)] - cp[static_cast<size_t>(a)]) > t ||
-          model.static_bytes(pc.candidate.schedule, a, e) > static_cap)
-        break;
-      if (i == d - 1 && e != L) continue;
+    // The furthest end whose compute and static memory fit, then the furthest below it that fits in
+    // full, by bisection (fitting is nearly monotone in the end; a greedy split only bounds from above).
+    int64_t top = a;
+    while (top < last && m * (cp[static_cast<size_t>(top + 1)] - cp[static_cast<size_t>(a)]) <= t &&
+           model.static_bytes(pc.candidate.schedule, a, top + 1) <= static_cap)
+      ++top;
+    auto fits = [&](int64_t e) {
       const auto q = detail::quick_price(model, pc, i, a, e);
-      if (q.feasible && q.step_ms <= t) pick = e;
+      return q.feasible && q.step_ms <= t;
+    };
+    int64_t pick = -1;
+    if (i == d - 1) {
+      if (top == L && fits(L)) pick = L;
+    } else if (top > a && fits(a + 1)) {
+      int64_t lo = a + 1, hi = top;
+      while (lo < hi) {
+        const int64_t mid = lo + (hi - lo + 1) / 2;
+        if (fits(mid))
+          lo = mid;
+        else
+          hi = mid - 1;
+      }
+      pick = lo;
     }
     if (pick < 0) return {};
     bounds.push_back(pick);
@@ -201,27 +230,163 @@ std::vector<int64_t> greedy_split(const CostModel& model, const detail::Prepared
   return bounds;
 }
 
-// An upper bound on the optimum from greedy splits, by bisection on the threshold, never above `known`
-// (the DP's work grows with the gap between its bound and the optimum, and a greedy run is cheap).
-// With an infinite `known` the threshold doubles until a greedy split exists.
-double greedy_bound(const CostModel& model, const detail::PreparedCandidate& pc, int64_t static_cap,
-                    double known) {
+// step_objective of `bounds`, priced through pc.
+double objective_of(const CostModel& model, const detail::PreparedCandidate& pc, const std::vector<int64_t>& bounds) {
+  std::vector<StageCost> stages;
+  for (int64_t i = 0; i < pc.candidate.depth; ++i)
+    stages.push_back(detail::price_stage(model, pc, i, bounds[static_cast<size_t>(i)], bounds[static_cast<size_t>(i + 1)]));
+  return step_objective(pc.candidate, stages);
+}
+
+// The greedy split (greedy_split) at the least busy-time threshold that has one, by bisection on that
+// threshold, priced with the full objective, or with its busiest stage when `lanes_only`; infeasible when
+// no threshold up to `known` has one.
+Split greedy_of(const CostModel& model, const detail::PreparedCandidate& pc, int64_t static_cap, double known,
+                bool lanes_only = false) {
   const auto& cp = model.compute_prefix(pc.candidate.microbatch_index);
-  const double k = static_cast<double>(pc.factor);
-  double lo = k * cp.back() / static_cast<double>(pc.candidate.depth);
-  double hi = known < kInfinity ? known : lo;
-  if (known < kInfinity) {
-    if (lo >= hi || greedy_split(model, pc, hi, static_cap).empty()) return known;
-  } else {
-    for (int doublings = 0; greedy_split(model, pc, hi, static_cap).empty(); hi *= 2.0)
-      if (++doublings > 40) return kInfinity;
-  }
+  const double m = static_cast<double>(pc.candidate.microbatches);
+  Split out;
+  auto attempt = [&](double t) {
+    auto split = greedy_split(model, pc, t, static_cap);
+    if (split.empty()) return false;
+    out.bounds = std::move(split);
+    return true;
+  };
+  double lo = m * cp.back() / static_cast<double>(pc.candidate.depth);
+  double hi = lo;
+  for (int doublings = 0; !attempt(hi); hi *= 2.0)
+    if (++doublings > 40 || hi > known) return {};
   for (int it = 0; it < 10 && hi - lo > 1e-3 * hi; ++it) {
     const double mid = 0.5 * (lo + hi);
-    (greedy_split(model, pc, mid, static_cap).empty() ? lo : hi) = mid;
+    (attempt(mid) ? hi : lo) = mid;
   }
-  return hi;
+  out.step_ms = lanes_only ? hi : objective_of(model, pc, out.bounds);
+  return out;
 }
+
+// An upper bound on the optimum from greedy_of, never above `known` (the DP's work grows with the gap
+// between its bound and the optimum, and a greedy run is cheap).
+double greedy_bound(const CostModel& model, const detail::PreparedCandidate& pc, int64_t static_cap, double known,
+                    bool lanes_only = false) {
+  return std::min(known, greedy_of(model, pc, static_cap, known, lanes_only).step_ms);
+}
+
+template <class Fold>
+Split optimum_below(const CostModel& model, const detail::PreparedCandidate& pc, double bound,
+                    int64_t max_work = INT64_MAX) {
+  Split out;
+  Solved<Fold> solved;
+  solve<Fold>(model, pc, bound, solved, max_work);
+  if (!solved.tables) return out;
+  out.exhausted = solved.tables->exhausted();
+  const auto* best = solved.tables->best();
+  if (!best) return out;
+  out.bounds = solved.tables->bounds(best);
+  out.step_ms = best->v[0];
+  return out;
+}
+
+Split balanced_split_of(const CostModel& model, const detail::PreparedCandidate& pc, int64_t static_cap);
+
+template <class Fold>
+Split best_split_with(const CostModel& model, const Candidate& c, double upper_bound_ms, int64_t max_work) {
+  const int64_t static_cap = model.memory_limit_bytes() - model.constraints().reserve_bytes;
+  // A greedy split's objective narrows the windows; when the greedy finds nothing (memory binds before
+  // time does), the windows come from memory alone and the DP is still exact.
+  const auto pc = detail::prepare(model, c);
+  // Windows that cannot reach the last layer under the given bound rule out every split at once.
+  if (upper_bound_ms < kInfinity &&
+      !make_windows(model, pc, upper_bound_ms, static_cap, true, std::is_same_v<Fold, detail::TwoBwFold>))
+    return {};
+  Split greedy = greedy_of(model, pc, static_cap, upper_bound_ms);
+  Split out = optimum_below<Fold>(model, pc, std::min(upper_bound_ms, greedy.step_ms), max_work);
+  if (out.exhausted) {  // the cheapest split at hand: the greedy one, else the balanced one
+    if (!greedy.feasible()) greedy = greedy_of(model, pc, static_cap, kInfinity);
+    out = greedy.feasible() ? std::move(greedy) : balanced_split_of(model, pc, static_cap);
+    out.exhausted = true;
+    return out;
+  }
+  if (!(out.step_ms <= upper_bound_ms)) return {};
+  return out;
+}
+
+// The split with the least busiest stage (one number per partial split: no budget needed), priced by
+// the full objective; infeasible when none fits.
+Split balanced_split_of(const CostModel& model, const detail::PreparedCandidate& pc, int64_t static_cap) {
+  Split out = optimum_below<detail::TwoBwFold>(model, pc, greedy_bound(model, pc, static_cap, kInfinity, true));
+  if (!out.feasible()) return {};
+  out.step_ms = objective_of(model, pc, out.bounds);
+  return out;
+}
+
+// Depth-first walk over the splits whose objective is <= limit, with the tables deciding which partial
+// splits have a completion below it.
+template <class Fold>
+class SplitWalk {
+ public:
+  SplitWalk(const CostModel& model, const Solved<Fold>& s, double limit, int64_t max_nodes,
+            const std::function<double(const Split&)>& visit)
+      : model_(model), s_(s), limit_(limit), nodes_left_(max_nodes), visit_(visit),
+        d_(s.pc.candidate.depth), m_(static_cast<double>(s.pc.candidate.microbatches)) {
+    bounds_.assign(static_cast<size_t>(d_ + 1), 0);
+    prefix_.resize(static_cast<size_t>(d_));
+  }
+
+  bool run() {
+    walk(0, 0);
+    return complete_;
+  }
+
+ private:
+  // The fold of `v` (stages i + 1..d-1) with stage i = s and the prefix stages before it.
+  detail::FoldState<Fold::K> fold(detail::FoldState<Fold::K> v, const StageTerms& s, int64_t i) const {
+    v = Fold::prepend(v, s, m_);
+    for (int64_t k = i - 1; k >= 0; --k) v = Fold::prepend(v, prefix_[static_cast<size_t>(k)], m_);
+    return v;
+  }
+
+  void walk(int64_t i, int64_t a) {
+    const int64_t L = model_.num_layers();
+    const auto& t = *s_.tables;
+    int64_t e_last = std::min(s_.windows.hi(i, a), L - (d_ - 1 - i));
+    for (int64_t e = i == d_ - 1 ? L : a + 1; e <= e_last && stopped() == false; ++e) {
+      if (stage_floor_of<Fold>(model_, s_.pc.candidate, a, e) > limit_ * (1.0 + 1e-9)) break;  // floors round
+      if (i + 1 < d_ && t.count(i + 1, e) == 0) continue;
+      if (--nodes_left_ < 0) {
+        complete_ = false;
+        return;
+      }
+      const auto q = detail::quick_price(model_, s_.pc, i, a, e);
+      if (!q.feasible) continue;
+      const StageTerms s = terms_of(q, m_, d_ - 1 - i);
+      bounds_[static_cast<size_t>(i + 1)] = e;
+      if (i + 1 == d_) {
+        const double objective = fold(Fold::empty(), s, i)[0];
+        if (objective <= limit_) limit_ = visit_(Split{bounds_, objective});
+        continue;
+      }
+      bool reachable = false;
+      for (int64_t j = 0; j < t.count(i + 1, e) && !reachable; ++j)
+        reachable = fold(t.at(i + 1, e)[j].v, s, i)[0] <= limit_;
+      if (!reachable) continue;
+      prefix_[static_cast<size_t>(i)] = s;
+      walk(i + 1, e);
+    }
+  }
+
+  bool stopped() const { return limit_ < 0 || !complete_; }
+
+  const CostModel& model_;
+  const Solved<Fold>& s_;
+  double limit_;
+  int64_t nodes_left_;
+  const std::function<double(const Split&)>& visit_;
+  int64_t d_;
+  double m_;
+  bool complete_ = true;
+  std::vector<int64_t> bounds_;
+  std::vector<StageTerms> prefix_;
+};
 
 }  // namespace
 
@@ -231,39 +396,29 @@ double greedy_step_ms(const CostModel& model, const Candidate& c) {
   return greedy_bound(model, detail::prepare(model, c), static_cap, kInfinity);
 }
 
-Split best_split(const CostModel& model, const Candidate& c, double upper_bound_ms) {
-  Split out;
-  const int64_t L = model.num_layers();
-  if (c.depth < 1 || c.depth > L) return out;
-  const auto pc = detail::prepare(model, c);
+Split best_split(const CostModel& model, const Candidate& c, double upper_bound_ms, int64_t max_work) {
+  if (c.depth < 1 || c.depth > model.num_layers()) return {};
+  return with_fold(c.schedule,
+                   [&](auto fold) { return best_split_with<decltype(fold)>(model, c, upper_bound_ms, max_work); });
+}
+
+Split balanced_split(const CostModel& model, const Candidate& c) {
+  if (c.depth < 1 || c.depth > model.num_layers()) return {};
   const int64_t static_cap = model.memory_limit_bytes() - model.constraints().reserve_bytes;
-  const double bound = greedy_bound(model, pc, static_cap, upper_bound_ms);
-  if (!(bound < kInfinity)) return out;
-  const auto caps = stage_compute_caps(model, pc, bound);
-  const auto lo_static = static_starts(model, c, static_cap);
-  const auto cmin = stage_min_ends(model, c, caps, static_cap);
-  const auto& cp = model.compute_prefix(c.microbatch_index);
-  auto lo = [&](int64_t i, int64_t e) {
-    // Smallest a with cp[e] - cp[a] <= caps[i]; e itself (no start) when the cap is negative.
-    const double least = cp[static_cast<size_t>(e)] - caps[static_cast<size_t>(i)];
-    const auto a = std::lower_bound(cp.begin(), cp.begin() + e, least) - cp.begin();
-    return std::max<int64_t>(a, lo_static[static_cast<size_t>(e)]);
-  };
-  auto cost = [&](int64_t i, int64_t a, int64_t e) {
-    const auto q = detail::quick_price(model, pc, i, a, e);
-    return q.feasible ? q.step_ms : kInfinity;
-  };
-  const double k = static_cast<double>(pc.factor);
-  auto floor = [&](int64_t, int64_t a, int64_t e) {
-    return k * (cp[static_cast<size_t>(e)] - cp[static_cast<size_t>(a)]);
-  };
-  if (!windows_reach_end(L, c.depth, lo)) return out;
-  double best = kInfinity;
-  auto bounds = minmax_dp(L, c.depth, bound, lo, cmin, floor, cost, &best);
-  if (bounds.empty()) return out;
-  out.bounds = std::move(bounds);
-  out.step_ms = best;
-  return out;
+  return balanced_split_of(model, detail::prepare(model, c), static_cap);
+}
+
+bool for_each_split_within(const CostModel& model, const Candidate& c, double limit_ms, int64_t max_nodes,
+                           const std::function<double(const Split&)>& visit) {
+  if (c.depth < 1 || c.depth > model.num_layers()) return true;
+  return with_fold(c.schedule, [&](auto fold) {
+    using Fold = decltype(fold);
+    Solved<Fold> solved;
+    solve<Fold>(model, detail::prepare(model, c), limit_ms, solved, kSplitWork);
+    if (!solved.tables) return true;
+    if (solved.tables->exhausted()) return false;
+    return SplitWalk<Fold>(model, solved, limit_ms, max_nodes, visit).run();
+  });
 }
 
 namespace {
@@ -292,7 +447,7 @@ OverageSplit least_overage_split(const CostModel& model, const Candidate& c, int
   const auto pc = detail::prepare(model, c);
   auto over = [&](int64_t i, int64_t a, int64_t e) {
     const auto q = detail::quick_price(model, pc, i, a, e);
-    return (q.recompute ? q.redo_bytes : q.plain_bytes) - model.memory_limit_bytes();
+    return saturating_add(q.recompute ? q.redo_bytes : q.plain_bytes, -model.memory_limit_bytes());
   };
   const auto start = balanced_by_params(model, c.depth);
   int64_t bound = INT64_MIN;
@@ -300,18 +455,30 @@ OverageSplit least_overage_split(const CostModel& model, const Candidate& c, int
     bound = std::max(bound, over(i, start[static_cast<size_t>(i)], start[static_cast<size_t>(i + 1)]));
   bound = std::min(bound, bound_bytes);
   // Every stage holds at least its static bytes and the reserve: that narrows the windows.
-  const int64_t static_cap = model.memory_limit_bytes() - model.constraints().reserve_bytes + bound;
-  const auto lo_all = static_starts(model, c, static_cap);
-  const auto cmin = stage_min_ends(model, c, {}, static_cap);
-  auto lo = [&](int64_t, int64_t e) { return lo_all[static_cast<size_t>(e)]; };
-  auto cost = [&](int64_t i, int64_t a, int64_t e) { return static_cast<double>(over(i, a, e)); };
+  const int64_t static_cap = saturating_add(model.memory_limit_bytes() - model.constraints().reserve_bytes, bound);
+  const auto w = make_windows(model, pc, kInfinity, static_cap, false, true);
+  if (!w) {
+    out.over_bytes = INT64_MAX;
+    return out;
+  }
   const int64_t fixed = model.constraints().reserve_bytes - model.memory_limit_bytes();
-  auto floor = [&](int64_t, int64_t a, int64_t e) {
-    return static_cast<double>(model.static_bytes(c.schedule, a, e) + fixed);
-  };
-  double best = kInfinity;
-  out.bounds = minmax_dp(L, c.depth, static_cast<double>(bound), lo, cmin, floor, cost, &best);
-  out.over_bytes = out.bounds.empty() ? INT64_MAX : static_cast<int64_t>(best);
+  const detail::SplitTables<detail::TwoBwFold> tables(
+      L, c.depth, 1.0, static_cast<double>(bound), w->start_lo, w->start_hi,
+      [&](int64_t i, int64_t a) { return w->hi(i, a); },
+      [&](int64_t i, int64_t a, int64_t e) -> std::optional<StageTerms> {
+        StageTerms s;
+        s.lane = static_cast<double>(over(i, a, e));
+        return s;
+      },
+      [&](int64_t, int64_t a, int64_t e) { return static_cast<double>(model.static_bytes(c.schedule, a, e) + fixed); },
+      [](int64_t) { return 0.0; });
+  const auto* best = tables.best();
+  if (!best) {
+    out.over_bytes = INT64_MAX;
+    return out;
+  }
+  out.bounds = tables.bounds(best);
+  out.over_bytes = static_cast<int64_t>(best->v[0]);
   return out;
 }
 

@@ -1,19 +1,13 @@
-// Simulating what the planner chose: from a Plan file (for `pd2bw simulate`) and for the search's
-// finalists, which are re-ranked by simulated step time.
+// Simulating what the planner chose, from a Plan file (for `pd2bw simulate` and `pd2bw validate`).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <atomic>
-#include <exception>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "pd2bw/error.hpp"
-#include "pd2bw/planner/search.hpp"
 #include "pd2bw/planner/simulator.hpp"
 
 namespace pd2bw::planner {
@@ -72,43 +66,6 @@ PlanModel plan_model(const Profile& profile, const schemas::Plan& plan) {
   return pm;
 }
 
-int64_t default_sim_steps(Schedule s) { return s == Schedule::two_bw ? 3 : 2; }
-
-void rank_by_simulation(const CostModel& model, SearchResult& result, int64_t threads) {
-  auto replay = [&](Evaluated& e) {
-    std::vector<bool> recompute;
-    for (const auto& st : e.stages) recompute.push_back(st.recompute);
-    const auto in = make_sim_input(model, e.candidate, e.split.bounds, recompute,
-                                   default_sim_steps(e.candidate.schedule));
-    const SimResult sim = simulate(in);
-    e.analytic_step_ms = e.split.step_ms;
-    e.step_ms = sim.step_ms;
-    e.bubble_fraction = sim.bubble_fraction;
-  };
-  // Each finalist is replayed on its own; workers take them in turn (results do not depend on the count).
-  const auto n = static_cast<int64_t>(result.ranked.size());
-  if (threads <= 0) threads = std::max<int64_t>(1, std::thread::hardware_concurrency());
-  threads = std::min(threads, n);
-  std::atomic<int64_t> next{0};
-  std::exception_ptr failure;
-  std::mutex failure_mutex;
-  auto worker = [&] {
-    for (int64_t k = next++; k < n; k = next++) {
-      try {
-        replay(result.ranked[static_cast<size_t>(k)]);
-      } catch (...) {
-        const std::lock_guard<std::mutex> lock(failure_mutex);
-        if (!failure) failure = std::current_exception();
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(worker);
-  worker();
-  for (auto& t : pool) t.join();
-  if (failure) std::rethrow_exception(failure);
-  std::stable_sort(result.ranked.begin(), result.ranked.end(),
-                   [](const Evaluated& a, const Evaluated& b) { return a.step_ms < b.step_ms; });
-}
+int64_t default_sim_steps(Schedule s) { return s == Schedule::two_bw ? 5 : 3; }
 
 }  // namespace pd2bw::planner

@@ -2,30 +2,35 @@
 // the partitioner's inner loops is a handful of arithmetic operations. Private to the planner.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
+#include "pd2bw/checked.hpp"
 #include "pd2bw/planner/cost_model.hpp"
 
 namespace pd2bw::planner::detail {
 
 struct PreparedStage {
-  int64_t in_level = -1;   // level of the link to the previous stage (-1: first stage)
-  int64_t out_level = -1;  // level of the link to the next stage (-1: last stage)
-  int64_t ar_level = -1;   // level the stage's replicas span (-1: width 1)
+  int64_t ar_level = -1;  // level the stage's replicas span (-1: width 1)
   int64_t in_flight = 0;
-  const double* in_p2p = nullptr;   // CostModel::input_p2p_ms at in_level, or null
-  const double* out_p2p = nullptr;  // CostModel::output_p2p_ms at out_level, or null
+  // The p2p tables (CostModel::output_p2p_ms) of the distinct levels the stage's input and output
+  // boundaries cross over its replicas (empty at the pipeline's ends), and the distinct (input, output)
+  // pairs the replicas use, as indices into them (-1 at an end). The slowest pair sets the stage's busy
+  // time; the fastest level of each boundary its part in the fill and drain.
+  std::vector<const double*> in_tables, out_tables;
+  std::vector<int64_t> in_levels, out_levels;  // the levels of those tables, in the same order
+  std::vector<std::pair<int, int>> patterns;
 };
 
 struct PreparedCandidate {
   Candidate candidate;
-  int64_t factor = 0;  // pipeline_factor
   StaticFactors statics;
   int64_t limit_bytes = 0, reserve_bytes = 0;
   RecomputePolicy policy = RecomputePolicy::auto_;
   // The profile's per-layer arrays at the candidate's microbatch size.
-  const double *compute = nullptr, *fwd = nullptr, *update = nullptr;
+  const double *compute = nullptr, *fwd = nullptr, *redo = nullptr, *update = nullptr;
   const int64_t *stash = nullptr, *params = nullptr, *in_bytes = nullptr, *out_bytes = nullptr;
   std::vector<PreparedStage> stages;
 };
@@ -37,6 +42,7 @@ struct QuickCost {
   bool feasible = true;
   bool recompute = false;
   double compute_ms = 0, p2p_ms = 0, allreduce_ms = 0, update_ms = 0, step_ms = 0;
+  double forward_ms = 0, backward_ms = 0, in_ms = 0, out_ms = 0;  // see StageCost
   int64_t plain_bytes = 0;  // total memory without recompute
   int64_t redo_bytes = 0;   // total memory with recompute
   int64_t in_bytes = 0, out_bytes = 0;  // the stage's boundary tensors
@@ -44,9 +50,26 @@ struct QuickCost {
   int64_t stash_one = 0;    // one microbatch's stash of the whole stage
   int64_t comm_bytes = 0;   // send/receive buffers
 };
+
+// The boundary transfers of layers [b, e) on stage `st`: the slowest replica's per-microbatch p2p time
+// (both directions of both boundaries) and the fastest replica's one-way time over each boundary.
+inline void price_links(const PreparedStage& st, size_t b, size_t e, QuickCost& q) {
+  double in[8], out[8];  // clusters have a handful of levels; more than 8 distinct ones never occur
+  const size_t ni = std::min<size_t>(st.in_tables.size(), 8), no = std::min<size_t>(st.out_tables.size(), 8);
+  for (size_t k = 0; k < ni; ++k) in[k] = st.in_tables[k][b - 1];
+  for (size_t k = 0; k < no; ++k) out[k] = st.out_tables[k][e - 1];
+  q.in_ms = ni ? *std::min_element(in, in + ni) : 0.0;
+  q.out_ms = no ? *std::min_element(out, out + no) : 0.0;
+  double worst = 0.0;
+  for (const auto& [i, o] : st.patterns)
+    worst = std::max(worst, 2.0 * ((i >= 0 ? in[i] : 0.0) + (o >= 0 ? out[o] : 0.0)));
+  q.p2p_ms = worst;
+}
+
 // Defined here, inline, because the partitioner calls it in its innermost loop and uses few fields.
+// Byte sums saturate: a stage whose memory does not fit in 64 bits does not fit in a device either.
 inline QuickCost quick_price(const CostModel& model, const PreparedCandidate& pc, int64_t stage, int64_t begin,
-                      int64_t end) {
+                             int64_t end) {
   const Candidate& c = pc.candidate;
   const auto& st = pc.stages[static_cast<size_t>(stage)];
   const auto b = static_cast<size_t>(begin), e = static_cast<size_t>(end);
@@ -55,14 +78,12 @@ inline QuickCost quick_price(const CostModel& model, const PreparedCandidate& pc
   q.out_bytes = pc.out_bytes[e - 1];
   q.param_bytes = pc.params[e] - pc.params[b];
   q.stash_one = pc.stash[e] - pc.stash[b];
-  double p2p = 0.0;
-  if (st.in_p2p) p2p += 2.0 * st.in_p2p[b];
-  if (st.out_p2p) p2p += 2.0 * st.out_p2p[e - 1];
+  price_links(st, b, e, q);
   q.comm_bytes = pipeline::comm_buffer_bytes(stage, c.depth, q.in_bytes, q.out_bytes);
   // pipeline::stage_memory's total, without building the breakdown.
-  const int64_t base = pc.statics.total(q.param_bytes) + q.comm_bytes + pc.reserve_bytes;
-  q.plain_bytes = base + pipeline::stash_term(st.in_flight, false, q.in_bytes, q.stash_one);
-  q.redo_bytes = base + pipeline::stash_term(st.in_flight, true, q.in_bytes, q.stash_one);
+  const int64_t base = saturating_add(pc.statics.total(q.param_bytes), saturating_add(q.comm_bytes, pc.reserve_bytes));
+  q.plain_bytes = saturating_add(base, pipeline::stash_term(st.in_flight, false, q.in_bytes, q.stash_one));
+  q.redo_bytes = saturating_add(base, pipeline::stash_term(st.in_flight, true, q.in_bytes, q.stash_one));
   const int64_t limit = pc.limit_bytes;
   switch (pc.policy) {
     case RecomputePolicy::never: q.feasible = q.plain_bytes <= limit; break;
@@ -77,13 +98,14 @@ inline QuickCost quick_price(const CostModel& model, const PreparedCandidate& pc
       }
       break;
   }
-  q.p2p_ms = p2p;
+  q.forward_ms = pc.fwd[e] - pc.fwd[b];
   q.compute_ms = pc.compute[e] - pc.compute[b];
-  if (q.recompute) q.compute_ms += pc.fwd[e] - pc.fwd[b];
+  if (q.recompute) q.compute_ms += pc.redo[e] - pc.redo[b];
+  q.backward_ms = q.compute_ms - q.forward_ms;
   const int64_t grad_bytes = pc.statics.grads(q.param_bytes);
   q.allreduce_ms = st.ar_level >= 0 ? model.allreduce_ms(grad_bytes, c.width, st.ar_level) : 0.0;
   q.update_ms = pc.update[e] - pc.update[b];
-  q.step_ms = static_cast<double>(pc.factor) * (q.compute_ms + q.p2p_ms) + q.allreduce_ms + q.update_ms;
+  q.step_ms = static_cast<double>(c.microbatches) * (q.compute_ms + q.p2p_ms) + (q.allreduce_ms + q.update_ms);
   return q;
 }
 

@@ -2,28 +2,61 @@
 // per the policy. The single source of these numbers for search, brute force and simulation.
 #include "prepared.hpp"
 
+#include <algorithm>
+
 namespace pd2bw::planner::detail {
+
+namespace {
+
+// The distinct levels in `levels`, as p2p tables, and each entry's index among them.
+std::vector<int> distinct_tables(const CostModel& model, int64_t bi, const std::vector<int64_t>& levels,
+                                 std::vector<const double*>& tables, std::vector<int64_t>& seen) {
+  std::vector<int> index;
+  for (int64_t lv : levels) {
+    auto it = std::find(seen.begin(), seen.end(), lv);
+    if (it == seen.end()) {
+      seen.push_back(lv);
+      tables.push_back(model.output_p2p_ms(bi, lv).data());
+      it = seen.end() - 1;
+    }
+    index.push_back(static_cast<int>(it - seen.begin()));
+  }
+  return index;
+}
+
+}  // namespace
 
 PreparedCandidate prepare(const CostModel& model, const Candidate& c) {
   PreparedCandidate pc;
   pc.candidate = c;
-  pc.factor = CostModel::pipeline_factor(c);
   pc.statics = model.static_factors(c.schedule);
   pc.limit_bytes = model.memory_limit_bytes();
   pc.reserve_bytes = model.constraints().reserve_bytes;
   pc.policy = model.constraints().recompute;
   pc.stages.resize(static_cast<size_t>(c.depth));
+  std::vector<int> in_index;  // per replica, into the stage's in_tables
   for (int64_t i = 0; i < c.depth; ++i) {
     auto& st = pc.stages[static_cast<size_t>(i)];
     st.in_flight = CostModel::in_flight(c, i);
-    if (i + 1 < c.depth) st.out_level = model.boundary_level(c, i);
-    if (i > 0) st.in_level = pc.stages[static_cast<size_t>(i - 1)].out_level;
     if (c.width > 1) st.ar_level = model.allreduce_level(c, i);
-    if (st.in_level >= 0) st.in_p2p = model.input_p2p_ms(c.microbatch_index, st.in_level).data();
-    if (st.out_level >= 0) st.out_p2p = model.output_p2p_ms(c.microbatch_index, st.out_level).data();
+    std::vector<int> out_index;
+    if (i + 1 < c.depth)
+      out_index = distinct_tables(model, c.microbatch_index, model.boundary_levels(c, i), st.out_tables, st.out_levels);
+    for (int64_t r = 0; r < c.width; ++r) {
+      const std::pair<int, int> p{i > 0 ? in_index[static_cast<size_t>(r)] : -1,
+                                  i + 1 < c.depth ? out_index[static_cast<size_t>(r)] : -1};
+      if (std::find(st.patterns.begin(), st.patterns.end(), p) == st.patterns.end()) st.patterns.push_back(p);
+    }
+    if (i + 1 < c.depth) {  // the next stage's input tables are this stage's output tables
+      auto& next = pc.stages[static_cast<size_t>(i + 1)];
+      next.in_tables = st.out_tables;
+      next.in_levels = st.out_levels;
+      in_index = out_index;
+    }
   }
   pc.compute = model.compute_prefix(c.microbatch_index).data();
   pc.fwd = model.fwd_prefix(c.microbatch_index).data();
+  pc.redo = model.redo_prefix(c.microbatch_index).data();
   pc.update = model.update_prefix().data();
   pc.stash = model.stash_prefix(c.microbatch_index).data();
   pc.params = model.param_prefix().data();
@@ -45,6 +78,10 @@ StageCost price_stage(const CostModel& model, const PreparedCandidate& pc, int64
   sc.allreduce_ms = q.allreduce_ms;
   sc.update_ms = q.update_ms;
   sc.step_ms = q.step_ms;
+  sc.forward_ms = q.forward_ms;
+  sc.backward_ms = q.backward_ms;
+  sc.in_ms = q.in_ms;
+  sc.out_ms = q.out_ms;
   sc.memory = pipeline::stage_memory(pc.statics,
                                      {q.param_bytes, q.stash_one, q.in_bytes, q.comm_bytes, st.in_flight,
                                       q.recompute, pc.reserve_bytes},

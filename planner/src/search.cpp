@@ -1,18 +1,21 @@
-// The exact search over candidates: enumerate, bound from below, evaluate the promising ones with the
-// DP partitioner in order of their lower bounds, keep the best overall and the best of each schedule.
+// The search over candidates by the objective: enumerate, bound from below, evaluate the promising ones
+// with the DP partitioner in order of their lower bounds, keep the best overall and the best of each
+// schedule; then hand the finalists to the replay search (replay.cpp).
 #include "pd2bw/planner/search.hpp"
 
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <exception>
-#include <mutex>
-#include <thread>
-#include <numeric>
 #include <map>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <optional>
 #include <utility>
 
+#include "parallel.hpp"
 #include "prepared.hpp"
+#include "search_internal.hpp"
 #include "step_bound.hpp"
 
 namespace pd2bw::planner {
@@ -24,55 +27,44 @@ std::vector<Schedule> schedules_of(const Constraints& k) {
   return {Schedule::two_bw, Schedule::flush, Schedule::gpipe};
 }
 
-bool better(const Evaluated& a, size_t ia, const Evaluated& b, size_t ib) {
-  if (a.step_ms != b.step_ms) return a.step_ms < b.step_ms;
-  const int64_t da = a.candidate.width * a.candidate.depth, db = b.candidate.width * b.candidate.depth;
-  if (da != db) return da < db;
-  return ia < ib;
-}
-
-// The kept set: the best `keep` overall and the best of each schedule.
+// The kept set: the best `keep` overall, and of the other entries the best of each schedule.
 class Leaderboard {
  public:
   explicit Leaderboard(size_t keep) : keep_(keep) {}
 
-  // The step time a candidate of schedule s must not exceed to matter: to enter the kept `keep` or to
-  // beat its schedule's best. Both thresholds come from exact entries and from upper bounds (seeds) of
-  // other candidates; the two lists are kept apart so that no candidate is counted twice.
-  double bound(Schedule s) const {
-    const auto si = static_cast<size_t>(s);
-    const double overall = std::min(kth(entries_.size(), [&](size_t i) { return entries_[i].e.step_ms; }),
-                                    kth(seeds_.size(), [&](size_t i) { return seeds_[i]; }));
-    return std::max(overall, std::min(best_[si], seed_best_[si]));
+  // The objective a candidate must not exceed to enter the kept `keep`. The threshold comes from exact
+  // entries and from upper bounds (seeds) of other candidates; the two lists are kept apart so that no
+  // candidate is counted twice.
+  double bound() const {
+    return std::min(kth(entries_.size(), [&](size_t i) { return entries_[i].e.step_ms; }),
+                    kth(seeds_.size(), [&](size_t i) { return seeds_[i]; }));
   }
 
-  // Records that some candidate of schedule s has a split no slower than `upper_ms`.
-  void seed(Schedule s, double upper_ms) {
+  // Records that some candidate has a split no slower than `upper_ms`.
+  void seed(double upper_ms) {
     if (!(upper_ms < kInfinity)) return;
     seeds_.insert(std::upper_bound(seeds_.begin(), seeds_.end(), upper_ms), upper_ms);
-    auto& b = seed_best_[static_cast<size_t>(s)];
-    b = std::min(b, upper_ms);
+  }
+
+  // Whether schedule s has an entry among the kept ones.
+  bool has(Schedule s) const {
+    const auto end = entries_.begin() + static_cast<std::ptrdiff_t>(std::min(keep_, entries_.size()));
+    return std::any_of(entries_.begin(), end, [&](const Entry& x) { return x.e.candidate.schedule == s; });
   }
 
   void add(Evaluated e, size_t index) {
-    auto& b = best_[static_cast<size_t>(e.candidate.schedule)];
-    b = std::min(b, e.step_ms);
     Entry entry{std::move(e), index};
     auto pos = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& x) {
-      return better(entry.e, entry.index, x.e, x.index);
+      return detail::ranks_before(entry.e, entry.index, x.e, x.index);
     });
     entries_.insert(pos, std::move(entry));
   }
 
-  // Best first; drops entries that are neither in the top `keep` nor best of their schedule.
-  std::vector<Evaluated> take() {
-    std::vector<Evaluated> out;
-    std::array<bool, 3> seen{false, false, false};
-    for (size_t i = 0; i < entries_.size(); ++i) {
-      auto s = static_cast<size_t>(entries_[i].e.candidate.schedule);
-      if (i < keep_ || !seen[s]) out.push_back(std::move(entries_[i].e));
-      seen[s] = true;
-    }
+  // The candidate indices of the top `keep` entries, best first. Only these are exact whatever the
+  // timing: an entry past them may have come in under a looser bound in one run and not in another.
+  std::vector<size_t> kept() const {
+    std::vector<size_t> out;
+    for (size_t i = 0; i < std::min(keep_, entries_.size()); ++i) out.push_back(entries_[i].index);
     return out;
   }
 
@@ -89,16 +81,15 @@ class Leaderboard {
   size_t keep_;
   std::vector<Entry> entries_;
   std::vector<double> seeds_;  // ascending
-  std::array<double, 3> best_{kInfinity, kInfinity, kInfinity};
-  std::array<double, 3> seed_best_{kInfinity, kInfinity, kInfinity};
 };
 
 // Gives the leaderboard cheap upper bounds before any exact evaluation: greedy splits of the most
-// promising candidates of each (schedule, width), so that different pipeline depths are represented.
+// promising candidates of each (schedule, width), so that different pipeline depths are represented; 8
+// per group, so that a group of near-equal depths alone can set the bound for the --top kept.
 // Without them the first exact evaluations run with loose bounds and cost the most.
 void seed_with_greedy(const CostModel& model, const std::vector<Candidate>& candidates,
                       const std::vector<size_t>& order, const std::vector<double>& lb, Leaderboard& board) {
-  constexpr int kPerGroup = 3;
+  constexpr int kPerGroup = 8;
   std::map<std::pair<size_t, int64_t>, int> seeded;
   for (size_t idx : order) {
     if (lb[idx] == kInfinity) break;
@@ -106,60 +97,68 @@ void seed_with_greedy(const CostModel& model, const std::vector<Candidate>& cand
     int& n = seeded[{static_cast<size_t>(c.schedule), c.width}];
     if (n < kPerGroup) {
       ++n;
-      board.seed(c.schedule, greedy_step_ms(model, c));
+      board.seed(greedy_step_ms(model, c));
     }
   }
 }
 
-// Calls visit(0), visit(1), ... up to n - 1, each index once, from `threads` threads (0: one per
-// hardware thread) that take the next index as they finish; visit returns false to stop them all. The
-// first exception thrown is rethrown here once every thread has stopped.
-template <class Visit>
-void for_each_in_parallel(size_t n, int64_t threads, Visit&& visit) {
-  std::atomic<size_t> next{0};
-  std::mutex failure_mutex;
-  std::exception_ptr failure;
-  auto work = [&] {
-    try {
-      for (size_t i = next++; i < n; i = next++)
-        if (!visit(i)) next = n;
-    } catch (...) {
-      const std::lock_guard<std::mutex> lock(failure_mutex);
-      if (!failure) failure = std::current_exception();
-      next = n;
+}  // namespace
+
+namespace {
+
+// The divisors of n in ascending order (O(sqrt n); n is at most kMaxGlobalBatch).
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> low, high;
+  for (int64_t q = 1; q * q <= n; ++q)
+    if (n % q == 0) {
+      low.push_back(q);
+      if (q != n / q) high.push_back(n / q);
     }
-  };
-  const auto hardware = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
-  const int64_t workers = std::clamp<int64_t>(threads > 0 ? threads : hardware, 1, 64);
-  {
-    std::vector<std::jthread> pool;
-    for (int64_t t = 1; t < workers; ++t) pool.emplace_back(work);
-    work();
-  }  // joins
-  if (failure) std::rethrow_exception(failure);
+  low.insert(low.end(), high.rbegin(), high.rend());
+  return low;
 }
 
 }  // namespace
 
-std::vector<Candidate> enumerate_candidates(const CostModel& model) {
+std::vector<Candidate> enumerate_candidates(const CostModel& model, LeftOut* left_out) {
   const auto& k = model.constraints();
   const auto& sizes = model.profile().microbatch_sizes;
   const int64_t devices = model.cluster().total_devices();
   int64_t max_d = std::min(model.num_layers(), devices);
   if (k.max_depth > 0) max_d = std::min(max_d, k.max_depth);
+  if (left_out) *left_out = {};
+  std::vector<double> heaviest(sizes.size(), 0.0);  // fwd + bwd of the heaviest layer, per microbatch size
+  for (size_t bi = 0; bi < sizes.size(); ++bi) {
+    const auto& cp = model.compute_prefix(static_cast<int64_t>(bi));
+    for (size_t j = 0; j + 1 < cp.size(); ++j) heaviest[bi] = std::max(heaviest[bi], cp[j + 1] - cp[j]);
+  }
+  auto per_stage = [&](size_t bi, int64_t d) {
+    return model.compute_prefix(static_cast<int64_t>(bi)).back() / static_cast<double>(d);
+  };
   std::vector<Candidate> out;
   for (Schedule s : schedules_of(k)) {
     for (size_t bi = 0; bi < sizes.size(); ++bi) {
       const int64_t b = sizes[bi];
       if (k.microbatch && *k.microbatch != b) continue;
       if (k.global_batch % b != 0) continue;
+      // b * w divides the global batch: w runs over the divisors of global_batch / b, never over devices.
+      const auto widths = divisors(k.global_batch / b);
       for (int64_t d = 1; d <= max_d; ++d) {
         if (k.depth > 0 && d != k.depth) continue;
-        for (int64_t w = 1; w * d <= devices; ++w) {
+        for (int64_t w : widths) {
+          if (w > devices / d) break;
           if (k.width > 0 && w != k.width) continue;
-          if (k.global_batch % (b * w) != 0) continue;
           const int64_t m = k.global_batch / (b * w);
           if (m < pipeline::min_microbatches(s, d)) continue;
+          if (m > kMaxReplayedMicrobatches / d) {
+            if (left_out) {
+              left_out->count += w > 1 && d > 1 ? 2 : 1;
+              // Some stage runs m microbatches of at least the average compute, and of the heaviest layer.
+              const double floor = static_cast<double>(m) * std::max(heaviest[bi], per_stage(bi, d));
+              left_out->floor_ms = std::min(left_out->floor_ms, floor * (1.0 - 1e-9));
+            }
+            continue;
+          }
           Candidate c{s, static_cast<int64_t>(bi), b, w, d, m, Placement::replicas_inner};
           out.push_back(c);
           if (w > 1 && d > 1) {
@@ -177,27 +176,76 @@ Evaluated evaluate_split(const CostModel& model, const Candidate& c, const Split
   Evaluated e;
   e.candidate = c;
   e.split = split;
-  e.step_ms = 0.0;
   const auto pc = detail::prepare(model, c);
-  for (int64_t i = 0; i < c.depth; ++i) {
-    const auto sc = detail::price_stage(model, pc, i, split.bounds[static_cast<size_t>(i)],
-                                        split.bounds[static_cast<size_t>(i + 1)]);
-    e.step_ms = std::max(e.step_ms, sc.feasible ? sc.step_ms : kInfinity);
-    e.stages.push_back(sc);
-  }
+  for (int64_t i = 0; i < c.depth; ++i)
+    e.stages.push_back(detail::price_stage(model, pc, i, split.bounds[static_cast<size_t>(i)],
+                                           split.bounds[static_cast<size_t>(i + 1)]));
+  e.step_ms = e.split.step_ms = step_objective(c, e.stages);
   return e;
 }
 
-SearchResult search(const CostModel& model, const SearchOptions& options) {
-  SearchResult result;
-  const auto candidates = enumerate_candidates(model);
+namespace {
+
+// A schedule with no candidate in the kept set is represented by its most promising candidates' (the
+// first kRepresentatives by lower bound) splits with the least busiest-stage time, the one with the least
+// objective, so that the plan can say what the schedule would cost without searching it exactly. Empty
+// when the schedule has a kept candidate or no feasible split was found.
+std::vector<Evaluated> representatives(const CostModel& model, const detail::SearchSpace& space,
+                                       const Leaderboard& board) {
+  constexpr int kRepresentatives = 3;
+  std::vector<Evaluated> out;
+  for (Schedule s : schedules_of(model.constraints())) {
+    if (board.has(s)) continue;
+    std::optional<Evaluated> best;
+    int tried = 0;
+    for (size_t idx : space.searched()) {
+      const auto& c = space.candidates[idx];
+      if (c.schedule != s) continue;
+      if (space.lower_bounds[idx] == kInfinity || tried == kRepresentatives) break;
+      ++tried;
+      const Split split = balanced_split(model, c);
+      if (!split.feasible()) continue;
+      Evaluated e = evaluate_split(model, c, split);
+      e.representative = true;
+      if (!best || e.step_ms < best->step_ms) best = std::move(e);
+    }
+    if (best) out.push_back(std::move(*best));
+  }
+  return out;
+}
+
+// The search by the objective: fills `space` and returns the kept candidates' indices, best first, and
+// the schedules' representatives.
+std::pair<std::vector<size_t>, std::vector<Evaluated>> search_objective(const CostModel& model,
+                                                                        const SearchOptions& options,
+                                                                        detail::SearchSpace& space,
+                                                                        SearchResult& result) {
+  space.candidates = enumerate_candidates(model, &result.left_out);
+  const auto& candidates = space.candidates;
   result.candidates = static_cast<int64_t>(candidates.size());
   StepLowerBound lower_bound(model);
-  std::vector<double> lb(candidates.size());
+  auto& lb = space.lower_bounds;
+  lb.resize(candidates.size());
   for (size_t i = 0; i < candidates.size(); ++i) lb[i] = lower_bound(candidates[i]);
-  std::vector<size_t> order(candidates.size());
+  auto& order = space.order;
+  order.resize(candidates.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return lb[a] < lb[b]; });
+  space.known.resize(candidates.size());
+  // Memoised as the interval of limits not yet decided; a candidate is tested by one worker at a time (the
+  // one evaluating it), so no lock is needed.
+  struct Decided {
+    double out_to = 0, in_from = kInfinity;  // ruled out at or below out_to, not at or above in_from
+  };
+  space.ruled_out = [&space, bounds = std::make_shared<StepLowerBound>(model),
+                     memo = std::make_shared<std::vector<Decided>>(candidates.size())](size_t idx, double limit) {
+    Decided& m = (*memo)[idx];
+    if (limit <= m.out_to) return true;
+    if (limit >= m.in_from) return false;
+    const bool out = bounds->rules_out(space.candidates[idx], limit);
+    (out ? m.out_to : m.in_from) = limit;
+    return out;
+  };
 
   const auto keep = static_cast<size_t>(std::max<int64_t>(options.top_k, 0) + 1);
   Leaderboard board(keep);
@@ -207,18 +255,24 @@ SearchResult search(const CostModel& model, const SearchOptions& options) {
   // every pruning decision is exact, so the kept set does not depend on timing or worker count.
   std::mutex board_mutex;
   std::atomic<int64_t> evaluated{0};
-  for_each_in_parallel(order.size(), options.threads, [&](size_t pos) {
+  // Past the first kMaxSearched by lower bound, candidates are only summed up (result.unsearched).
+  for (size_t pos = kMaxSearched; pos < order.size() && lb[order[pos]] < kInfinity; ++pos) {
+    ++result.unsearched.count;
+    result.unsearched.floor_ms = std::min(result.unsearched.floor_ms, lb[order[pos]]);
+  }
+  detail::for_each_in_parallel(space.searched().size(), options.threads, [&](size_t pos) {
     const size_t idx = order[pos];
     if (lb[idx] == kInfinity) return false;
     const auto& c = candidates[idx];
     double bound = 0.0;
     {
       const std::lock_guard<std::mutex> lock(board_mutex);
-      bound = board.bound(c.schedule);
+      bound = board.bound();
     }
-    if (lb[idx] > bound) return true;
+    if (lb[idx] > bound || space.ruled_out(idx, bound)) return true;
     ++evaluated;
-    const Split split = best_split(model, c, bound);
+    Split split = best_split(model, c, bound);
+    space.known[idx] = {true, bound, split};  // each index is written by one worker only
     if (!split.feasible()) return true;
     Evaluated e = evaluate_split(model, c, split);
     const std::lock_guard<std::mutex> lock(board_mutex);
@@ -226,7 +280,24 @@ SearchResult search(const CostModel& model, const SearchOptions& options) {
     return true;
   });
   result.evaluated = evaluated;
-  result.ranked = board.take();
+  return {board.kept(), representatives(model, space, board)};
+}
+
+}  // namespace
+
+SearchResult objective_search(const CostModel& model, const SearchOptions& options) {
+  SearchResult result;
+  detail::SearchSpace space;
+  for (size_t idx : search_objective(model, options, space, result).first)
+    result.ranked.push_back(evaluate_split(model, space.candidates[idx], space.known[idx].split));
+  return result;
+}
+
+SearchResult search(const CostModel& model, const SearchOptions& options) {
+  SearchResult result;
+  detail::SearchSpace space;
+  const auto [finalists, stand_ins] = search_objective(model, options, space, result);
+  detail::replay_search(model, space, finalists, stand_ins, options, result);
   return result;
 }
 

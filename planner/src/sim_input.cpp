@@ -19,8 +19,8 @@ SimStage stage_input(const CostModel& model, const Candidate& c, int64_t i, int6
   st.recompute = recompute;
   const double fwd = model.fwd_prefix(bi)[e] - model.fwd_prefix(bi)[b];
   st.forward_ms = fwd;
-  st.backward_ms = (model.compute_prefix(bi)[e] - model.compute_prefix(bi)[b]) - fwd;
-  st.recompute_ms = recompute ? fwd : 0.0;
+  st.backward_ms = (model.compute_prefix(bi)[e] - model.compute_prefix(bi)[b]) - fwd;  // as the cost model has it
+  st.recompute_ms = recompute ? model.redo_prefix(bi)[e] - model.redo_prefix(bi)[b] : 0.0;
   const int64_t params = model.param_prefix()[e] - model.param_prefix()[b];
   st.update_ms = model.update_prefix()[e] - model.update_prefix()[b];
   if (c.width > 1)

@@ -2,6 +2,7 @@
 #include "sim_lane.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 namespace pd2bw::planner {
 
@@ -18,23 +19,27 @@ Busy category(OpKind k) {
   }
 }
 
-bool reads_weights(OpKind k) {
-  return k == OpKind::forward || k == OpKind::backward || k == OpKind::recompute;
-}
-
 }  // namespace
 
-SimLane::SimLane(int64_t stage_, int64_t replica_, const std::vector<Op>& ops, const SimStage& st,
-                 LaneMeasure measure)
-    : stage(stage_), replica(replica_), ops_(&ops), st_(&st), measure_(measure) {
-  for (size_t i = 0; i < ops.size(); ++i)
-    if (reads_weights(ops[i].kind)) {
-      const auto v = static_cast<size_t>(ops[i].version);
-      if (last_reader_.size() <= v) last_reader_.resize(v + 1, -1);
-      last_reader_[v] = static_cast<int64_t>(i);
-    }
+SimLane::SimLane(int64_t stage_, int64_t replica_, const ScheduleSpec& spec, const SimStage& st, LaneMeasure measure)
+    : stage(stage_), replica(replica_), ops_(spec, stage_, st.recompute), st_(&st), measure_(measure),
+      kind_(spec.kind), microbatches_(spec.microbatches), steps_(spec.steps) {
+  const int64_t fwd_ops = (stage_ > 0) + 1 + (stage_ + 1 < spec.depth);
+  const int64_t bwd_ops = (stage_ + 1 < spec.depth) + (st.recompute ? 1 : 0) + 1 + (stage_ > 0);
+  period_ops_ = spec.microbatches * (fwd_ops + bwd_ops) + (spec.width > 1) + 1;
+  last_period_end_ms_.assign(static_cast<size_t>(period_ops_), 0.0);
+  // 2bw's first step also runs the warm-up forwards of the stream; past them every step's ops line up.
+  if (spec.kind == Schedule::two_bw)
+    warmup_ops_ = std::min(spec.depth - stage_ - 1, spec.microbatches * spec.steps) * fwd_ops;
   live_.push_back(0);
   add_memory(0.0, st.fixed_bytes + st.weights_bytes);
+}
+
+int64_t SimLane::last_reading_step(int64_t v) const {
+  // Steps read version_for_step(step): max(step - 1, 0) for 2bw, step otherwise.
+  const int64_t last = kind_ == Schedule::two_bw ? (v == 0 ? 1 : v + 1) : v;
+  if (last < steps_) return last;
+  return kind_ == Schedule::two_bw && v == 0 ? 0 : -1;  // v = 0 is read by step 0 in any case
 }
 
 void SimLane::add_memory(double at_ms, int64_t delta) {
@@ -49,9 +54,7 @@ void SimLane::add_memory(double at_ms, int64_t delta) {
 
 void SimLane::free_dead_versions(double at_ms, int64_t newest) {
   for (auto it = live_.begin(); it != live_.end();) {
-    const auto v = static_cast<size_t>(*it);
-    const int64_t last = v < last_reader_.size() ? last_reader_[v] : -1;
-    if (*it < newest && last < pc) {
+    if (*it < newest && last_reading_step(*it) <= read_steps_done_) {
       add_memory(at_ms, -st_->weights_bytes);
       it = live_.erase(it);
     } else {
@@ -72,6 +75,7 @@ void SimLane::finish(double start_ms, double end_ms) {
     case OpKind::backward:
       add_memory(end_ms, -st_->stash_bytes - (st_->recompute ? st_->recompute_stash_bytes : 0));
       --in_flight;
+      if (o.microbatch == microbatches_ - 1) read_steps_done_ = o.step;
       break;
     case OpKind::update:
       // The new version takes the buffer of a version nobody reads any more (freed first at the same
@@ -82,12 +86,27 @@ void SimLane::finish(double start_ms, double end_ms) {
       max_live_versions = std::max<int64_t>(max_live_versions, static_cast<int64_t>(live_.size()));
       if (update_end_ms.size() <= static_cast<size_t>(o.step)) update_end_ms.resize(static_cast<size_t>(o.step) + 1, 0.0);
       update_end_ms[static_cast<size_t>(o.step)] = end_ms;
+      stopped_ = measure_.stop_after && o.step == measure_.step;
       break;
     default: break;
   }
+  const bool last_read = o.kind == OpKind::backward && o.microbatch == microbatches_ - 1;
+  if (pc >= warmup_ops_) {
+    double& counterpart = last_period_end_ms_[static_cast<size_t>(slot_)];
+    if (++slot_ == period_ops_) slot_ = 0;
+    if (pc >= warmup_ops_ + period_ops_ && (updates_done_ == measure_.step || updates_done_ + 1 == measure_.step)) {
+      const size_t k = updates_done_ == measure_.step ? 1 : 0;
+      const double increment = end_ms - counterpart;
+      max_increment_ms[k] = increments_measured[k] ? std::max(max_increment_ms[k], increment) : increment;
+      increments_measured[k] = true;
+    }
+    counterpart = end_ms;
+  }
+  if (o.kind == OpKind::update) ++updates_done_;
   clock_ms = end_ms;
   ++pc;
-  if (reads_weights(o.kind) && !live_.empty()) free_dead_versions(end_ms, live_.back());
+  ops_.next();  // `o` refers into the stream: used up above
+  if (last_read && !live_.empty()) free_dead_versions(end_ms, live_.back());
 }
 
 int64_t steady_step(const ScheduleSpec& spec) {
@@ -100,7 +119,9 @@ SimResult summarize(const SimInput& input, std::vector<SimLane>& lanes, const st
   const size_t n = weights.size();
   r.simulated_ranks = static_cast<int64_t>(lanes.size());
   r.step_end_ms.assign(static_cast<size_t>(input.spec.steps), 0.0);
-  for (const auto& lane : lanes) {
+  for (auto& lane : lanes) {
+    r.simulated_ops += lane.pc;
+    lane.update_end_ms.resize(r.step_end_ms.size(), 0.0);  // a lane that stopped early has none after
     for (size_t j = 0; j < lane.update_end_ms.size(); ++j)
       r.step_end_ms[j] = std::max(r.step_end_ms[j], lane.update_end_ms[j]);
     r.total_ms = std::max(r.total_ms, lane.clock_ms);
@@ -110,7 +131,31 @@ SimResult summarize(const SimInput& input, std::vector<SimLane>& lanes, const st
   r.window_begin_ms = s == 0 ? 0.0 : r.step_end_ms[s - 1];
   r.window_end_ms = r.step_end_ms[s];
   const double length = r.window_end_ms - r.window_begin_ms;
-  r.step_ms = length;
+  // The longest interval between two of one rank's updates. Every rank does all of its step's work
+  // between them, so this is never below any rank's work per step.
+  auto interval = [&](size_t j) {
+    double out = 0.0;
+    for (const auto& lane : lanes) out = std::max(out, lane.update_end_ms[j] - (j ? lane.update_end_ms[j - 1] : 0.0));
+    return out;
+  };
+  // The replay is a max-plus linear system from step to step: if no op of a step came more than M after
+  // its counterpart a step earlier, no op of a later step will (2bw's ops also depend on two steps back
+  // through the neighbours' warm-ups, so there two steps must stay within M), so M bounds the steady step
+  // from above. Steady: the measured step's M and the one before's agree.
+  std::array<double, 2> most{0.0, 0.0};
+  bool measured = !lanes.empty();
+  for (const auto& lane : lanes) {
+    measured = measured && lane.increments_measured[0] && lane.increments_measured[1];
+    for (size_t k = 0; k < 2; ++k) most[k] = std::max(most[k], lane.max_increment_ms[k]);
+  }
+  if (measured) {
+    r.previous_step_ms = most[0];
+    r.step_ms = input.spec.kind == Schedule::two_bw ? std::max(most[0], most[1]) : most[1];
+    r.steady = std::abs(most[1] - most[0]) <= kSteadyTolerance * most[1];
+  } else {
+    r.step_ms = interval(s);
+    if (s >= 1) r.previous_step_ms = interval(s - 1);
+  }
   r.stages.resize(input.stages.size());
   for (size_t l = 0; l < lanes.size(); ++l) {
     SimLane& lane = lanes[l];
@@ -125,14 +170,19 @@ SimResult summarize(const SimInput& input, std::vector<SimLane>& lanes, const st
     out.peak_in_flight = std::max(out.peak_in_flight, lane.peak_in_flight);
     out.max_live_versions = std::max(out.max_live_versions, lane.max_live_versions);
   }
-  double idle = 0.0, total = 0.0;
+  double idle = 0.0, least_idle = length;
   for (auto& out : r.stages) {
     out.idle_ms = std::max(0.0, length - out.compute_ms - out.p2p_ms - out.allreduce_ms - out.update_ms);
     out.busy_fraction = length > 0 ? (length - out.idle_ms) / length : 0.0;
     idle += out.idle_ms;
-    total += length;
+    least_idle = std::min(least_idle, out.idle_ms);
   }
-  r.bubble_fraction = total > 0 ? idle / total : 0.0;
+  const double total = length * static_cast<double>(r.stages.size());
+  if (total > 0) {
+    r.idle_fraction = idle / total;
+    r.bubble_fraction = least_idle / length;
+    r.imbalance_fraction = std::max(0.0, r.idle_fraction - r.bubble_fraction);
+  }
   return r;
 }
 

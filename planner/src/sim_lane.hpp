@@ -19,19 +19,21 @@ enum class Busy { compute, p2p, allreduce, update };
 struct LaneMeasure {
   int64_t step = -1;
   bool curve = false;
+  bool stop_after = false;  // the lane is done once its update of `step` is
 };
 
 class SimLane {
  public:
-  SimLane(int64_t stage, int64_t replica, const std::vector<Op>& ops, const SimStage& st, LaneMeasure measure);
+  // Replays stage `stage`'s ops of `spec` (the schedule generator's stream) with st's durations.
+  SimLane(int64_t stage, int64_t replica, const ScheduleSpec& spec, const SimStage& st, LaneMeasure measure);
 
-  bool done() const { return pc >= static_cast<int64_t>(ops_->size()); }
-  const Op& op() const { return (*ops_)[static_cast<size_t>(pc)]; }
+  bool done() const { return stopped_ || ops_.done(); }
+  const Op& op() const { return ops_.op(); }
   // Completes the current op over [start, end) and moves to the next.
   void finish(double start_ms, double end_ms);
 
   int64_t stage, replica;
-  int64_t pc = 0;
+  int64_t pc = 0;  // ops completed
   double clock_ms = 0;
   std::array<double, 4> busy_ms{};  // by Busy, of the measured step's ops
   int64_t bytes = 0, peak_bytes = 0;
@@ -39,17 +41,33 @@ class SimLane {
   std::vector<double> update_end_ms;                     // per step
   int64_t max_live_versions = 1;
   int64_t in_flight = 0, peak_in_flight = 0;  // microbatches forwarded and not yet backwarded
+  // The longest time from an op's end to the end of its counterpart one step later, over the ops of the
+  // step before the measured one [0] and of the measured one [1] (steps counted from the lane's updates).
+  std::array<double, 2> max_increment_ms{};
+  std::array<bool, 2> increments_measured{};
 
  private:
   void free_dead_versions(double at_ms, int64_t newest);
   // Changes are made in time order, frees before allocations at the same instant.
   void add_memory(double at_ms, int64_t delta);
 
-  const std::vector<Op>* ops_;
+  // The last step reading version v in the replay (-1: none); it is dead once that step's last backward,
+  // its last op reading weights, is done.
+  int64_t last_reading_step(int64_t v) const;
+
+  pipeline::StageOpStream ops_;
   const SimStage* st_;
   LaneMeasure measure_;
-  std::vector<int64_t> last_reader_;  // per version: index of the last op reading it (-1: none)
-  std::vector<int64_t> live_;         // versions held
+  Schedule kind_;
+  int64_t microbatches_ = 1, steps_ = 1;
+  int64_t read_steps_done_ = -1;  // the last step whose last backward is done here
+  std::vector<int64_t> live_;     // versions held
+  int64_t period_ops_ = 1;        // ops between two updates once the pipe is full
+  int64_t warmup_ops_ = 0;        // 2bw's warm-up forwards at the start of the stream
+  int64_t slot_ = 0;              // (pc - warmup_ops_) modulo period_ops_
+  bool stopped_ = false;
+  int64_t updates_done_ = 0;
+  std::vector<double> last_period_end_ms_;  // end time of the op period_ops_ ago, by stream index mod period
 };
 
 // The steady step simulate() measures: the last for flush and gpipe, the one before it for 2bw (the

@@ -6,10 +6,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <deque>
 #include <map>
 #include <tuple>
 
+#include "pd2bw/checked.hpp"
 #include "pd2bw/error.hpp"
 #include "sim_lane.hpp"
 
@@ -22,17 +22,38 @@ struct Message {
   int64_t step, microbatch;
 };
 
+// A first-in first-out queue of messages in a ring that doubles when full (a channel holds at most a
+// warm-up's worth of messages, so it stays small and is never reallocated in steady state).
+class Channel {
+ public:
+  bool empty() const { return head_ == tail_; }
+  const Message& front() const { return ring_[head_ & (ring_.size() - 1)]; }
+  void pop() { ++head_; }
+  void push(const Message& m) {
+    if (tail_ - head_ == ring_.size()) grow();
+    ring_[tail_++ & (ring_.size() - 1)] = m;
+  }
+
+ private:
+  void grow() {
+    std::vector<Message> bigger(std::max<size_t>(8, 2 * ring_.size()));
+    for (size_t i = head_; i < tail_; ++i) bigger[i - head_] = ring_[i & (ring_.size() - 1)];
+    tail_ -= head_;
+    head_ = 0;
+    ring_ = std::move(bigger);
+  }
+  std::vector<Message> ring_;
+  size_t head_ = 0, tail_ = 0;
+};
+
 class Engine {
  public:
-  // `ops[i]` is stage i's op list; it must outlive the engine.
-  Engine(const SimInput& in, const std::vector<std::vector<Op>>& ops, std::vector<int64_t> replicas, bool keep,
-         LaneMeasure measure)
-      : in_(in), replicas_(std::move(replicas)), keep_(keep), ops_(ops) {
+  Engine(const SimInput& in, std::vector<int64_t> replicas, bool keep, LaneMeasure measure)
+      : in_(in), replicas_(std::move(replicas)), keep_(keep) {
     const int64_t d = in.spec.depth, n = static_cast<int64_t>(replicas_.size());
     for (int64_t i = 0; i < d; ++i)
       for (int64_t r = 0; r < n; ++r)
-        lanes_.emplace_back(i, replicas_[static_cast<size_t>(r)], ops_[static_cast<size_t>(i)],
-                            in.stages[static_cast<size_t>(i)], measure);
+        lanes_.emplace_back(i, replicas_[static_cast<size_t>(r)], in.spec, in.stages[static_cast<size_t>(i)], measure);
     channels_.resize(static_cast<size_t>(2 * d * n));
     waiter_.assign(channels_.size(), -1);
     ar_ready_.assign(static_cast<size_t>(d), {});
@@ -71,7 +92,7 @@ class Engine {
   }
 
   void send(int64_t ch, const SimLane& lane, std::vector<int64_t>& work) {
-    channels_[static_cast<size_t>(ch)].push_back({lane.clock_ms, lane.op().step, lane.op().microbatch});
+    channels_[static_cast<size_t>(ch)].push({lane.clock_ms, lane.op().step, lane.op().microbatch});
     int64_t& waiter = waiter_[static_cast<size_t>(ch)];
     if (waiter >= 0) {
       work.push_back(waiter);
@@ -88,7 +109,7 @@ class Engine {
       return false;
     }
     const Message msg = q.front();
-    q.pop_front();
+    q.pop();
     if (msg.step != lane.op().step || msg.microbatch != lane.op().microbatch)
       throw Error(fmt::format("schedule mismatch: stage {} expected step {} microbatch {} but got step {} "
                               "microbatch {}", lane.stage, lane.op().step, lane.op().microbatch, msg.step,
@@ -156,9 +177,8 @@ class Engine {
   const SimInput& in_;
   std::vector<int64_t> replicas_;  // the replicas replayed, one lane per (stage, replica)
   bool keep_;
-  const std::vector<std::vector<Op>>& ops_;
   std::vector<SimLane> lanes_;
-  std::vector<std::deque<Message>> channels_;
+  std::vector<Channel> channels_;
   std::vector<int64_t> waiter_;                 // per channel: the lane blocked receiving on it, or -1
   std::vector<std::vector<int64_t>> ar_ready_;  // per stage: lanes waiting in the allreduce
   std::vector<SimEvent> events_;
@@ -191,7 +211,15 @@ void check_input(const SimInput& in) {
 
 }  // namespace
 
-SimResult simulate(const SimInput& input, bool keep_events) {
+int64_t estimated_replay_ops(const SimInput& input) {
+  check_input(input);
+  const auto lanes = static_cast<int64_t>(distinct_replicas(input).first.size()) * input.spec.depth;
+  const int64_t steps = std::max(input.spec.steps, default_sim_steps(input.spec.kind));
+  // Up to 7 ops per microbatch (receive, forward, send; receive, recompute, backward, send), allreduce, update.
+  return saturating_mul(saturating_mul(lanes, steps), saturating_add(saturating_mul(7, input.spec.microbatches), 2));
+}
+
+SimResult simulate(const SimInput& input, bool keep_events, bool measured_only) {
   check_input(input);
   std::vector<int64_t> replicas, weights;
   if (keep_events) {
@@ -200,14 +228,20 @@ SimResult simulate(const SimInput& input, bool keep_events) {
   } else {
     std::tie(replicas, weights) = distinct_replicas(input);
   }
-  std::vector<std::vector<Op>> ops;
-  for (int64_t i = 0; i < input.spec.depth; ++i)
-    ops.push_back(stage_ops(input.spec, i, input.stages[static_cast<size_t>(i)].recompute));
-  Engine engine(input, ops, replicas, keep_events, {steady_step(input.spec), keep_events});
+  Engine engine(input, replicas, keep_events, {steady_step(input.spec), keep_events, measured_only && !keep_events});
   engine.run();
   SimResult result = summarize(input, engine.lanes(), weights);
   result.events = std::move(engine.events());
   return result;
+}
+
+SimResult simulate_steady(SimInput input, bool keep_events, bool measured_only) {
+  input.spec.steps = std::max(input.spec.steps, default_sim_steps(input.spec.kind));
+  while (true) {
+    SimResult r = simulate(input, keep_events, measured_only);
+    if (r.steady || input.spec.steps >= kMaxSteadySteps || 2 * r.simulated_ops > kMaxSteadyOps) return r;
+    input.spec.steps = std::min(2 * input.spec.steps, kMaxSteadySteps);
+  }
 }
 
 }  // namespace pd2bw::planner

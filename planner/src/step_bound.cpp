@@ -1,18 +1,48 @@
-// Lower bounds on a candidate's step time (see step_bound.hpp). Both are valid for every split:
+// Lower bounds on a candidate's objective (step_objective; see step_bound.hpp), valid for every split.
+// Write C for the whole model's fwd + bwd per microbatch, m for the microbatches per step and x_i for
+// stage i's compute.
 //
-// Average: the bottleneck stage costs at least the average stage. Summed over stages, the step shares
-// hold all of the model's compute, the cheapest boundary transfers the placement allows and the
-// allreduces at the fastest level the replicas can span.
+// Average: the objective is at least the largest stage busy time m (x + p2p) + allreduce + update, so
+// at least the average one: m (C + forced recompute + the cheapest transfers the placement allows) plus the allreduces at
+// the fastest level the replicas can span, over d. Flush adds the drain and refill above the slowest
+// stage: the objective T is at least m x_k + x_0 + ... + x_{k-1} for every k, and d stages under that
+// can hold at most T (1 - (1 - 1/m)^d) in all (by induction, x_0 + ... + x_{k-1} <= T (1 - (1 - 1/m)^k)),
+// so T >= C / (1 - (1 - 1/m)^d). GPipe passes every layer once and one stage's (m - 1) more slots:
+// T >= C + (m - 1) max_i x_i >= C (m + d - 1) / d.
 //
-// Capacity: at step time T a stage's compute c (fwd + bwd per microbatch) obeys k (c + p2p) + allreduce
-// <= T, so c <= x = (T - allreduce) / k - p2p with the least p2p and allreduce any stage has. A stage
-// that recomputes spends at least (1 + r) c, r the smallest forward share of a layer, so c <= x / (1 + r).
+// Forced recompute (forced_redo.hpp): memory makes every split recompute at least `redo` ms per
+// microbatch; it adds to C in the average, in GPipe's fill and in flush's.
+//
+// Fill: flush's cycle through stage 0 (objective.hpp) passes every stage's forward and backward once, with
+// the forced recompute, crosses every boundary twice and ends in stage 0's allreduce and update; and some
+// stage k's part adds (m - 1) more of its forwards or of its backwards, at least (m - 1) max(F, B) / d of
+// the model's forwards F and backwards B: T >= h_0 + C + redo + 2 (d - 1) p + (m - 1) max(F, B) / d.
+//
+// Crowding: d stages over L layers put ceil(L / d) layers on some stage, so its busy time is at least m
+// times the least fwd + bwd of that many consecutive layers.
+//
+// Capacity: at step time T a stage's compute c (fwd + bwd per microbatch) obeys m (c + p2p) + allreduce
+// <= T, so c <= x = (T - allreduce) / m - p2p with the least p2p and allreduce any stage has. A stage
+// that recomputes spends at least (1 + r) c, r the smallest redo share of a layer, so c <= x / (1 + r).
 // A stage that keeps f microbatches without recomputing holds layers with sum(static + f * stash)
 // <= device memory - reserve, so c <= that capacity times the largest (fwd + bwd) / (static + f * stash)
-// of a layer. Whatever the stages choose, their capacities must add up to the whole model's compute.
+// of a layer. Whatever the stages choose, their capacities must add up to the whole model's compute;
+// the least x at which they do bounds T (and for GPipe, T >= C + (m - 1) x as well).
+//
+// Ruling out, with the links each stage's replicas really cross (the smallest boundary tensor over them):
+// the capacity bound with every stage's own transfers and allreduce latency; and for flush, every stage
+// k obeys m x_k + X_{<k} <= T (the cycle through it and the stages above)
+// and, when its warm-up w_k = min(d - 1 - k, m) leaves m >= w_k + 2, also (m - w_k) x_k + X_{<k} +
+// 2 X_{>k} <= T (its first and last microbatches' round trips below it; X the compute of the stages
+// before or after), where stage k's own term counts its recompute once its stash cannot hold x_k (the
+// capacity above). Both caps on x_k grow with X_{<k}, so taking each x_k as large as they allow reaches
+// the furthest; T is feasible only if that reaches C.
 #include "step_bound.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <memory>
+#include <tuple>
 
 #include "pd2bw/planner/partition.hpp"
 
@@ -37,20 +67,24 @@ LinkLevels fastest_levels(const CostModel& model, const Candidate& c) {
 
 }  // namespace
 
-StepLowerBound::StepLowerBound(const CostModel& model) : model_(model) {
+StepLowerBound::StepLowerBound(const CostModel& model) : model_(model), forced_redo_(model) {
   const auto& p = model.profile();
   const size_t n = p.layers.size();
   cap_bytes_ = model.memory_limit_bytes() - model.constraints().reserve_bytes;
   for (size_t bi = 0; bi < p.microbatch_sizes.size(); ++bi) {
-    double big = 0.0;
+    double big = 0.0, fwd = 0.0, bwd = 0.0;
     int64_t small_out = INT64_MAX, small_in = INT64_MAX;
     for (size_t j = 0; j < n; ++j) {
       const auto& t = p.layers[j].per_microbatch[bi];
       big = std::max(big, t.fwd_ms + t.bwd_ms);
+      fwd += t.fwd_ms;
+      bwd += t.bwd_ms;
       if (j + 1 < n) small_out = std::min(small_out, t.output_bytes);
       if (j > 0) small_in = std::min(small_in, t.input_bytes);
     }
     max_layer_ms_.push_back(big);
+    total_fwd_ms_.push_back(fwd);
+    total_bwd_ms_.push_back(bwd);
     min_out_.push_back(n > 1 ? small_out : 0);
     min_in_.push_back(n > 1 ? small_in : 0);
   }
@@ -61,8 +95,10 @@ StepLowerBound::StepLowerBound(const CostModel& model) : model_(model) {
     }
   const int64_t dsize = schemas::dtype_bytes(p.model.dtype);
   for (const auto& l : p.layers) total_grad_bytes_ += l.param_bytes / dsize * 4;
+  first_grad_bytes_ = p.layers.front().param_bytes / dsize * 4;
   for (auto* v : {&capacity_vals_, &capacity_sums_})
     for (auto& per_b : *v) per_b.assign(p.microbatch_sizes.size(), std::vector<double>{0.0});
+  least_window_.resize(p.microbatch_sizes.size());
 }
 
 double StepLowerBound::clipped_prefix(bool two_versions, size_t bi, int64_t n, double low, double high) {
@@ -85,7 +121,7 @@ double StepLowerBound::clipped_prefix(bool two_versions, size_t bi, int64_t n, d
 double StepLowerBound::capacity_sum(const Candidate& c, double x) {
   const auto bi = static_cast<size_t>(c.microbatch_index);
   const auto policy = model_.constraints().recompute;
-  const double redo = x / (1.0 + model_.min_fwd_share(c.microbatch_index));
+  const double redo = x / (1.0 + model_.min_redo_share(c.microbatch_index));
   if (policy == RecomputePolicy::always) return static_cast<double>(c.depth) * redo;
   const double low = policy == RecomputePolicy::never ? 0.0 : redo;
   const bool two = c.schedule == Schedule::two_bw;
@@ -99,15 +135,26 @@ double StepLowerBound::capacity_sum(const Candidate& c, double x) {
   return clipped_prefix(two, bi, m - 1, low, x) + static_cast<double>(d - m + 1) * one(m);
 }
 
-double StepLowerBound::capacity_bound(const Candidate& c) {
+double StepLowerBound::fill_bound(const Candidate& c, double redo) const {
+  const auto bi = static_cast<size_t>(c.microbatch_index);
+  const double all = model_.compute_prefix(c.microbatch_index).back();
+  const double d = static_cast<double>(c.depth), m = static_cast<double>(c.microbatches);
+  const LinkLevels lvl = fastest_levels(model_, c);
+  const double p2p = c.depth > 1 ? model_.p2p_ms(min_out_[bi], lvl.boundary) : 0.0;
+  const double h0 = model_.allreduce_ms(first_grad_bytes_, c.width, lvl.replicas) + model_.update_prefix()[1];
+  return h0 + all + redo + 2.0 * (d - 1.0) * p2p + (m - 1.0) * std::max(total_fwd_ms_[bi], total_bwd_ms_[bi]) / d;
+}
+
+double StepLowerBound::capacity_bound(const Candidate& c, double redo) {
   const double total = model_.compute_prefix(c.microbatch_index).back();
   const double d = static_cast<double>(c.depth);
   double lo = total / d;  // no stage holds more than x, so x >= total / d
-  double hi = lo * (1.0 + model_.min_fwd_share(c.microbatch_index));
+  // With recompute allowed every stage holds x / (1 + r) at least, so this hi suffices but for rounding.
+  double hi = lo * (1.0 + model_.min_redo_share(c.microbatch_index)) * (1.0 + 1e-12);
+  for (int i = 0; i < 64 && capacity_sum(c, hi) < total; ++i) hi *= 2.0;
   if (capacity_sum(c, hi) < total) {
-    if (model_.constraints().recompute != RecomputePolicy::never) return 0.0;  // cannot happen
-    for (int i = 0; i < 64 && capacity_sum(c, hi) < total; ++i) hi *= 2.0;
-    if (capacity_sum(c, hi) < total) return kInfinity;  // memory caps the capacity below the model
+    if (model_.constraints().recompute == RecomputePolicy::never) return kInfinity;  // memory caps the capacity
+    return 0.0;  // cannot happen
   }
   for (int it = 0; it < 30 && hi - lo > 1e-6 * hi; ++it) {
     const double mid = 0.5 * (lo + hi);
@@ -117,29 +164,228 @@ double StepLowerBound::capacity_bound(const Candidate& c) {
   const LinkLevels lvl = fastest_levels(model_, c);
   const double p2p = c.depth > 1 ? 2.0 * model_.p2p_ms(std::min(min_out_[bi], min_in_[bi]), lvl.boundary) : 0.0;
   const double allreduce = model_.allreduce_ms(0, c.width, lvl.replicas);
-  return static_cast<double>(CostModel::pipeline_factor(c)) * (lo + p2p) + allreduce;
+  const double m = static_cast<double>(c.microbatches);
+  const double lane = m * (lo + p2p) + allreduce;
+  if (c.schedule != Schedule::gpipe) return lane;
+  // GPipe's fill and drain passes every layer once, redoes the forward of whatever the stages cannot
+  // hold with m stashes each, crosses every boundary twice and ends in stage 0's allreduce and update.
+  const auto policy = model_.constraints().recompute;
+  const double plain = policy == RecomputePolicy::always
+                           ? 0.0
+                           : model_.plain_capacity_ms(c.schedule, c.microbatch_index, c.microbatches);
+  const double redone = std::max(0.0, total - d * std::min(plain, total));
+  const double fill = total + std::max(redo, model_.min_redo_share(c.microbatch_index) * redone) + (d - 1.0) * p2p;
+  const double h0 = model_.allreduce_ms(first_grad_bytes_, c.width, lvl.replicas) + model_.update_prefix()[1];
+  return std::max(lane, fill + (m - 1.0) * lo + h0);
 }
 
-double StepLowerBound::average_bound(const Candidate& c) const {
+double StepLowerBound::average_bound(const Candidate& c, double redo) const {
   const auto bi = static_cast<size_t>(c.microbatch_index);
   const double d = static_cast<double>(c.depth);
-  const double k = static_cast<double>(CostModel::pipeline_factor(c));
+  const double m = static_cast<double>(c.microbatches);
+  const double all = model_.compute_prefix(c.microbatch_index).back();
   const LinkLevels lvl = fastest_levels(model_, c);
   double p2p = 0.0;
   if (c.depth > 1)
-    p2p = (d - 1.0) * 2.0 *
-          (model_.p2p_ms(min_out_[bi], lvl.boundary) + model_.p2p_ms(min_in_[bi], lvl.boundary));
-  double sum = k * (model_.compute_prefix(c.microbatch_index).back() + p2p);
+    p2p = (d - 1.0) * 4.0 * model_.p2p_ms(min_out_[bi], lvl.boundary);  // both ways, on both sides
+  double sum = m * (all + redo + p2p) + model_.update_prefix().back();
   if (c.width > 1) sum += model_.allreduce_sum_floor(total_grad_bytes_, c.depth, c.width, lvl.replicas);
-  return std::max(sum / d, k * max_layer_ms_[bi]);
+  double bound = std::max(sum / d, m * max_layer_ms_[bi]);
+  if (c.schedule == Schedule::flush) bound = std::max(bound, all / (1.0 - std::pow(1.0 - 1.0 / m, d)));
+  if (c.schedule == Schedule::gpipe) bound = std::max(bound, all * (m + d - 1.0) / d);
+  return bound;
+}
+
+std::shared_ptr<const StepLowerBound::PlacementLevels> StepLowerBound::placement_levels(const Candidate& c) const {
+  const auto key = std::make_tuple(c.depth, c.width, static_cast<int>(c.placement));
+  {
+    const std::lock_guard<std::mutex> lock(levels_mutex_);
+    if (const auto it = levels_.find(key); it != levels_.end()) return it->second;
+  }
+  auto out = std::make_shared<PlacementLevels>();
+  out->pairs.resize(static_cast<size_t>(c.depth));
+  out->ar_level.resize(static_cast<size_t>(c.depth));
+  for (int64_t i = 0; i < c.depth; ++i) {
+    auto& pairs = out->pairs[static_cast<size_t>(i)];
+    for (int64_t r = 0; r < c.width; ++r) {
+      const int64_t rank = CostModel::rank_of(c, i, r);
+      const std::pair<int, int> p{
+          i > 0 ? static_cast<int>(model_.level_between(CostModel::rank_of(c, i - 1, r), rank)) : -1,
+          i + 1 < c.depth ? static_cast<int>(model_.level_between(rank, CostModel::rank_of(c, i + 1, r))) : -1};
+      if (std::find(pairs.begin(), pairs.end(), p) == pairs.end()) pairs.push_back(p);
+    }
+    out->ar_level[static_cast<size_t>(i)] = model_.allreduce_level(c, i);
+  }
+  const std::lock_guard<std::mutex> lock(levels_mutex_);
+  return levels_.emplace(key, std::move(out)).first->second;
+}
+
+std::vector<StepLowerBound::StageLinks> StepLowerBound::stage_links(const Candidate& c) const {
+  const auto bi = static_cast<size_t>(c.microbatch_index);
+  const auto levels = placement_levels(c);
+  std::vector<double> p(model_.cluster().levels.size());  // the smallest boundary tensor, per level
+  for (size_t lv = 0; lv < p.size(); ++lv) p[lv] = model_.p2p_ms(min_out_[bi], static_cast<int64_t>(lv));
+  auto at = [&](int lv) { return lv >= 0 ? p[static_cast<size_t>(lv)] : 0.0; };
+  std::vector<StageLinks> out(static_cast<size_t>(c.depth));
+  for (int64_t i = 0; i < c.depth; ++i) {
+    auto& s = out[static_cast<size_t>(i)];
+    s.in_fast = i > 0 ? kInfinity : 0.0;
+    for (const auto& [in, o] : levels->pairs[static_cast<size_t>(i)]) {
+      s.lane = std::max(s.lane, 2.0 * (at(in) + at(o)));
+      s.in_fast = std::min(s.in_fast, at(in));
+    }
+    s.latency = model_.allreduce_ms(0, c.width, levels->ar_level[static_cast<size_t>(i)]);
+  }
+  return out;
+}
+
+bool StepLowerBound::rules_out(const Candidate& c, double limit) const {
+  if (c.depth < 2 || !(limit < kInfinity)) return false;
+  const double all = model_.compute_prefix(c.microbatch_index).back();
+  const double m = static_cast<double>(c.microbatches);
+  const double share = model_.min_redo_share(c.microbatch_index);
+  const auto policy = model_.constraints().recompute;
+  const auto links = stage_links(c);
+  std::vector<double> plain(static_cast<size_t>(c.depth));
+  for (int64_t k = 0; k < c.depth; ++k)
+    plain[static_cast<size_t>(k)] = model_.plain_capacity_ms(c.schedule, c.microbatch_index, CostModel::in_flight(c, k));
+  // The most fwd + bwd stage k can hold when its time (with recompute where its stash does not fit)
+  // may be at most `time`; non-decreasing in `time`.
+  auto hold = [&](int64_t k, double time) {
+    if (time < 0.0) return -1.0;
+    if (policy == RecomputePolicy::always) return time / (1.0 + share);
+    const double p = plain[static_cast<size_t>(k)];
+    if (policy == RecomputePolicy::never || time < p * (1.0 + share)) return std::min(time, p);
+    return time / (1.0 + share);
+  };
+  // Busy time: stage k holds hold(k, (t - its allreduce latency) / m - its links).
+  auto lanes_hold = [&](double t) {
+    double sum = 0.0;
+    for (int64_t k = 0; k < c.depth && sum < all; ++k) {
+      const auto& l = links[static_cast<size_t>(k)];
+      const double x = hold(k, (t - l.latency) / m - l.lane);
+      if (x < 0.0) return false;
+      sum += x;
+    }
+    return sum >= all;
+  };
+  // Flush: every cycle may turn at stage 0, whose allreduce and update cover layer 0 at least.
+  const LinkLevels lvl = fastest_levels(model_, c);
+  const double h0 = model_.allreduce_ms(first_grad_bytes_, c.width, lvl.replicas) + model_.update_prefix()[1];
+  const double d = static_cast<double>(c.depth);
+  std::vector<double> ins_after(static_cast<size_t>(c.depth) + 1, 0.0);  // sum of 2 in_fast over stages > k
+  for (int64_t k = c.depth - 1; k >= 0; --k)
+    ins_after[static_cast<size_t>(k)] = ins_after[static_cast<size_t>(k + 1)] + 2.0 * links[static_cast<size_t>(k)].in_fast;
+  auto flush_reaches = [&](double t0) {
+    const double t = t0 - h0;
+    double prefix = 0.0, ins_before = 0.0;
+    for (int64_t k = 0; k < c.depth; ++k) {
+      const double kd = static_cast<double>(k);
+      const auto& l = links[static_cast<size_t>(k)];
+      double x = hold(k, (t - prefix - ins_before) / m - l.lane);
+      const double w = std::min(d - 1.0 - kd, m);
+      if (m >= w + 2.0) {
+        // (m - w) time_k - 2 x_k <= t - 2 C + prefix - transfers, with time_k >= x_k and recompute past plain
+        const double slack = t - 2.0 * all + prefix -
+                             (2.0 * l.in_fast + 2.0 * ins_after[static_cast<size_t>(k + 1)] + (m - 2.0 - w) * l.lane +
+                              ins_before);
+        if (slack < 0.0) return false;
+        if (m > w + 2.0) x = std::min(x, hold(k, slack / (m - w - 2.0)));
+      }
+      if (x < 0.0) return false;
+      prefix += x;
+      ins_before += 2.0 * l.in_fast;
+      if (prefix >= all) return true;
+    }
+    return false;
+  };
+  const double t = limit * (1.0 + 1e-9);  // rounding must not rule out a split at the limit itself
+  return too_few_layers(c, t / m) || !lanes_hold(t) || (c.schedule == Schedule::flush && !flush_reaches(t));
+}
+
+// Whole layers: stage i holds a run of layers whose fwd + bwd, plus the redo where its in-flight stashes
+// do not fit beside the run's static bytes, is at most `budget` (ms per microbatch; its lane is at most
+// the limit). Stage 0's run starts at layer 0 and stage d - 1's ends at the last layer; every other run
+// lies strictly between them. So stage 0 holds at most the longest such prefix, stage d - 1 the longest
+// such suffix, and an inner stage with f stashes at most the longest inner run that can: if those
+// lengths add up to fewer than L layers, no split fits the budget. An inner run of length l can keep f
+// stashes when some inner run of that length either recomputes within the budget or fits f stashes
+// plainly within it; that most f falls as l grows (a longer run contains a shorter one). Only lengths
+// up to kMaxRun are tried: past them the test gives up (returns false).
+bool StepLowerBound::too_few_layers(const Candidate& c, double budget) const {
+  constexpr int64_t kMaxRun = 64;
+  const int64_t layers = model_.num_layers();
+  if (c.depth < 3 || layers > kMaxRun * c.depth) return false;
+  const auto& cp = model_.compute_prefix(c.microbatch_index);
+  const auto& rp = model_.redo_prefix(c.microbatch_index);
+  const auto& sp = model_.stash_prefix(c.microbatch_index);
+  const auto policy = model_.constraints().recompute;
+  constexpr int64_t kAny = INT64_MAX;  // a run that recomputes within the budget keeps any number
+  // The most stashes layers [a, e) can keep within the budget; -1 when none.
+  auto most_stashes = [&](int64_t a, int64_t e) -> int64_t {
+    const auto b = static_cast<size_t>(a), x = static_cast<size_t>(e);
+    const double plain = cp[x] - cp[b];
+    if (policy != RecomputePolicy::never && plain + rp[x] - rp[b] <= budget) return kAny;
+    if (policy == RecomputePolicy::always || plain > budget) return -1;
+    const int64_t room = cap_bytes_ - model_.static_bytes(c.schedule, a, e);
+    if (room < 0) return -1;
+    const int64_t stash = sp[x] - sp[b];
+    return stash > 0 ? room / stash : kAny;
+  };
+  auto stashes_at = [&](int64_t i) { return CostModel::in_flight(c, i); };
+  // The longest length l <= kMaxRun for which keeps(l) holds (it holds for all shorter ones or none);
+  // -1 when it still holds at kMaxRun (the test gives up).
+  auto longest = [&](auto&& keeps) -> int64_t {
+    for (int64_t len = 1; len <= std::min(kMaxRun, layers); ++len)
+      if (!keeps(len)) return len - 1;
+    return layers <= kMaxRun ? layers : -1;
+  };
+  const int64_t first = longest([&](int64_t len) { return most_stashes(0, len) >= stashes_at(0); });
+  const int64_t last =
+      longest([&](int64_t len) { return most_stashes(layers - len, layers) >= stashes_at(c.depth - 1); });
+  // inner[l - 1]: the most stashes some inner run of length l can keep (>= 1).
+  std::vector<int64_t> inner;
+  const int64_t inner_runs = longest([&](int64_t len) {
+    int64_t most = -1;
+    for (int64_t a = 1; a + len <= layers - 1; ++a) most = std::max(most, most_stashes(a, a + len));
+    if (most < 1) return false;
+    inner.push_back(most);
+    return true;
+  });
+  if (first < 0 || last < 0 || inner_runs < 0) return false;
+  int64_t held = first + last;
+  for (int64_t i = 1; i + 1 < c.depth && held < layers; ++i) {
+    const int64_t f = stashes_at(i);
+    int64_t len = 0;
+    while (len < static_cast<int64_t>(inner.size()) && inner[static_cast<size_t>(len)] >= f) ++len;
+    held += len;
+  }
+  return held < layers;
+}
+
+double StepLowerBound::least_window_ms(size_t bi, int64_t k) {
+  auto& memo = least_window_[bi];
+  if (memo.empty()) memo.assign(static_cast<size_t>(model_.num_layers()) + 1, -1.0);
+  double& v = memo[static_cast<size_t>(k)];
+  if (v < 0.0) {
+    const auto& cp = model_.compute_prefix(static_cast<int64_t>(bi));
+    v = kInfinity;
+    for (size_t j = 0; j + static_cast<size_t>(k) < cp.size(); ++j) v = std::min(v, cp[j + static_cast<size_t>(k)] - cp[j]);
+  }
+  return v;
 }
 
 double StepLowerBound::operator()(const Candidate& c) {
   const int64_t total_static = model_.static_bytes(c.schedule, 0, model_.num_layers());
-  if (max_layer_static_[static_cast<size_t>(c.schedule)] > cap_bytes_ || total_static > cap_bytes_ * c.depth)
+  if (max_layer_static_[static_cast<size_t>(c.schedule)] > cap_bytes_ || total_static > saturating_mul(cap_bytes_, c.depth))
     return kInfinity;
+  // Some stage holds at least ceil(L / d) layers, and so at least the least compute of that many in a row.
+  const int64_t most = (model_.num_layers() + c.depth - 1) / c.depth;
+  const double crowded = static_cast<double>(c.microbatches) * least_window_ms(static_cast<size_t>(c.microbatch_index), most);
+  const double redo = forced_redo_(c);
+  const double fill = c.schedule == Schedule::flush ? fill_bound(c, redo) : 0.0;
   // Scaled down so that rounding never lifts the bound above an exact cost.
-  return std::max(average_bound(c), capacity_bound(c)) * (1.0 - 1e-9);
+  return std::max({average_bound(c, redo), capacity_bound(c, redo), crowded, fill}) * (1.0 - 1e-9);
 }
 
 }  // namespace pd2bw::planner

@@ -4,9 +4,16 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <utility>
 #include <vector>
 
+#include "forced_redo.hpp"
 #include "pd2bw/planner/cost_model.hpp"
 
 namespace pd2bw::planner {
@@ -18,24 +25,58 @@ class StepLowerBound {
   // Never above the least step time of any split of `c`; infinity when no split can fit in memory.
   double operator()(const Candidate& c);
 
+  // A finer test for a candidate about to be evaluated: true when no split of `c` has an objective <=
+  // `limit` because the d stages, each with the links and allreduce latency its replicas really have,
+  // cannot hold all compute within it (and for flush, with the drain and refill above each stage and its
+  // round trips below it). O(d) after the first call for a depth, width and placement. Thread-safe.
+  bool rules_out(const Candidate& c, double limit) const;
+
  private:
-  // The bound from the average stage: all compute, the cheapest boundary transfers and allreduces.
-  double average_bound(const Candidate& c) const;
+  // Per stage: the least per-microbatch transfers of its slowest replica (2 per boundary), the least one
+  // transfer over its input boundary on its fastest replica, and its allreduce latency.
+  struct StageLinks {
+    double lane = 0, in_fast = 0, latency = 0;
+  };
+  std::vector<StageLinks> stage_links(const Candidate& c) const;
+  // The levels behind stage_links, shared by the candidates with the same depth, width and placement:
+  // per stage the distinct (input, output) levels its replicas cross (-1 at an end) and the level its
+  // allreduce spans.
+  struct PlacementLevels {
+    std::vector<std::vector<std::pair<int, int>>> pairs;
+    std::vector<int64_t> ar_level;
+  };
+  std::shared_ptr<const PlacementLevels> placement_levels(const Candidate& c) const;
+  // The bound from the average stage: all compute with `redo` (ForcedRedo), the cheapest boundary
+  // transfers and allreduces.
+  double average_bound(const Candidate& c, double redo) const;
   // The bound from stage capacities: the least step time T at which d stages can hold all compute.
-  double capacity_bound(const Candidate& c);
+  double capacity_bound(const Candidate& c, double redo);
+  // Flush's cycle through every stage: all compute with the forced `redo`, every boundary twice, stage
+  // 0's allreduce and update, and (m - 1) more forwards or backwards of the busiest stage.
+  double fill_bound(const Candidate& c, double redo) const;
   // Sum over stages of the compute each can hold when its compute budget is x (ms per microbatch).
   double capacity_sum(const Candidate& c, double x);
+  // Whether the d stages cannot hold all L layers when each stage's compute per microbatch may be at
+  // most `budget` ms (see step_bound.cpp). O(L x the longest run that fits).
+  bool too_few_layers(const Candidate& c, double budget) const;
+  // The least fwd + bwd of k consecutive layers at microbatch index bi (memoised).
+  double least_window_ms(size_t bi, int64_t k);
   // Sum of plain_capacity over f = 1..n, each term clipped to [low, high].
   double clipped_prefix(bool two_versions, size_t bi, int64_t n, double low, double high);
 
   const CostModel& model_;
   int64_t cap_bytes_ = 0;                       // device memory minus the reserve
   std::vector<double> max_layer_ms_;            // per microbatch index: largest fwd + bwd
+  std::vector<double> total_fwd_ms_, total_bwd_ms_;  // per microbatch index: all layers, no recompute
   std::vector<int64_t> min_out_, min_in_;       // per microbatch index: smallest boundary tensors
   std::array<int64_t, 3> max_layer_static_{};   // per schedule
-  int64_t total_grad_bytes_ = 0;
+  int64_t total_grad_bytes_ = 0, first_grad_bytes_ = 0;  // fp32 gradients of all layers / of layer 0
   // plain_capacity by f (index 0 unused) and its prefix sums, [versions][bi], grown on demand.
   std::array<std::vector<std::vector<double>>, 2> capacity_vals_, capacity_sums_;
+  std::vector<std::vector<double>> least_window_;  // [bi][k], -1 until computed
+  ForcedRedo forced_redo_;
+  mutable std::mutex levels_mutex_;
+  mutable std::map<std::tuple<int64_t, int64_t, int>, std::shared_ptr<const PlacementLevels>> levels_;
 };
 
 }  // namespace pd2bw::planner

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "doc_io.hpp"
+#include "pd2bw/checked.hpp"
 #include "pd2bw/schemas/cluster.hpp"
 
 namespace pd2bw::schemas {
@@ -12,10 +13,8 @@ namespace pd2bw::schemas {
 int64_t Cluster::total_devices() const {
   int64_t n = 1;
   for (const ClusterLevel& l : levels) {
-    // Saturate rather than overflow; the readers reject such clusters before anyone asks.
     if (l.size <= 0) return 0;
-    if (n > std::numeric_limits<int64_t>::max() / l.size) return std::numeric_limits<int64_t>::max();
-    n *= l.size;
+    n = saturating_mul(n, l.size);  // the cost model refuses a cluster whose count overflows
   }
   return n;
 }

@@ -1,5 +1,7 @@
 // The plan format ("pd2bw.plan"): typed reading of every field (the cross-field rules live in
 // plan_check.cpp) and the deterministic writer.
+#include <fmt/format.h>
+
 #include "doc_io.hpp"
 #include "pd2bw/schemas/plan.hpp"
 
@@ -57,7 +59,7 @@ RankEntry read_rank(const Json& value, const std::string& pointer) {
 
 Predictions read_predictions(const ObjectReader& parent) {
   const ObjectReader r = parent.object("predictions", {"step_ms", "samples_per_s", "tokens_per_s", "bottleneck_stage",
-                                                       "bubble_fraction", "binding_memory"});
+                                                       "bubble_fraction", "imbalance_fraction", "binding_memory"});
   Predictions p;
   p.step_ms = r.number("step_ms", Min::positive);
   p.samples_per_s = r.number("samples_per_s", Min::positive);
@@ -65,6 +67,13 @@ Predictions read_predictions(const ObjectReader& parent) {
   p.bottleneck_stage = r.integer("bottleneck_stage", Min::non_negative);
   p.bubble_fraction = r.number("bubble_fraction", Min::non_negative);
   if (p.bubble_fraction > 1) fail(r.at("bubble_fraction"), "must be <= 1", "a fraction lies in [0, 1]");
+  if (r.has("imbalance_fraction")) {  // optional: plans written before it was split from the bubble lack it
+    p.imbalance_fraction = r.number("imbalance_fraction", Min::non_negative);
+    if (p.bubble_fraction + p.imbalance_fraction > 1 + 1e-9)
+      fail(r.at("imbalance_fraction"), fmt::format("bubble_fraction + imbalance_fraction must be <= 1, got {} + {}",
+                                                   p.bubble_fraction, p.imbalance_fraction),
+           "both are shares of the same ranks' time");
+  }
   p.binding_memory = r.string("binding_memory");
   return p;
 }
@@ -134,6 +143,7 @@ OrderedJson predictions_json(const Predictions& p) {
   o["tokens_per_s"] = p.tokens_per_s;
   o["bottleneck_stage"] = p.bottleneck_stage;
   o["bubble_fraction"] = p.bubble_fraction;
+  o["imbalance_fraction"] = p.imbalance_fraction;
   o["binding_memory"] = p.binding_memory;
   return o;
 }

@@ -6,15 +6,8 @@ PY="${PD2BW_PYTHON:-/usr/bin/python3}"
 EX="$SRC/schemas/examples"
 P="$EX/gpt-1.3b.profile.json"
 
-# mutate OUT EXPR: writes the 1.3b profile with a Python expression applied to `d`.
-mutate() {
-  "$PY" - "$P" "$1" "$2" <<'PYEOF'
-import json, sys
-d = json.load(open(sys.argv[1]))
-exec(sys.argv[3])
-open(sys.argv[2], "w").write(json.dumps(d))
-PYEOF
-}
+# mutate OUT EXPR: writes the 1.3b profile with a Python statement applied to `d`.
+mutate() { json_edit "$P" "$1" "$2"; }
 
 head -c 2000 "$P" >"$TMP/truncated.json"
 expect_exit 2 "not valid JSON" -- "$PD2BW" plan --profile "$TMP/truncated.json" -o "$TMP/x.json"
@@ -45,7 +38,8 @@ open('$TMP/zero.json', 'w').write(json.dumps(d))"
 expect_exit 2 "/levels/1/size" -- "$PD2BW" plan --cluster "$TMP/zero.json" -o "$TMP/x.json"
 expect_exit 2 "error:" -- "$PD2BW" plan --nodes 0 -o "$TMP/x.json"
 expect_exit 2 "error:" -- "$PD2BW" plan --gpus-per-node -8 -o "$TMP/x.json"
-expect_exit 2 "more than" -- "$PD2BW" plan --nodes 1000000000 --gpus-per-node 1000000000 -o "$TMP/x.json"
+expect_exit 2 "outside" -- "$PD2BW" plan --nodes 1000000000 --gpus-per-node 1000000000 -o "$TMP/x.json"
+expect_exit 2 "more than" -- "$PD2BW" plan --nodes 1048576 --gpus-per-node 1048576 -o "$TMP/x.json"
 expect_exit 2 "excludes|cannot be used" -- "$PD2BW" plan --cluster "$EX/cluster-8x8-h200.json" --nodes 2 -o "$TMP/x.json"
 
 # Impossible flags.

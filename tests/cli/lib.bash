@@ -38,6 +38,16 @@ json.dump(d, open(sys.argv[2], "w"))
 PYEOF
 }
 
+# json_edit IN OUT EXPR: writes the JSON file IN to OUT with a Python statement applied to it as `d`.
+json_edit() {
+  "${PD2BW_PYTHON:-/usr/bin/python3}" - "$1" "$2" "$3" <<'PYEOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+exec(sys.argv[3])
+open(sys.argv[2], "w").write(json.dumps(d))
+PYEOF
+}
+
 finish() {
   echo "$passed passed, $failed failed"
   [ "$failed" = 0 ]

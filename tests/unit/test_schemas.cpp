@@ -91,7 +91,7 @@ s::Plan sample_plan() {
     p.stages.push_back(stage);
   }
   for (int64_t k = 0; k < 4; ++k) p.ranks.push_back({k, k / 2, k % 2, k / 2, k % 2});
-  p.predictions = {5.75, 2782.608695652174, 89043.47826086957, 0, 0.0, "reserve"};
+  p.predictions = {5.75, 2782.608695652174, 89043.47826086957, 0, 0.0, 0.0, "reserve"};
   p.alternatives = {{s::Schedule::flush, 2, 4, 2, 2, s::Placement::stages_inner, 7.0, 2285.714285714286,
                      "flush drains the pipeline every step"}};
   return p;

@@ -2,12 +2,16 @@
 // fastest plan that fits, writes plan.json and prints a human summary on stderr.
 #include <fmt/format.h>
 
+#include <charconv>
 #include <chrono>
 #include <memory>
+#include <string>
+#include <system_error>
 
 #include "cli.hpp"
 #include "pd2bw/error.hpp"
 #include "pd2bw/planner/search.hpp"
+#include "pd2bw/planner/simulator.hpp"
 #include "pd2bw/schemas/common.hpp"
 #include "pd2bw/schemas/files.hpp"
 #include "pd2bw/schemas/plan.hpp"
@@ -19,15 +23,30 @@ namespace pd2bw::cli {
 
 namespace {
 
+// Accepts the decimal integers in [lo, hi] and nothing else: a value past 64 bits is refused, never
+// clamped to the largest one.
+CLI::Validator count_in(int64_t lo, int64_t hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& text) -> std::string {
+        int64_t v = 0;
+        const auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (err == std::errc::result_out_of_range) return fmt::format("{} does not fit in a 64-bit integer", text);
+        if (err != std::errc{} || end != text.data() + text.size()) return fmt::format("{} is not an integer", text);
+        if (v < lo || v > hi) return fmt::format("{} is outside [{}, {}]", text, lo, hi);
+        return {};
+      },
+      fmt::format("INT in [{}, {}]", lo, hi));
+}
+
 void add_options(CLI::App* cmd, PlanOptions& o) {
   cmd->add_option("--profile", o.profile_path,
                   "Profile JSON from 'pd2bw profile' (default: the built-in gpt-3.8b example)");
   auto* cluster = cmd->add_option("--cluster", o.cluster_path,
                                   "Cluster JSON (topology levels, links, device memory)");
   auto* nodes = cmd->add_option("--nodes", o.nodes, "Number of nodes (default 1)")
-                    ->check(CLI::PositiveNumber);
+                    ->check(count_in(1, int64_t{1} << 20));
   auto* gpn = cmd->add_option("--gpus-per-node", o.gpus_per_node, "Devices per node (default 8)")
-                  ->check(CLI::PositiveNumber);
+                  ->check(count_in(1, int64_t{1} << 20));
   auto* mem = cmd->add_option("--device-memory", o.device_memory,
                               "Memory of one device, e.g. 16GiB, 80GB (default: the profile's device)");
   auto* intra = cmd->add_option("--intra-gbps", o.intra_gbps,
@@ -45,18 +64,18 @@ void add_options(CLI::App* cmd, PlanOptions& o) {
                         ->check(CLI::NonNegativeNumber);
   for (auto* opt : {nodes, gpn, mem, intra, inter, intra_lat, inter_lat}) opt->excludes(cluster);
   cmd->add_option("--global-batch", o.global_batch, "Samples per optimizer step, = b * m * w")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(count_in(1, planner::kMaxGlobalBatch))->capture_default_str();
   cmd->add_option("--schedule", o.schedule, "auto | 2bw | flush | gpipe")->capture_default_str();
   cmd->add_option("--microbatch", o.microbatch, "auto | a profiled microbatch size (samples)")
       ->capture_default_str();
   cmd->add_option("--recompute", o.recompute,
                   "auto (only stages that do not fit otherwise) | never | always")->capture_default_str();
   cmd->add_option("--depth", o.depth, "Pin the number of pipeline stages d (0 = search)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(count_in(0, planner::kMaxDepth))->capture_default_str();
   cmd->add_option("--width", o.width, "Pin the replicas per stage w (0 = search)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(count_in(0, planner::kMaxGlobalBatch))->capture_default_str();
   cmd->add_option("--max-depth", o.max_depth, "Largest number of pipeline stages (0 = no limit)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(count_in(0, planner::kMaxDepth))->capture_default_str();
   cmd->add_option("--optimizer", o.optimizer, "adamw (2 fp32 moments) | sgd (1 fp32 momentum)")
       ->capture_default_str();
   cmd->add_option("--reserve", o.reserve, "Device memory kept for runtime overhead (size)")
@@ -85,6 +104,11 @@ void run_plan(const PlanOptions& o) {
   so.threads = o.threads;
   auto result = planner::search(model, so);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (result.candidates == 0 && result.left_out.count > 0)
+    throw UsageError(fmt::format("every (schedule, microbatch, width, depth) for global batch {} has more than {} "
+                                 "microbatch-stages per step (m x d), the planner's replay limit",
+                                 in.constraints.global_batch, planner::kMaxReplayedMicrobatches),
+                     "plan a smaller --global-batch or a larger --microbatch, or pin a smaller --depth");
   if (result.candidates == 0) {
     throw UsageError(
         fmt::format("no (schedule, microbatch, width, depth) fits global batch {} on {} devices",
@@ -93,7 +117,6 @@ void run_plan(const PlanOptions& o) {
         "m >= d; try another --global-batch");
   }
   if (!result.feasible()) throw_infeasible(model, planner::closest_infeasible(model));
-  planner::rank_by_simulation(model, result, o.threads);
   schemas::Provenance prov{"pd2bw", std::string(schemas::pd2bw_version()),
                            std::string(schemas::pd2bw_git_sha()), command_line(), ""};
   const auto plan = planner::build_plan(model, result, in.profile_sha256, prov);
@@ -103,8 +126,27 @@ void run_plan(const PlanOptions& o) {
     print_plan_table(plan, model);
     print_alternatives(plan);
     if (o.explain) print_explain(model, result);
-    fmt::print(stderr, "searched {} candidates, evaluated {} splits in {:.3f} s\n", result.candidates,
-               result.evaluated, seconds);
+    fmt::print(stderr, "searched {} candidates, evaluated {} best splits, replayed {} splits in {:.3f} s\n",
+               result.candidates, result.evaluated, result.replayed, seconds);
+    if (result.left_out.floor_ms < result.ranked.front().step_ms)
+      fmt::print(stderr, "left out {} candidates with more than {} microbatch-stages per step (m x d), too long to "
+                         "replay; none of them can step in under {:.2f} ms\n", result.left_out.count,
+                 planner::kMaxReplayedMicrobatches, result.left_out.floor_ms);
+    if (result.unsearched.floor_ms < result.ranked.front().step_ms)
+      fmt::print(stderr, "searched the {} candidates with the least lower bounds; the {} others cannot step in "
+                         "under {:.2f} ms\n", planner::kMaxSearched, result.unsearched.count,
+                 result.unsearched.floor_ms);
+    if (result.unproven > 0)
+      fmt::print(stderr, "{} candidates that could still win needed more work than the split search allows: only "
+                         "their greedy splits were tried\n", result.unproven);
+    if (!result.ranked.front().steady)
+      fmt::print(stderr, "note: the chosen plan's replay did not settle within {} steps; its predicted step is the "
+                         "last measured one, an upper bound on the steady step\n", planner::kMaxSteadySteps);
+    if (result.proven_gap > 0)
+      fmt::print(stderr, "no split of any candidate replays more than {:.2f}% faster than the chosen one\n",
+                 100.0 * result.proven_gap);
+    else
+      fmt::print(stderr, "no split of any candidate replays faster than the chosen one\n");
     if (o.output != "-") fmt::print(stderr, "wrote {}\n", o.output);
   }
 }

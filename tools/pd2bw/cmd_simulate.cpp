@@ -30,14 +30,18 @@ void run_simulate(const SimulateOptions& o) {
   for (const auto& [path, flag] : {std::pair{o.trace_path, "--trace"}, {o.svg_path, "--svg"}, {o.json_path, "--json"}})
     if (!path.empty()) schemas::check_output_path(path, flag);
   const planner::PlanModel pm = planner::plan_model(profile.profile, plan);
-  const int64_t steps = o.steps > 0 ? o.steps : planner::default_sim_steps(plan.schedule);
-  const auto in = planner::make_sim_input(pm.model, pm.candidate, pm.bounds, pm.recompute, steps);
+  auto in = planner::make_sim_input(pm.model, pm.candidate, pm.bounds, pm.recompute,
+                                    o.steps > 0 ? o.steps : planner::default_sim_steps(plan.schedule));
   const bool keep = !o.trace_path.empty() || !o.svg_path.empty();
   if (!o.quiet)
-    fmt::print(stderr, "simulating {}: {} b={} m={} d={} w={} ({} ranks), {} steps, profile {}\n", o.plan_path,
+    fmt::print(stderr, "simulating {}: {} b={} m={} d={} w={} ({} ranks), {}, profile {}\n", o.plan_path,
                schemas::to_string(plan.schedule), plan.microbatch_size, plan.microbatches_per_step, plan.depth,
-               plan.width, plan.width * plan.depth, steps, profile.label);
-  const planner::SimResult sim = planner::simulate(in, keep);
+               plan.width, plan.width * plan.depth,
+               o.steps > 0 ? fmt::format("{} steps", o.steps) : std::string("until two steps agree"), profile.label);
+  // --steps replays exactly that many steps; without it, steps are added until the replay is steady.
+  const planner::SimResult sim = o.steps > 0 ? planner::simulate(in, keep) : planner::simulate_steady(in, keep);
+  in.spec.steps = static_cast<int64_t>(sim.step_end_ms.size());
+  if (o.quiet) fmt::print(stderr, "{}", memory_warnings(in, sim));
   if (!o.quiet) print_sim_table(plan, in, sim);
   if (!o.trace_path.empty()) {
     schemas::write_text_file(o.trace_path, planner::chrome_trace(in, sim));
@@ -48,7 +52,7 @@ void run_simulate(const SimulateOptions& o) {
   if (!o.svg_path.empty()) {
     planner::GanttOptions g;
     g.title = fmt::format("{} {}: b={} m={} d={} w={}, {} steps", plan.model.name, schemas::to_string(plan.schedule),
-                          plan.microbatch_size, plan.microbatches_per_step, plan.depth, plan.width, steps);
+                          plan.microbatch_size, plan.microbatches_per_step, plan.depth, plan.width, in.spec.steps);
     schemas::write_text_file(o.svg_path, planner::gantt_svg(in, sim, g));
     if (!o.quiet) fmt::print(stderr, "wrote {}\n", o.svg_path);
   }
@@ -69,7 +73,8 @@ void add_simulate_command(CLI::App& app, Runner& run) {
                   "The profile the plan was made from (default: the built-in gpt-3.8b example); its sha256 "
                   "must match the plan's");
   cmd->add_option("--steps", o->steps,
-                  "Optimizer steps to replay (default 3 for 2bw, whose steady step is the second, 2 otherwise)")
+                  "Optimizer steps to replay (default: from 4 for 2bw and 3 otherwise, doubling until two "
+                  "consecutive steps agree, at most 64)")
       ->check(CLI::Range(int64_t{1}, int64_t{1000}));
   cmd->add_option("--trace", o->trace_path,
                   "Write a Chrome trace JSON (one process per rank; times in microseconds)");

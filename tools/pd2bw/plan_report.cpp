@@ -51,7 +51,7 @@ void print_plan_table(const schemas::Plan& plan, const planner::CostModel& model
              schemas::to_string(plan.schedule), plan.microbatch_size, plan.microbatches_per_step,
              plan.depth, plan.width, plan.width * plan.depth, schemas::to_string(plan.placement));
   fmt::print(stderr, "{:>5}  {:<16} {:>5} {:>8} {:>12} {:>10} {:>12} {:>11}  {:>26}  {}\n", "stage",
-             "layers", "recmp", "inflight", "compute/mb", "p2p/mb", "allreduce", "step share",
+             "layers", "recmp", "inflight", "compute/mb", "p2p/mb", "allreduce", "busy/step",
              "memory (peak/limit)", "dominant");
   for (const auto& s : plan.stages) {
     const double pct = 100.0 * static_cast<double>(s.memory.total_bytes) /
@@ -63,9 +63,10 @@ void print_plan_table(const schemas::Plan& plan, const planner::CostModel& model
                s.memory.dominant, s.index == plan.predictions.bottleneck_stage ? "  <- bottleneck" : "");
   }
   const auto& p = plan.predictions;
-  fmt::print(stderr, "predicted: step {:.2f} ms | {:.1f} samples/s | {:.0f} tokens/s | bubble {:.1f}% | "
-                     "memory binds on '{}'\n",
-             p.step_ms, p.samples_per_s, p.tokens_per_s, 100.0 * p.bubble_fraction, p.binding_memory);
+  fmt::print(stderr, "predicted: step {:.2f} ms | {:.1f} samples/s | {:.0f} tokens/s | idle: fill/drain bubble "
+                     "{:.1f}%, unequal stages {:.1f}% | memory binds on '{}'\n",
+             p.step_ms, p.samples_per_s, p.tokens_per_s, 100.0 * p.bubble_fraction, 100.0 * p.imbalance_fraction,
+             p.binding_memory);
 }
 
 void print_alternatives(const schemas::Plan& plan) {

@@ -36,15 +36,34 @@ double fill(const schemas::MemoryBreakdown& m) {
 
 }  // namespace
 
+std::string memory_warnings(const planner::SimInput& in, const planner::SimResult& sim) {
+  std::string out;
+  for (size_t i = 0; i < sim.stages.size(); ++i) {
+    const auto& st = in.stages[i];
+    if (sim.stages[i].peak_bytes > st.limit_bytes)
+      out += fmt::format("warning: stage {} peaks at {} in the replay, over the device's {} by {} bytes\n", i,
+                         schemas::format_bytes(sim.stages[i].peak_bytes), schemas::format_bytes(st.limit_bytes),
+                         sim.stages[i].peak_bytes - st.limit_bytes);
+  }
+  return out;
+}
+
 void print_sim_table(const schemas::Plan& plan, const planner::SimInput& in, const planner::SimResult& sim) {
   const auto& p = plan.predictions;
   fmt::print(stderr, "step time: steady {:.3f} ms (plan predicts {:.3f} ms, {:+.2f}%), first step {:.3f} ms\n",
              sim.step_ms, p.step_ms, 100.0 * (sim.step_ms / p.step_ms - 1.0), sim.first_step_ms);
-  fmt::print(stderr, "throughput: {:.1f} samples/s, {:.0f} tokens/s; bubble {:.1f}% of rank time in the "
-                     "steady step ({:.3f}-{:.3f} ms)\n",
+  if (sim.steady)
+    fmt::print(stderr, "steady after {} steps: the measured step took the time of the one before it (within {:g}%)\n",
+               sim.step_end_ms.size(), 100.0 * planner::kSteadyTolerance);
+  else
+    fmt::print(stderr, "not steady after {} steps: the last two measured steps took {:.3f} and {:.3f} ms\n",
+               sim.step_end_ms.size(), sim.previous_step_ms, sim.step_ms);
+  fmt::print(stderr, "throughput: {:.1f} samples/s, {:.0f} tokens/s; idle {:.1f}% of rank time in the steady step "
+                     "({:.3f}-{:.3f} ms): fill/drain bubble {:.1f}%, unequal stages {:.1f}%\n",
              static_cast<double>(plan.global_batch) / (sim.step_ms / 1e3),
              static_cast<double>(plan.global_batch * plan.model.seq_len) / (sim.step_ms / 1e3),
-             100.0 * sim.bubble_fraction, sim.window_begin_ms, sim.window_end_ms);
+             100.0 * sim.idle_fraction, sim.window_begin_ms, sim.window_end_ms, 100.0 * sim.bubble_fraction,
+             100.0 * sim.imbalance_fraction);
   fmt::print(stderr, "{:>5} {:>8} {:>6} {:>6} {:>10} {:>9} {:>10} {:>9}  {:>19} {:>9} {:>8}\n", "stage", "layers",
              "recmp", "busy", "compute", "p2p", "allreduce", "idle", "peak GiB (plan)", "versions",
              "inflight");
@@ -56,6 +75,7 @@ void print_sim_table(const schemas::Plan& plan, const planner::SimInput& in, con
                100.0 * s.busy_fraction, s.compute_ms, s.p2p_ms, s.allreduce_ms, s.idle_ms, gib(s.peak_bytes),
                gib(plan.stages[i].memory.total_bytes), s.max_live_versions, s.peak_in_flight);
   }
+  fmt::print(stderr, "{}", memory_warnings(in, sim));
 }
 
 std::string sim_report_json(const schemas::Plan& plan, const planner::SimInput& in, const planner::SimResult& sim) {
@@ -66,7 +86,11 @@ std::string sim_report_json(const schemas::Plan& plan, const planner::SimInput& 
   j["step_ms"] = sim.step_ms;
   j["first_step_ms"] = sim.first_step_ms;
   j["planned_step_ms"] = plan.predictions.step_ms;
+  j["steady"] = sim.steady;
+  j["previous_step_ms"] = sim.previous_step_ms;
+  j["idle_fraction"] = sim.idle_fraction;
   j["bubble_fraction"] = sim.bubble_fraction;
+  j["imbalance_fraction"] = sim.imbalance_fraction;
   j["step_end_ms"] = sim.step_end_ms;
   j["trace_op_events"] = sim.events.size();
   auto& stages = j["stages"] = nlohmann::ordered_json::array();
@@ -79,6 +103,7 @@ std::string sim_report_json(const schemas::Plan& plan, const planner::SimInput& 
                       {"update_ms", s.update_ms},
                       {"idle_ms", s.idle_ms},
                       {"peak_bytes", s.peak_bytes},
+                      {"limit_bytes", in.stages[i].limit_bytes},
                       {"planned_peak_bytes", plan.stages[i].memory.total_bytes},
                       {"peak_in_flight", s.peak_in_flight},
                       {"max_live_versions", s.max_live_versions}});
@@ -96,18 +121,20 @@ void print_explain(const planner::CostModel& model, const planner::SearchResult&
     if (!shown.insert(c.schedule).second) continue;
     std::vector<bool> recompute;
     for (const auto& st : e.stages) recompute.push_back(st.recompute);
-    const auto sim = planner::simulate(planner::make_sim_input(model, c, e.split.bounds, recompute,
-                                                               planner::default_sim_steps(c.schedule)));
+    const auto sim = planner::simulate_steady(
+        planner::make_sim_input(model, c, e.split.bounds, recompute, planner::default_sim_steps(c.schedule)));
     const auto a = average(sim);
     size_t full = 0;
     for (size_t i = 0; i < e.stages.size(); ++i)
       if (fill(e.stages[i].memory) > fill(e.stages[full].memory)) full = i;
     const auto& mem = e.stages[full].memory;
+    const double bubble = sim.bubble_fraction * sim.step_ms;
     fmt::print(stderr, "  {:<6} {:<5} b={} m={} d={} w={}: {:.2f} ms = compute {:.2f} + p2p {:.2f} + allreduce "
-                       "{:.2f} + update {:.2f} + bubble {:.2f} ({:.1f}%)\n",
+                       "{:.2f} + update {:.2f} + fill/drain bubble {:.2f} ({:.1f}%) + idle on less busy stages "
+                       "{:.2f} ({:.1f}%)\n",
                k == 0 ? "chosen" : "best", schemas::to_string(c.schedule), c.microbatch, c.microbatches, c.depth,
-               c.width, sim.step_ms, a.compute_ms, a.p2p_ms, a.allreduce_ms, a.update_ms, a.idle_ms,
-               100.0 * sim.bubble_fraction);
+               c.width, sim.step_ms, a.compute_ms, a.p2p_ms, a.allreduce_ms, a.update_ms, bubble,
+               100.0 * sim.bubble_fraction, std::max(0.0, a.idle_ms - bubble), 100.0 * sim.imbalance_fraction);
     fmt::print(stderr, "         memory: stage {} is fullest at {:.2f} of {:.2f} GiB ({:.0f}%); largest term '{}' "
                        "({:.2f} GiB){}\n",
                full, gib(mem.total_bytes), gib(mem.limit_bytes),

@@ -9,15 +9,19 @@
 
 namespace pd2bw::cli {
 
-// The per-stage table of a simulated plan next to the plan's own numbers (stderr).
+// The per-stage table of a simulated plan next to the plan's own numbers (stderr), with a warning for
+// every stage whose simulated peak memory passes its device's memory.
 void print_sim_table(const schemas::Plan& plan, const planner::SimInput& in, const planner::SimResult& sim);
+
+// The stages whose simulated peak memory passes the device's memory, one line each ("" when none).
+std::string memory_warnings(const planner::SimInput& in, const planner::SimResult& sim);
 
 // Machine-readable report of the same numbers (deterministic JSON text).
 std::string sim_report_json(const schemas::Plan& plan, const planner::SimInput& in, const planner::SimResult& sim);
 
-// For the chosen candidate and the best of each other schedule in `result` (after rank_by_simulation):
-// where a rank's steady step goes (compute, p2p, allreduce, bubble; averaged over ranks) and which memory
-// term binds (stderr).
+// For the chosen candidate and the best of each other schedule in `result`: where a rank's steady step
+// goes (compute, p2p, allreduce, update, fill/drain bubble, idle on less busy stages; averaged over
+// ranks) and which memory term binds (stderr).
 void print_explain(const planner::CostModel& model, const planner::SearchResult& result);
 
 }  // namespace pd2bw::cli

@@ -25,8 +25,9 @@ MemoryFactors memory_factors(Schedule s, Optimizer o, int64_t compute_bytes, int
 StageMemoryTerms stage_memory_terms(const MemoryFactors& f, const StageMemoryInput& in) {
   StageMemoryTerms t;
   t.version_bytes = in.param_bytes;
-  t.fixed_bytes = f.master_copy(in.param_bytes) + f.grads(in.param_bytes) + f.optimizer(in.param_bytes) +
-                  in.comm_bytes + in.reserve_bytes;
+  t.fixed_bytes = saturating_add(saturating_add(f.master_copy(in.param_bytes), f.grads(in.param_bytes)),
+                                 saturating_add(f.optimizer(in.param_bytes),
+                                                saturating_add(in.comm_bytes, in.reserve_bytes)));
   t.per_microbatch_bytes = in.recompute ? in.input_bytes : in.stash_bytes;
   t.recompute_bytes = in.recompute ? in.stash_bytes : 0;
   t.weight_grad_bytes = in.split_backward ? in.weight_grad_bytes : 0;
@@ -44,9 +45,21 @@ schemas::MemoryBreakdown stage_memory(const MemoryFactors& f, const StageMemoryI
                                     : stash_term(in.in_flight, in.recompute, in.input_bytes, in.stash_bytes);
   m.comm_bytes = in.comm_bytes;
   m.reserve_bytes = in.reserve_bytes;
-  m.total_bytes = m.weights_bytes + m.master_bytes + m.grads_bytes + m.optimizer_bytes + m.stash_bytes +
-                  m.comm_bytes + m.reserve_bytes;
+  m.total_bytes = memory_total(m);
   m.limit_bytes = limit_bytes;
+  m.dominant = dominant_term(m);
+  return m;
+}
+
+int64_t memory_total(const schemas::MemoryBreakdown& m) {
+  int64_t total = 0;
+  for (int64_t term : {m.weights_bytes, m.master_bytes, m.grads_bytes, m.optimizer_bytes, m.stash_bytes, m.comm_bytes,
+                       m.reserve_bytes})
+    total = saturating_add(total, term);
+  return total;
+}
+
+std::string dominant_term(const schemas::MemoryBreakdown& m) {
   const std::array<std::pair<const char*, int64_t>, 7> terms{{{"weights", m.weights_bytes},
                                                               {"master", m.master_bytes},
                                                               {"grads", m.grads_bytes},
@@ -57,8 +70,7 @@ schemas::MemoryBreakdown stage_memory(const MemoryFactors& f, const StageMemoryI
   const auto* top = &terms[0];
   for (const auto& t : terms)
     if (t.second > top->second) top = &t;
-  m.dominant = top->first;
-  return m;
+  return top->first;
 }
 
 }  // namespace pd2bw::pipeline

@@ -1,4 +1,4 @@
-// The schedule generator: per-stage op lists for 2BW, PipeDream-Flush, GPipe and ZB-H1.
+// The schedule generator: per-stage op streams and lists for 2BW, PipeDream-Flush, GPipe and ZB-H1.
 #include "pd2bw/pipeline/schedule.hpp"
 
 #include <fmt/format.h>
@@ -39,112 +39,120 @@ void check_spec(const ScheduleSpec& s, int64_t stage) {
   if (stage < 0 || stage >= s.depth)
     throw UsageError(fmt::format("stage {} is outside 0..{}", stage, s.depth - 1));
   if (s.microbatches < min_microbatches(s.kind, s.depth))
-    throw UsageError(fmt::format("{} needs m >= d (got m={} d={})", to_string(s.kind), s.microbatches, s.depth),
+    throw UsageError(fmt::format("2bw needs m >= d (got m={} d={})", s.microbatches, s.depth),
                      "raise the microbatches per step or use fewer stages");
 }
 
-// Appends the ops of one stage; microbatches are numbered in one stream, g = step * m + k.
-class Emitter {
- public:
-  Emitter(const ScheduleSpec& spec, int64_t stage, bool recompute)
-      : s_(spec), stage_(stage), recompute_(recompute) {}
-
-  void forward(int64_t g) {
-    const auto [step, k] = split(g);
-    const int64_t v = version_for_step(s_.kind, step);
-    if (stage_ > 0) push(OpKind::recv_activation, step, k, 0);
-    push(OpKind::forward, step, k, v);
-    if (stage_ + 1 < s_.depth) push(OpKind::send_activation, step, k, 0);
-  }
-
-  // The backward of microbatch g, or with `kind` backward_input its B half (W comes later, weight()).
-  void backward(int64_t g, OpKind kind = OpKind::backward) {
-    const auto [step, k] = split(g);
-    const int64_t v = version_for_step(s_.kind, step);
-    if (stage_ + 1 < s_.depth) push(OpKind::recv_gradient, step, k, 0);
-    if (recompute_) push(OpKind::recompute, step, k, v);
-    push(kind, step, k, v);
-    if (stage_ > 0) push(OpKind::send_gradient, step, k, 0);
-  }
-
-  void weight(int64_t g) {
-    const auto [step, k] = split(g);
-    push(OpKind::backward_weight, step, k, version_for_step(s_.kind, step));
-  }
-
-  void finish_step(int64_t step) {
-    if (s_.width > 1) push(OpKind::allreduce, step, -1, 0);
-    push(OpKind::update, step, -1, step + 1);
-  }
-
-  // One-forward-one-backward over microbatches [first, first + count) of the stream; with
-  // `update_inside` an update follows each backward that completes a step.
-  void one_f_one_b(int64_t first, int64_t count, bool update_inside) {
-    const int64_t warmup = std::min(s_.depth - stage_ - 1, count);
-    int64_t next_f = first, next_b = first;
-    const int64_t end = first + count;
-    for (int64_t i = 0; i < warmup; ++i) forward(next_f++);
-    while (next_b < end) {
-      if (next_f < end) forward(next_f++);
-      backward(next_b);
-      ++next_b;
-      if (update_inside && next_b % s_.microbatches == 0) finish_step(next_b / s_.microbatches - 1);
-    }
-  }
-
-  // One step of zb-h1 over microbatches [first, first + m): 1F1B with split backwards, each W deferred
-  // by `stage` microbatches behind its B, then the step's remaining W's and its end.
-  void zero_bubble_step(int64_t first, int64_t step) {
-    const int64_t m = s_.microbatches, end = first + m;
-    int64_t next_f = first, next_w = first;
-    for (int64_t i = 0; i < std::min(s_.depth - stage_ - 1, m); ++i) forward(next_f++);
-    for (int64_t b = first; b < end; ++b) {
-      if (next_f < end) forward(next_f++);
-      backward(b, OpKind::backward_input);
-      if (b - next_w >= stage_) weight(next_w++);
-    }
-    while (next_w < end) weight(next_w++);
-    finish_step(step);
-  }
-
-  std::vector<Op> take() { return std::move(ops_); }
-
- private:
-  std::pair<int64_t, int64_t> split(int64_t g) const { return {g / s_.microbatches, g % s_.microbatches}; }
-  void push(OpKind kind, int64_t step, int64_t k, int64_t v) { ops_.push_back({kind, step, k, v}); }
-
-  const ScheduleSpec& s_;
-  int64_t stage_;
-  bool recompute_;
-  std::vector<Op> ops_;
-};
-
 }  // namespace
 
-std::vector<Op> stage_ops(const ScheduleSpec& spec, int64_t stage, bool recompute) {
+// Microbatches are numbered in one stream, g = step * m + k. The cursor walks the schedule's units (a
+// forward, a backward, a step's end) in order: 2bw is one 1F1B segment over all steps with an update after
+// every m-th backward; flush is one 1F1B segment per step followed by the step's end; gpipe a step's
+// forwards, then its backwards, then its end. zb-h1 is flush with each backward's B in its place and its
+// W `stage` microbatches later (after the B of microbatch k comes the W of k - stage); the step's W's
+// still waiting run, one per unit, before its end.
+StageOpStream::StageOpStream(const ScheduleSpec& spec, int64_t stage, bool recompute)
+    : s_(spec), stage_(stage), recompute_(recompute) {
   check_spec(spec, stage);
-  Emitter e(spec, stage, recompute);
-  const int64_t m = spec.microbatches;
-  switch (spec.kind) {
-    case Schedule::two_bw: e.one_f_one_b(0, m * spec.steps, true); break;
-    case Schedule::flush:
-      for (int64_t j = 0; j < spec.steps; ++j) {
-        e.one_f_one_b(j * m, m, false);
-        e.finish_step(j);
-      }
-      break;
-    case Schedule::gpipe:
-      for (int64_t j = 0; j < spec.steps; ++j) {
-        for (int64_t k = 0; k < m; ++k) e.forward(j * m + k);
-        for (int64_t k = 0; k < m; ++k) e.backward(j * m + k);
-        e.finish_step(j);
-      }
-      break;
-    case Schedule::zb_h1:
-      for (int64_t j = 0; j < spec.steps; ++j) e.zero_bubble_step(j * m, j);
-      break;
+  start_step(0);
+  refill();
+}
+
+void StageOpStream::next() {
+  if (++head_ == count_) refill();
+}
+
+void StageOpStream::start_step(int64_t step) {
+  step_ = step;
+  const int64_t m = s_.microbatches;
+  first_ = s_.kind == Schedule::two_bw ? 0 : step * m;
+  end_ = s_.kind == Schedule::two_bw ? m * s_.steps : first_ + m;
+  next_f_ = next_b_ = next_w_ = first_;
+  warm_left_ = s_.kind == Schedule::gpipe ? 0 : std::min(s_.depth - stage_ - 1, end_ - first_);
+  phase_ = Phase::forward;
+}
+
+void StageOpStream::refill() {
+  head_ = count_ = 0;
+  while (count_ == 0 && !finished_) unit();
+}
+
+// Emits the next unit's ops (possibly none, when the unit is a phase change).
+void StageOpStream::unit() {
+  const int64_t m = s_.microbatches;
+  if (warm_left_ > 0) {
+    --warm_left_;
+    forward(next_f_++);
+    return;
   }
-  return e.take();
+  switch (phase_) {
+    case Phase::forward:
+      phase_ = s_.kind == Schedule::gpipe && next_f_ + 1 < end_ ? Phase::forward : Phase::backward;
+      if (next_f_ < end_) forward(next_f_++);
+      return;
+    case Phase::backward:
+      if (s_.kind == Schedule::zb_h1) {
+        backward(next_b_++, OpKind::backward_input);
+        if (next_b_ - 1 - next_w_ >= stage_) weight(next_w_++);
+      } else {
+        backward(next_b_++);
+      }
+      phase_ = s_.kind == Schedule::gpipe ? (next_b_ < end_ ? Phase::backward : Phase::end) : Phase::update;
+      return;
+    case Phase::update:  // 1F1B after a backward: 2bw may update, and the segment may end
+      phase_ = Phase::forward;
+      if (s_.kind == Schedule::two_bw && next_b_ % m == 0) finish_step(next_b_ / m - 1);
+      if (next_b_ == end_) phase_ = s_.kind == Schedule::two_bw ? Phase::done : Phase::end;
+      return;
+    case Phase::end:
+      if (next_w_ < end_ && s_.kind == Schedule::zb_h1) {  // the deferred W's, then the step's end
+        weight(next_w_++);
+        return;
+      }
+      finish_step(step_);
+      if (step_ + 1 < s_.steps)
+        start_step(step_ + 1);
+      else
+        phase_ = Phase::done;
+      return;
+    case Phase::done: finished_ = true; return;
+  }
+}
+
+void StageOpStream::forward(int64_t g) {
+  const int64_t step = g / s_.microbatches, k = g % s_.microbatches;
+  if (stage_ > 0) push(OpKind::recv_activation, step, k, 0);
+  push(OpKind::forward, step, k, version_for_step(s_.kind, step));
+  if (stage_ + 1 < s_.depth) push(OpKind::send_activation, step, k, 0);
+}
+
+void StageOpStream::backward(int64_t g, OpKind kind) {
+  const int64_t step = g / s_.microbatches, k = g % s_.microbatches;
+  const int64_t v = version_for_step(s_.kind, step);
+  if (stage_ + 1 < s_.depth) push(OpKind::recv_gradient, step, k, 0);
+  if (recompute_) push(OpKind::recompute, step, k, v);
+  push(kind, step, k, v);
+  if (stage_ > 0) push(OpKind::send_gradient, step, k, 0);
+}
+
+void StageOpStream::weight(int64_t g) {
+  const int64_t step = g / s_.microbatches, k = g % s_.microbatches;
+  push(OpKind::backward_weight, step, k, version_for_step(s_.kind, step));
+}
+
+void StageOpStream::finish_step(int64_t step) {
+  if (s_.width > 1) push(OpKind::allreduce, step, -1, 0);
+  push(OpKind::update, step, -1, step + 1);
+}
+
+void StageOpStream::push(OpKind kind, int64_t step, int64_t k, int64_t v) {
+  buf_[static_cast<size_t>(count_++)] = {kind, step, k, v};
+}
+
+std::vector<Op> stage_ops(const ScheduleSpec& spec, int64_t stage, bool recompute) {
+  std::vector<Op> out;
+  for (StageOpStream s(spec, stage, recompute); !s.done(); s.next()) out.push_back(s.op());
+  return out;
 }
 
 ScheduleSpec schedule_spec(const PipelineShape& shape, int64_t steps) {

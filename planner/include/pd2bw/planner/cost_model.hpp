@@ -24,6 +24,12 @@ using schemas::Placement;
 using schemas::Profile;
 using schemas::Schedule;
 
+// Limits on the work one search may take, each refused with a UsageError that names it: the search
+// enumerates every depth and replays every microbatch of the plans it keeps.
+inline constexpr int64_t kMaxGlobalBatch = int64_t{1} << 24;  // samples per step
+inline constexpr int64_t kMaxLayers = int64_t{1} << 16;       // layers in a profile
+inline constexpr int64_t kMaxDepth = int64_t{1} << 12;        // pipeline stages (--depth, --max-depth)
+
 // auto_: recompute a stage only when it does not fit otherwise. never / always: pinned.
 enum class RecomputePolicy { auto_, never, always };
 
@@ -62,19 +68,37 @@ struct StageCost {
   bool feasible = false;     // fits in device memory minus the reserve
   bool recompute = false;    // chosen per the policy (auto_: only when needed)
   int64_t in_flight = 0;     // stashed microbatches at this position
-  double compute_ms = 0;     // per microbatch
-  double p2p_ms = 0;         // per microbatch
+  double compute_ms = 0;     // per microbatch: forward + backward (+ the recomputed forward)
+  double p2p_ms = 0;         // per microbatch: the boundary transfers (2 per boundary) of the slowest replica
   double allreduce_ms = 0;   // per step
   double update_ms = 0;      // per step: the optimizer step over the stage's parameters (profiled)
-  double step_ms = 0;        // k * (compute + p2p) + allreduce + update, k = m (2bw) or m + d - 1 (flush, gpipe)
+  double step_ms = 0;        // the stage's busy time per step, m (compute + p2p) + allreduce + update, on its
+                             // slowest replica: no schedule finishes a step faster
+  // The stage's part in the pipeline's fill and drain, per microbatch, on the fastest replica's links:
+  double forward_ms = 0;     // forward
+  double backward_ms = 0;    // backward, plus the recomputed forward when recomputing
+  double in_ms = 0;          // one transfer over the input boundary (0 for the first stage)
+  double out_ms = 0;         // one transfer over the output boundary (0 for the last stage)
   int64_t over_bytes = 0;    // total - limit of the least-memory option when infeasible, else 0
   MemoryBreakdown memory;    // of the chosen option (or of the least-memory option when infeasible)
 };
 
+// The search's objective: the step time of a candidate split into `stages` (their StageCosts, in order),
+// a proven lower bound on the steady step the simulator replays (README "How the planner decides"):
+// - 2bw: the largest stage step_ms (the slowest stage's busy time per step);
+// - flush: the largest, over stages k and stages i <= k, of m x stage k's time per microbatch, plus the
+//   drain and refill through stages i..k-1, plus stage i's allreduce and update;
+// - gpipe: the largest, over stages i, of one microbatch's forward and backward through stages i..d-1,
+//   plus (m - 1) x (the slowest forward + the slowest backward among them), plus stage i's allreduce and
+//   update (and never below the largest step_ms).
+// Infinity when a stage is infeasible. The partitioner minimises exactly this.
+double step_objective(const Candidate& c, const std::vector<StageCost>& stages);
+
 class CostModel {
  public:
   // Throws UsageError when the constraints cannot apply to this profile/cluster (e.g. a pinned
-  // microbatch size that was not profiled, a global batch <= 0, a reserve >= device memory).
+  // microbatch size that was not profiled, a global batch <= 0, a reserve >= device memory), when a limit
+  // above is passed, or when the profile's byte counts overflow 64-bit arithmetic (naming the sum).
   CostModel(const Profile& profile, const Cluster& cluster, const Constraints& constraints);
 
   const Profile& profile() const { return profile_; }
@@ -86,11 +110,6 @@ class CostModel {
   // Prices layers [begin, end) as stage `stage` (0-based) of `c`. Requires 0 <= begin < end <= layers.
   StageCost stage_cost(const Candidate& c, int64_t stage, int64_t begin, int64_t end) const;
 
-  // Steps per microbatch k of the schedule: m for 2bw, m + d - 1 for flush and gpipe
-  // (pipeline::pipeline_factor).
-  static int64_t pipeline_factor(const Candidate& c) {
-    return pipeline::pipeline_factor(c.schedule, c.depth, c.microbatches);
-  }
   // Microbatches stashed at once at stage `stage`: min(d - stage, m) for 2bw and flush, m for gpipe
   // (pipeline::in_flight).
   static int64_t in_flight(const Candidate& c, int64_t stage) {
@@ -112,20 +131,24 @@ class CostModel {
     return static_factors(s).total(param_prefix_[static_cast<size_t>(end)] - param_prefix_[static_cast<size_t>(begin)]);
   }
   const StaticFactors& static_factors(Schedule s) const { return statics_[static_cast<size_t>(s)]; }
-  // Prefix sums over layers [0, j) of forward time, stash bytes (at microbatch index bi) and
+  // Prefix sums over layers [0, j) of forward time, of the recomputed forward (the profile's
+  // recompute_ms, or fwd_ms where it is not recorded), of stash bytes (at microbatch index bi) and of
   // parameter bytes.
-  const std::vector<double>& fwd_prefix(int64_t bi) const { return fwd_prefix_[bi]; }
+  const std::vector<double>& fwd_prefix(int64_t bi) const { return fwd_prefix_[static_cast<size_t>(bi)]; }
+  const std::vector<double>& redo_prefix(int64_t bi) const { return redo_prefix_[static_cast<size_t>(bi)]; }
   // Prefix sums over layers [0, j) of the profiled optimizer step time (LayerProfile::update_ms; 0 where
   // not recorded). A stage pays its layers' sum once per step.
   const std::vector<double>& update_prefix() const { return update_prefix_; }
   const std::vector<int64_t>& stash_prefix(int64_t bi) const { return stash_prefix_[bi]; }
   const std::vector<int64_t>& param_prefix() const { return param_prefix_; }
-  // Per layer at microbatch index bi: the activation entering / leaving it (bytes), and p2p_ms of that
-  // tensor over level `level` (tabulated: the partitioner reads them in its innermost loop).
+  // Per layer at microbatch index bi: the activation entering / leaving it (bytes), and p2p_ms of the
+  // leaving tensor over level `level`: a boundary after layer j moves output_bytes[j] each way, as the
+  // simulator and the executor do (tabulated: the partitioner reads them in its innermost loop).
   const std::vector<int64_t>& input_bytes(int64_t bi) const { return input_bytes_[static_cast<size_t>(bi)]; }
   const std::vector<int64_t>& output_bytes(int64_t bi) const { return output_bytes_[static_cast<size_t>(bi)]; }
-  const std::vector<double>& input_p2p_ms(int64_t bi, int64_t level) const {
-    return input_p2p_[static_cast<size_t>(bi)][static_cast<size_t>(level)];
+  // The least of output_p2p_ms(bi, level) over the layers a boundary can follow (all but the last).
+  double least_boundary_p2p_ms(int64_t bi, int64_t level) const {
+    return least_boundary_p2p_[static_cast<size_t>(bi)][static_cast<size_t>(level)];
   }
   const std::vector<double>& output_p2p_ms(int64_t bi, int64_t level) const {
     return output_p2p_[static_cast<size_t>(bi)][static_cast<size_t>(level)];
@@ -136,9 +159,9 @@ class CostModel {
   // (fwd + bwd) / (static + f * stash) of any layer; infinity when some layer needs no memory.
   // Tabulated for f up to min(layers, devices); safe to call from several threads.
   double plain_capacity_ms(Schedule s, int64_t bi, int64_t f) const;
-  // Smallest fwd / (fwd + bwd) of any layer at microbatch index bi: a stage that recomputes spends at
-  // least (1 + this) times its compute.
-  double min_fwd_share(int64_t bi) const { return min_fwd_share_[static_cast<size_t>(bi)]; }
+  // Smallest redo / (fwd + bwd) of any layer at microbatch index bi (redo: the recomputed forward): a
+  // stage that recomputes spends at least (1 + this) times its compute.
+  double min_redo_share(int64_t bi) const { return min_redo_share_[static_cast<size_t>(bi)]; }
 
   // Time to move `bytes` point to point over level `level` (ms): read off the level's p2p_curve when it
   // has one (LinkCurve::ms_at), else bytes / bandwidth + latency.
@@ -168,8 +191,9 @@ class CostModel {
   // parts * latency + (allreduce_ms(bytes) - latency). A curve is only known to be non-decreasing, so
   // then: the largest stage (>= bytes / parts) pays allreduce_ms(bytes / parts), the others allreduce_ms(0).
   double allreduce_sum_floor(int64_t bytes, int64_t parts, int64_t width, int64_t level) const;
-  // Slowest level any replica's link between stages left_stage and left_stage + 1 crosses.
-  int64_t boundary_level(const Candidate& c, int64_t left_stage) const;
+  // The levels the replicas' links between stages left_stage and left_stage + 1 cross, one entry per
+  // replica (replica order).
+  std::vector<int64_t> boundary_levels(const Candidate& c, int64_t left_stage) const;
   // Level spanned by the replicas of `stage`.
   int64_t allreduce_level(const Candidate& c, int64_t stage) const;
 
@@ -183,15 +207,18 @@ class CostModel {
   // Fills p2p_curves_ and allreduce_curves_ from the cluster; throws UsageError on a malformed curve or
   // an allreduce curve without allreduce_ranks >= 2 (clusters built in code skip the readers' checks).
   void prepare_curves();
+  // Throws UsageError when the whole model's weights and optimizer state overflow 64-bit bytes.
+  void check_state_bytes() const;
   std::array<StaticFactors, 3> statics_;             // per schedule
   std::vector<int64_t> param_prefix_;               // bytes
   std::vector<std::vector<double>> compute_prefix_;  // [microbatch index][layer + 1]
-  std::vector<std::vector<double>> fwd_prefix_;
+  std::vector<std::vector<double>> fwd_prefix_, redo_prefix_;
   std::vector<double> update_prefix_;                // [layer + 1], ms
   std::vector<std::vector<int64_t>> stash_prefix_;
-  std::vector<double> min_fwd_share_;                // [microbatch index]
+  std::vector<double> min_redo_share_;               // [microbatch index]
   std::vector<std::vector<int64_t>> input_bytes_, output_bytes_;        // [microbatch index][layer]
-  std::vector<std::vector<std::vector<double>>> input_p2p_, output_p2p_;  // [mb index][level][layer]
+  std::vector<std::vector<std::vector<double>>> output_p2p_;  // [mb index][level][layer]
+  std::vector<std::vector<double>> least_boundary_p2p_;       // [mb index][level]
   std::array<std::vector<int64_t>, 2> layer_static_;  // static bytes per layer, [1 or 2 weight versions]
   // The layers that can attain plain_capacity_ms's maximum, [1 or 2 versions][mb index].
   std::array<std::vector<std::vector<size_t>>, 2> capacity_front_;

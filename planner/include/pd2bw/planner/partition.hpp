@@ -1,7 +1,10 @@
-// Splitting a model's layers into d contiguous stages: exact min-max dynamic programming.
+// Splitting a model's layers into d contiguous stages: an exact dynamic program over the stage
+// boundaries for the search's objective (step_objective), the enumeration of every split below a
+// step time, and the least-overage split for the error message when nothing fits.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -13,19 +16,40 @@ inline constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 struct Split {
   std::vector<int64_t> bounds;  // d + 1 entries: stage i holds layers [bounds[i], bounds[i+1])
-  double step_ms = kInfinity;   // max over stages of StageCost::step_ms; infinity when infeasible
+  double step_ms = kInfinity;   // step_objective of the split; infinity when infeasible
+  bool exhausted = false;       // best_split ran out of work: a greedy or balanced split, not the optimum
   bool feasible() const { return step_ms < kInfinity; }
 };
 
-// The split of `c` minimising the step time (the largest stage step_ms) with every stage within memory.
-// Exact for the cost model. Only splits with step_ms <= upper_bound_ms are looked for: when none
-// exists the result is infeasible (step_ms = infinity). Ties go to the split found first (earliest
-// stage boundaries). Runs in about O(layers^2) when the bound is tight.
-Split best_split(const CostModel& model, const Candidate& c, double upper_bound_ms = kInfinity);
+// The work (stages priced plus partial splits folded and compared) best_split's dynamic program may do
+// for one candidate, about 0.1 s; flush and gpipe with many stages and few microbatches can need more.
+inline constexpr int64_t kSplitWork = int64_t{1} << 20;
 
-// An upper bound on best_split's optimum from a greedy split (each stage as long as allowed), found by
-// bisection on the threshold; infinity when the greedy finds no split. Much cheaper than best_split.
+// The split of `c` minimising step_objective with every stage within memory. Exact unless the work
+// passes max_work: then the result is the split greedy_step_ms found (balanced_split's when it found
+// none), with exhausted set, whatever its step_ms and the bound. Only splits with step_ms <= upper_bound_ms are looked for: when none exists the result is
+// infeasible (step_ms = infinity). Among equal step times the result is the same whatever the bound: at
+// each stage the canonical choice among equal partial states (earliest next boundary first). About
+// O(layers^2) when the bound is tight; a smaller bound never needs more work.
+Split best_split(const CostModel& model, const Candidate& c, double upper_bound_ms = kInfinity,
+                 int64_t max_work = kSplitWork);
+
+// The split of `c` with the least busiest-stage time (the largest StageCost::step_ms; for 2bw that is
+// best_split), with step_ms its step_objective. Much cheaper than best_split for flush and gpipe, whose
+// objective keeps more than one number per partial split; infeasible when no split fits.
+Split balanced_split(const CostModel& model, const Candidate& c);
+
+// An upper bound on best_split's optimum from greedy splits (each stage as long as its busy time allows),
+// found by bisection on that time; infinity when the greedy finds no split. Much cheaper than best_split.
 double greedy_step_ms(const CostModel& model, const Candidate& c);
+
+// Calls visit(split) for every split of `c` with step_objective <= limit_ms, in lexicographic order of
+// the bounds (split.step_ms is its objective). visit returns the limit for the rest of the walk (a
+// smaller one prunes more; a negative one stops). The walk stops after `max_nodes` partial splits, or
+// before the first when its tables need more than kSplitWork; returns whether it visited every split
+// below the limit.
+bool for_each_split_within(const CostModel& model, const Candidate& c, double limit_ms, int64_t max_nodes,
+                           const std::function<double(const Split&)>& visit);
 
 // When no split fits: the split minimising the largest memory overage (bytes over the limit) over its
 // stages, each stage in its least-memory option. Returns that overage in `over_bytes`; only splits with

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -11,50 +12,85 @@
 
 namespace pd2bw::planner {
 
-// A candidate with its best split and the cost of each stage.
+// A candidate with a split and the cost of each stage.
 struct Evaluated {
   Candidate candidate;
-  Split split;
+  Split split;                          // split.step_ms is the split's objective (step_objective)
   std::vector<StageCost> stages;
-  double step_ms = kInfinity;           // the cost model's, or the simulator's after rank_by_simulation
-  double analytic_step_ms = kInfinity;  // the cost model's, kept by rank_by_simulation
-  double bubble_fraction = 0;           // simulated idle share (set by rank_by_simulation)
+  double step_ms = kInfinity;           // the replayed steady step once replayed, else the objective
+  double analytic_step_ms = kInfinity;  // the objective of the split, kept when replayed
+  double bubble_fraction = 0;           // replayed: idle while even the busiest stage idles (fill, drain)
+  double imbalance_fraction = 0;        // replayed: idle of the less busy stages (unequal stages)
+  bool steady = false;                  // the replay reached its steady state (SimResult::steady)
+  double proven_gap = 0;                // no split of this candidate replays faster than
+                                        // step_ms / (1 + proven_gap); 0: this split is the best
+  bool representative = false;          // stands for a schedule that was not searched exactly: the
+                                        // least-busiest-stage split of one of its most promising candidates
   bool simulated() const { return analytic_step_ms < kInfinity; }
 };
 
 struct SearchOptions {
-  int64_t top_k = 5;    // alternatives to keep besides the winner (the best of each other schedule is
-                        // always kept as well)
+  int64_t top_k = 5;    // alternatives to keep besides the winner (each other schedule is always
+                        // represented as well). Never changes the winner.
   int64_t threads = 0;  // workers evaluating candidates; 0 = one per hardware thread. The result does
                         // not depend on it (only the count of evaluated candidates may).
 };
 
+// Candidates enumerate_candidates left out for their size (see kMaxReplayedMicrobatches): how many, and
+// a lower bound on the objective (and so the replay) of every one of them.
+struct LeftOut {
+  int64_t count = 0;
+  double floor_ms = std::numeric_limits<double>::infinity();
+};
+
 struct SearchResult {
-  std::vector<Evaluated> ranked;  // feasible, best first: the winner then the alternatives
+  std::vector<Evaluated> ranked;  // feasible and replayed, best first: the winner then the alternatives
   int64_t candidates = 0;         // points of the search space
-  int64_t evaluated = 0;          // candidates whose split was computed (the rest were pruned)
+  LeftOut left_out;               // points left out: more than kMaxReplayedMicrobatches microbatch-stages
+  LeftOut unsearched;             // feasible-looking points past the first kMaxSearched by lower bound
+  int64_t evaluated = 0;          // candidates whose best split was computed (the rest were pruned)
+  int64_t replayed = 0;           // splits replayed in the simulator
+  int64_t unproven = 0;           // candidates that could still win whose best split was not found within
+                                  // kSplitWork (their balanced split was replayed; proven_gap counts them)
+  double proven_gap = 0;          // no split of any candidate replays faster than the winner's step_ms /
+                                  // (1 + proven_gap); 0: the winner is the best of all (left-out ones too)
   bool feasible() const { return !ranked.empty(); }
 };
+
+// A step's replay takes about m x d x 7 ops per distinct replica; candidates with more microbatch-stages
+// per step than this are left out of the search (SearchResult::left_out says how many and how fast they
+// could be at best), so that every plan it keeps can be replayed in seconds. They run so many
+// microbatches per stage that they hardly ever come close to the winner.
+inline constexpr int64_t kMaxReplayedMicrobatches = int64_t{1} << 22;
+
+// The search looks at most at this many candidates, the most promising by their lower bounds; the rest
+// are summed up in SearchResult::unsearched (and counted in its proven_gap). Only spaces where thousands
+// of candidates come within a few percent of each other reach it.
+inline constexpr size_t kMaxSearched = 2048;
 
 // Every valid candidate, in a fixed order: schedule (2bw, flush, gpipe), microbatch size (ascending),
 // depth (1..min(layers, devices, max_depth)), width (ascending, w * d <= devices and b * w dividing the
 // global batch), placement (replicas-inner, then stages-inner when both w > 1 and d > 1). 2bw needs
-// m >= d. Pinned constraints restrict the lists.
-std::vector<Candidate> enumerate_candidates(const CostModel& model);
+// m >= d, and m x d must not pass kMaxReplayedMicrobatches (those left out are summed up in *left_out).
+// Pinned constraints restrict the lists. Work: O(sqrt(global batch) + depths x widths), whatever the
+// device count.
+std::vector<Candidate> enumerate_candidates(const CostModel& model, LeftOut* left_out = nullptr);
 
-// Prices every stage of `split` for `c`.
+// Prices every stage of `split` for `c`; step_ms and split.step_ms are the split's objective.
 Evaluated evaluate_split(const CostModel& model, const Candidate& c, const Split& split);
 
-// Exact search: the winner has the least step time over all candidates and splits (ties: fewer
-// devices, then enumeration order). Pruning by lower bounds never changes the result.
+// The search: the winner has the least replayed steady step over all candidates and splits (ties: fewer
+// devices, then enumeration order), within result.proven_gap. Candidates are bounded from below
+// (step_bound), their exact best split by the objective found by the partitioner, and replayed in the
+// simulator while their objective, a lower bound on the replay, could still beat the best replay; inside
+// a candidate, splits are replayed while theirs could (replay.cpp). Pruning never changes the result,
+// whatever top_k and the thread count.
 SearchResult search(const CostModel& model, const SearchOptions& options = {});
 
-// Replays each ranked candidate in the simulator (default_sim_steps steps) and re-ranks them by the
-// simulated steady-state step time (stable: ties keep the search's order). The cost model is an upper
-// bound used to search; the simulator also counts the pipeline's fill overlapping across stages and each
-// replica's own links. `threads` replay finalists in parallel (0 = one per hardware thread); the result
-// does not depend on it.
-void rank_by_simulation(const CostModel& model, SearchResult& result, int64_t threads = 0);
+// The first half of search(), alone: every candidate's best split by the objective, pruned by lower
+// bounds, without replays. ranked holds the top_k + 1 by objective (step_ms = the objective); the
+// winner has the least objective over all candidates and splits (ties: fewer devices, then enumeration order). Exact; for tests and for explaining the search.
+SearchResult objective_search(const CostModel& model, const SearchOptions& options = {});
 
 // When search() found nothing feasible: the candidate and split with the smallest largest per-stage
 // overage, for the error message.

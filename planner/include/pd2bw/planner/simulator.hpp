@@ -64,25 +64,55 @@ struct SimStageResult {
 struct SimResult {
   std::vector<double> step_end_ms;  // when the last rank finished each step's update
   double first_step_ms = 0;         // step_end_ms[0]
-  double step_ms = 0;               // steady-state step: see simulate()
-  double window_begin_ms = 0, window_end_ms = 0;  // the steady step: between its update and the one before
-  // Per stage, the breakdown below is the time of the steady step's own ops (in steady state each step's
-  // ops take the same time on a rank); the rest of the step time is idle.
-  double bubble_fraction = 0;       // idle share of all ranks' time in that window
+  double step_ms = 0;               // the measured step: see simulate()
+  double previous_step_ms = 0;      // the same for the step before it
+  bool steady = false;              // step_ms is the steady step within kSteadyTolerance: see simulate()
+  double window_begin_ms = 0, window_end_ms = 0;  // the measured step: between its update and the one before
+  // Per stage, the breakdown below is the time of the measured step's own ops (in steady state each
+  // step's ops take the same time on a rank); the rest of the step time is idle. The idle share of all
+  // ranks' time splits in two: every stage idles while even the busiest one does (the schedule's fill and
+  // drain, and waits it cannot hide), and the other stages idle for as long as they are less busy than
+  // it (unequal stages).
+  double idle_fraction = 0;         // idle share of all ranks' time in that window
+  double bubble_fraction = 0;       // (window - busiest stage's busy time) / window
+  double imbalance_fraction = 0;    // idle_fraction - bubble_fraction
   double total_ms = 0;              // end of the last op
   std::vector<SimStageResult> stages;
   std::vector<SimEvent> events;     // every op of every rank (only with keep_events)
   int64_t simulated_ranks = 0;      // lanes actually replayed (replicas with identical links share one)
+  int64_t simulated_ops = 0;        // ops replayed over all lanes (the work the replay took)
 };
 
-// Replays the schedule. The steady-state step is the interval between the updates of the last two
-// steps for flush and gpipe, and for 2bw the interval before the last step (the last 2bw step also
-// drains the pipe), so 2bw needs steps >= 3 for a steady figure (with fewer, the last interval is used).
+// The relative tolerance of the steady test (simulate()).
+inline constexpr double kSteadyTolerance = 1e-6;
+// simulate_steady replays at most this many steps, and doubles no replay past this many ops.
+inline constexpr int64_t kMaxSteadySteps = 64;
+inline constexpr int64_t kMaxSteadyOps = int64_t{1} << 26;
+
+// Replays the schedule for input.spec.steps steps. The measured step is the last for flush and gpipe and,
+// for 2bw, the one before it (the last 2bw step also drains the pipe). A step's time is the longest time,
+// over the ops of every rank in it, from an op's end to the end of its counterpart one step later: the
+// replay is a max-plus linear system from step to step, so no later step is longer (for 2bw, whose
+// ranks' steps overlap, the step before the measured one counts too). `steady`: the measured step and
+// the one before it agree within kSteadyTolerance. The window below is the measured step's: between the
+// last update of the step before and its own.
 // keep_events records every op of every rank; otherwise replicas whose links are identical are replayed
 // once. Communication holds both ends (no overlap with compute): a send occupies the sender for the
 // transfer time; a receive occupies the receiver for the same time from when the sender started (or
 // from when the receiver gets there, if later). Throws Error if the op lists deadlock.
-SimResult simulate(const SimInput& input, bool keep_events = false);
+// With `measured_only` (and no events) each rank stops after its update of the measured step: the search
+// needs only the step time, and nothing of the measured step depends on what comes later (step_end_ms
+// after the measured step are then 0).
+SimResult simulate(const SimInput& input, bool keep_events = false, bool measured_only = false);
+
+// simulate() with input.spec.steps raised to default_sim_steps and then doubled until the replay is steady
+// or kMaxSteadySteps (or kMaxSteadyOps) are reached; then `steady` is false and the last measured step,
+// an upper bound on the steady one, stands. Predictions and `pd2bw simulate` use it.
+SimResult simulate_steady(SimInput input, bool keep_events = false, bool measured_only = false);
+
+// About how many ops simulate_steady replays for `input` when it is steady at the first try: distinct
+// replicas x stages x steps x ops per step. Cheap (no replay); for deciding what is worth replaying.
+int64_t estimated_replay_ops(const SimInput& input);
 
 // A plan resolved against its profile: a cost model with the plan's cluster, global batch, optimizer and
 // reserve, and the candidate, stage bounds (d + 1) and recompute flags (d) the plan describes.
@@ -96,8 +126,8 @@ struct PlanModel {
 // differ). The plan itself must already be consistent (parse_plan checks that).
 PlanModel plan_model(const Profile& profile, const schemas::Plan& plan);
 
-// Steps the planner simulates, and `pd2bw simulate`'s default: 3 for 2bw (its steady step is the second;
-// the third drains the pipe), 2 otherwise (the second step starts from a drained pipe like all later ones).
+// The fewest steps whose measured step and the one before it can be compared with their predecessors,
+// past the first step's start-up: 5 for 2bw (its last step drains the pipe), 3 otherwise.
 int64_t default_sim_steps(Schedule s);
 
 }  // namespace pd2bw::planner

@@ -64,7 +64,7 @@ struct StagePlan {
   double compute_ms = 0;       // fwd + bwd (+ recompute fwd) per microbatch
   double p2p_ms = 0;           // boundary activation and gradient transfers per microbatch
   double allreduce_ms = 0;     // gradient allreduce over the replicas, once per step
-  double step_ms = 0;          // this stage's share of the step: k * (compute + p2p) + allreduce + the
+  double step_ms = 0;          // this stage's busy time per step: m * (compute + p2p) + allreduce + the
                                // profiled optimizer step of its layers
   MemoryBreakdown memory;
 };
@@ -81,8 +81,10 @@ struct Predictions {
   double step_ms = 0;            // time of one optimizer step (global batch)
   double samples_per_s = 0;
   double tokens_per_s = 0;
-  int64_t bottleneck_stage = 0;  // stage whose step_ms is the step time
-  double bubble_fraction = 0;    // idle fraction of the pipeline from the schedule's fill and drain
+  int64_t bottleneck_stage = 0;  // stage with the largest step_ms (the busiest)
+  double bubble_fraction = 0;    // idle share of all ranks' time while even the busiest stage idles (the
+                                 // schedule's fill and drain, waits it cannot hide)
+  double imbalance_fraction = 0;  // idle share of all ranks' time on stages less busy than the busiest
   std::string binding_memory;    // dominant memory term of the stage closest to its limit
 };
 

@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
+#include "pd2bw/checked.hpp"
 #include "pd2bw/pipeline/shape.hpp"
 #include "pd2bw/schemas/plan.hpp"
 
@@ -14,6 +16,8 @@ namespace pd2bw::pipeline {
 
 // Turns a stage's parameter bytes (compute dtype) into the terms that depend on nothing else. Integer
 // arithmetic: state(p) = p / compute_bytes * state_bytes, so the terms are exact for whole parameters.
+// Every term saturates at INT64_MAX (a stage that large fits no device); readers that must report such
+// sizes check them first (the planner refuses a profile whose whole model overflows).
 struct MemoryFactors {
   int64_t compute_bytes = 4;  // bytes of one parameter in the compute dtype
   int64_t state_bytes = 4;    // bytes of one master weight, gradient or optimizer-moment element
@@ -22,14 +26,15 @@ struct MemoryFactors {
 
   // A separate master copy exists when the compute dtype differs from the state dtype (e.g. bf16 / fp32).
   bool master() const { return compute_bytes != state_bytes; }
-  int64_t state(int64_t param_bytes) const { return param_bytes / compute_bytes * state_bytes; }
-  int64_t weights(int64_t param_bytes) const { return versions * param_bytes; }
+  int64_t state(int64_t param_bytes) const { return saturating_mul(param_bytes / compute_bytes, state_bytes); }
+  int64_t weights(int64_t param_bytes) const { return saturating_mul(versions, param_bytes); }
   int64_t master_copy(int64_t param_bytes) const { return master() ? state(param_bytes) : 0; }
   int64_t grads(int64_t param_bytes) const { return state(param_bytes); }
-  int64_t optimizer(int64_t param_bytes) const { return moments * state(param_bytes); }
+  int64_t optimizer(int64_t param_bytes) const { return saturating_mul(moments, state(param_bytes)); }
   // weights + master + grads + optimizer: a lower bound on any stage holding these parameters.
   int64_t total(int64_t param_bytes) const {
-    return weights(param_bytes) + master_copy(param_bytes) + grads(param_bytes) + optimizer(param_bytes);
+    return saturating_add(saturating_add(weights(param_bytes), master_copy(param_bytes)),
+                          saturating_add(grads(param_bytes), optimizer(param_bytes)));
   }
 };
 
@@ -40,25 +45,31 @@ MemoryFactors memory_factors(Schedule s, Optimizer o, int64_t compute_bytes, int
 
 // Bytes of the stash term: `in_flight` microbatches' stashes, or with recompute their inputs plus one
 // microbatch's full stash (rebuilt for the backward being run). Inline: the partitioner's inner loop.
+// Saturates at INT64_MAX.
 inline int64_t stash_term(int64_t in_flight, bool recompute, int64_t input_bytes, int64_t stash_bytes) {
-  return recompute ? in_flight * input_bytes + stash_bytes : in_flight * stash_bytes;
+  return recompute ? saturating_add(saturating_mul(in_flight, input_bytes), stash_bytes)
+                   : saturating_mul(in_flight, stash_bytes);
 }
 
 // The stash term of a schedule that splits the backward (zb-h1): the larger of the stage's two peaks,
 // just before a B (`in_flight` activations, the recomputed stash when recomputing, `deferred` W stashes
-// of `weight_grad_bytes`) and just after it (one activation fewer, one W stash more).
+// of `weight_grad_bytes`) and just after it (one activation fewer, one W stash more). Saturates.
 inline int64_t split_stash_term(int64_t in_flight, int64_t deferred, bool recompute, int64_t input_bytes,
                                 int64_t stash_bytes, int64_t weight_grad_bytes) {
   const int64_t activation = recompute ? input_bytes : stash_bytes;
-  const int64_t before = in_flight * activation + (recompute ? stash_bytes : 0) + deferred * weight_grad_bytes;
-  const int64_t after = (in_flight - 1) * activation + (deferred + 1) * weight_grad_bytes;
+  const int64_t before = saturating_add(saturating_add(saturating_mul(in_flight, activation), recompute ? stash_bytes : 0),
+                                        saturating_mul(deferred, weight_grad_bytes));
+  const int64_t after = saturating_add(saturating_mul(in_flight - 1, activation),
+                                       saturating_mul(deferred + 1, weight_grad_bytes));
   return before > after ? before : after;
 }
 
 // Send and receive buffers of stage `stage` of `depth`: both directions of the input boundary (activation
 // in, gradient out) unless it is the first stage, and of the output boundary unless it is the last.
+// Saturates at INT64_MAX.
 inline int64_t comm_buffer_bytes(int64_t stage, int64_t depth, int64_t input_bytes, int64_t output_bytes) {
-  return (stage > 0 ? 2 * input_bytes : 0) + (stage + 1 < depth ? 2 * output_bytes : 0);
+  return saturating_add(stage > 0 ? saturating_mul(2, input_bytes) : 0,
+                        stage + 1 < depth ? saturating_mul(2, output_bytes) : 0);
 }
 
 // What one stage holds, per device (bytes; one microbatch of the planned size).
@@ -90,9 +101,14 @@ struct StageMemoryTerms {
 StageMemoryTerms stage_memory_terms(const MemoryFactors& f, const StageMemoryInput& in);
 
 // The stage's peak by term: weights = versions x one version, stash = stash_term(...) (split_stash_term
-// when the backward is split), the others as
-// above; total_bytes their sum, limit_bytes = `limit_bytes`, dominant the name of the largest term
+// when the backward is split), the others as above; total_bytes their sum (saturating), limit_bytes =
+// `limit_bytes`, dominant the name of the largest term
 // ("weights", "master", "grads", "optimizer", "stash", "comm", "reserve"; the first of equals).
 schemas::MemoryBreakdown stage_memory(const MemoryFactors& f, const StageMemoryInput& in, int64_t limit_bytes);
+
+// The sum of m's seven terms (saturating), and the name of the largest (the first of equals): what
+// stage_memory writes as total_bytes and dominant. Plan checks read them too.
+int64_t memory_total(const schemas::MemoryBreakdown& m);
+std::string dominant_term(const schemas::MemoryBreakdown& m);
 
 }  // namespace pd2bw::pipeline

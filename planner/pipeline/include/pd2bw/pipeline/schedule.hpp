@@ -3,6 +3,7 @@
 // planner's costing, the simulator and the executor all read these lists, so they agree by construction.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string_view>
 #include <vector>
@@ -57,6 +58,37 @@ int64_t version_for_step(Schedule kind, int64_t step);
 // Backward (or BackwardInput). Throws UsageError for d < 1, m < 1, steps < 1, width < 1, stage out of
 // range, or 2bw with m < d.
 std::vector<Op> stage_ops(const ScheduleSpec& spec, int64_t stage, bool recompute);
+
+// The same ops one at a time, without holding the list (a replay of many steps would otherwise keep
+// steps x m x 7 ops per stage): for (StageOpStream s(spec, i, r); !s.done(); s.next()) use(s.op()).
+// Throws what stage_ops throws. Copyable; stage_ops is this stream collected.
+class StageOpStream {
+ public:
+  StageOpStream(const ScheduleSpec& spec, int64_t stage, bool recompute);
+  bool done() const { return head_ == count_; }
+  const Op& op() const { return buf_[static_cast<size_t>(head_)]; }  // requires !done()
+  void next();                                                        // requires !done()
+
+ private:
+  enum class Phase { forward, backward, update, end, done };
+  void start_step(int64_t step);
+  void refill();
+  void unit();
+  void forward(int64_t g);
+  void backward(int64_t g, OpKind kind = OpKind::backward);  // kind: backward, or zb-h1's backward_input
+  void weight(int64_t g);                                     // zb-h1's backward_weight
+  void finish_step(int64_t step);
+  void push(OpKind kind, int64_t step, int64_t k, int64_t v);
+
+  ScheduleSpec s_;
+  int64_t stage_ = 0;
+  bool recompute_ = false;
+  int64_t step_ = 0, first_ = 0, end_ = 0, next_f_ = 0, next_b_ = 0, next_w_ = 0, warm_left_ = 0;
+  Phase phase_ = Phase::forward;
+  bool finished_ = false;
+  std::array<Op, 5> buf_{};  // the current unit's ops; a zb-h1 backward has the most, 5 (with a W)
+  int64_t head_ = 0, count_ = 0;
+};
 
 // The spec of `shape` laid out over `steps` optimizer steps.
 ScheduleSpec schedule_spec(const PipelineShape& shape, int64_t steps);

@@ -1,0 +1,121 @@
+// The search's objective (CostModel.hpp's step_objective) as a fold over the stages from the last to the
+// first, written once for the partitioner's dynamic program, its enumeration of splits and the direct
+// evaluation of a split. Private to the planner.
+//
+// Why these are lower bounds on the simulator's steady step (README "How the planner decides" has the
+// long form). Write, per stage i and microbatch, f_i its forward, b_i its backward (with recompute),
+// p_i one transfer over its input boundary (0 for i = 0), q_i over its output boundary, and
+// t_i = f_i + b_i + 2 p_i + 2 q_i its busy time; h_i its allreduce plus update, once per step.
+// - Every rank does all of its step's work between two of its updates, so a step takes at least
+//   m t_i + h_i on every stage (the "lane" of stage i). That is the whole 2bw objective.
+// - Flush: stage k's ops of one step (m t_k at least) are followed by the last backward's gradient climbing
+//   to stage i <= k (b_j + p_j on each stage j in between), stage i's allreduce and update (h_i), and the
+//   next step's first microbatch descending back to stage k (p_j + f_j each). That cycle repeats every
+//   step: S >= m t_k + sum_{i <= j < k} (f_j + b_j + 2 p_j) + h_i. Stage k's part can also be longer than
+//   its own ops: its last backward waits for the last microbatch to go down to the last stage and back
+//   (sum_{j > k} (f_j + b_j + 2 p_j) - 2 q_k from its send), and until then stage k has done only its m
+//   forwards and r = max(0, m - 1 - w) backwards, w = min(d - k - 1, m) being its warm-up; likewise its
+//   first backward waits for the first microbatch's round trip after 1 + r forwards. So stage k's part is
+//   at least max(m cf_k + (1 + r) cb_k, (1 + r) cf_k + m cb_k) + sum_{j > k} u_j - 2 q_k, and when both
+//   waits come one after the other (m >= w + 2) at least 2 (cf_k + cb_k + sum_{j > k} u_j - 2 q_k)
+//   + (m - 2 - w) t_k: the two round trips and the m - 2 - w microbatches between them.
+// - GPipe: from stage i's first op, one microbatch's forwards reach the last stage and its backwards
+//   come back to stage i, while some stage a >= i runs all m forwards (m - 1 more than the one
+//   microbatch) and some stage c >= i all m backwards: S >= sum_{j >= i} (f_j + b_j + 2 p_j)
+//   + (m - 1) (max_{a >= i} (p_a + f_a + q_a) + max_{c >= i} (q_c + b_c + p_c)) + h_i. With one replica
+//   this is the replay's step exactly (a flow shop of identical jobs, once per direction).
+// Where replicas' links differ, the lanes use each stage's slowest replica and the fill and drain terms
+// the fastest link of each boundary, so every bound stays below some replica's replay.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <limits>
+
+#include "pd2bw/planner/cost_model.hpp"
+
+namespace pd2bw::planner::detail {
+
+inline constexpr double kNoValue = -std::numeric_limits<double>::infinity();
+
+// A stage's numbers as the objective reads them (ms).
+struct StageTerms {
+  double lane = 0;  // m t + h on the slowest replica (StageCost::step_ms)
+  double t = 0;     // per microbatch on the slowest replica: compute + p2p
+  double u = 0;     // fill and drain share: f + b + 2 p
+  double cf = 0;    // forward slot with its transfers: p + f + q
+  double cb = 0;    // backward slot with its transfers: q + b + p
+  double h = 0;     // allreduce + update
+  double q = 0;     // one transfer over the output boundary (fastest link)
+  double warmup = -1;  // flush's warm-up forwards min(d - i - 1, m); -1 for the last stage
+};
+
+// `downstream` is the number of stages after this one.
+inline StageTerms stage_terms(double m, int64_t downstream, double compute_ms, double p2p_ms, double forward_ms,
+                              double backward_ms, double in_ms, double out_ms, double allreduce_ms, double update_ms) {
+  StageTerms s;
+  s.q = out_ms;
+  s.warmup = downstream > 0 ? std::min(static_cast<double>(downstream), m) : -1.0;
+  s.h = allreduce_ms + update_ms;
+  s.t = compute_ms + p2p_ms;
+  s.lane = m * s.t + s.h;
+  s.u = forward_ms + backward_ms + 2.0 * in_ms;
+  s.cf = in_ms + forward_ms + out_ms;
+  s.cb = out_ms + backward_ms + in_ms;
+  return s;
+}
+
+// The state of the fold after stages i..d-1: v[0] is the objective over those stages (it never falls as
+// stages are prepended); the rest summarise them for the stages still to come. Every entry is
+// "smaller is better" for the final objective, so a state dominates another when it is <= in every entry.
+template <int K>
+using FoldState = std::array<double, K>;
+
+// One policy per schedule: K entries, the state before any stage, and the step that prepends a stage.
+// floor(v, fb, m, n) is a lower bound on the final objective once n stages holding fb ms of fwd + bwd are
+// prepended (the partitioner prunes with it): they add at least fb to every sum, and the busiest of them
+// holds at least fb / n.
+struct TwoBwFold {
+  static constexpr int K = 1;
+  static FoldState<K> empty() { return {kNoValue}; }
+  static FoldState<K> prepend(const FoldState<K>& v, const StageTerms& s, double) { return {std::max(v[0], s.lane)}; }
+  static double floor(const FoldState<K>& v, double fb, double m, double n) {
+    return n > 0 ? std::max(v[0], m * fb / n) : v[0];
+  }
+};
+
+// v[1] = P_i = max over k >= i of (stage k's part + sum_{i <= j < k} u_j), v[2] = sum_{j >= i} u_j; the
+// objective is max_i (h_i + P_i). A stage's part needs its warm-up, so the fold knows its position.
+struct FlushFold {
+  static constexpr int K = 3;
+  static FoldState<K> empty() { return {kNoValue, kNoValue, 0.0}; }
+  static FoldState<K> prepend(const FoldState<K>& v, const StageTerms& s, double m) {
+    double part = m * s.t;
+    if (s.warmup >= 0) {  // not the last stage: the round trips below it
+      const double r = std::max(0.0, m - 1.0 - s.warmup);
+      part = std::max(part, std::max(m * s.cf + (1.0 + r) * s.cb, (1.0 + r) * s.cf + m * s.cb) + v[2] - 2.0 * s.q);
+      if (m >= s.warmup + 2.0)
+        part = std::max(part, 2.0 * (s.cf + s.cb + v[2] - 2.0 * s.q) + (m - 2.0 - s.warmup) * s.t);
+    }
+    const double p = std::max(part, s.u + v[1]);
+    return {std::max(v[0], s.h + p), p, v[2] + s.u};
+  }
+  static double floor(const FoldState<K>& v, double fb, double m, double n) {
+    return std::max({v[0], fb + v[1], n > 0 ? m * fb / n : 0.0});
+  }
+};
+
+// v[1] = sum u, v[2] = max cf, v[3] = max cb over stages i..d-1.
+struct GpipeFold {
+  static constexpr int K = 4;
+  static FoldState<K> empty() { return {kNoValue, 0.0, kNoValue, kNoValue}; }
+  static FoldState<K> prepend(const FoldState<K>& v, const StageTerms& s, double m) {
+    const double u = v[1] + s.u, f = std::max(v[2], s.cf), b = std::max(v[3], s.cb);
+    return {std::max({v[0], s.lane, s.h + u + (m - 1.0) * (f + b)}), u, f, b};
+  }
+  static double floor(const FoldState<K>& v, double fb, double m, double n) {
+    return std::max(v[0], fb + v[1] + (m - 1.0) * std::max(v[2] + v[3], n > 0 ? fb / n : 0.0));
+  }
+};
+
+}  // namespace pd2bw::planner::detail

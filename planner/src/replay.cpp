@@ -1,0 +1,219 @@
+// The replay search: the simulator's steady step decides. Each candidate replays its best split by the
+// objective and then, inside its budget, every split whose objective (a lower bound on its replay) is
+// below the best replay so far; across candidates, every one whose objective could still beat the best
+// replay is replayed in rounds. The per-candidate search depends on its candidate alone, so the winner
+// depends neither on top_k nor on the thread count.
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cmath>
+#include <optional>
+#include <set>
+
+#include "parallel.hpp"
+#include "pd2bw/planner/simulator.hpp"
+#include "search_internal.hpp"
+
+namespace pd2bw::planner::detail {
+
+int64_t replay_into(const CostModel& model, Evaluated& e) {
+  std::vector<bool> recompute;
+  for (const auto& st : e.stages) recompute.push_back(st.recompute);
+  const SimResult sim = simulate_steady(
+      make_sim_input(model, e.candidate, e.split.bounds, recompute, default_sim_steps(e.candidate.schedule)), false,
+      true);
+  e.analytic_step_ms = e.split.step_ms;
+  e.step_ms = sim.step_ms;
+  e.bubble_fraction = sim.bubble_fraction;
+  e.imbalance_fraction = sim.imbalance_fraction;
+  e.steady = sim.steady;
+  return sim.simulated_ops;
+}
+
+namespace {
+
+// Replayed ops an exact search inside one candidate may spend, and those its search within
+// kReplayTolerance may (searches stop there and say how close they got).
+constexpr int64_t kExactReplayOps = int64_t{1} << 21;
+constexpr int64_t kToleranceReplayOps = int64_t{1} << 23;
+constexpr int64_t kWalkNodes = int64_t{1} << 16;  // partial splits one walk over the splits may visit
+// The objective is a lower bound on the replay in exact arithmetic; both are sums in different orders, so
+// comparisons between them allow this relative slack (a tie is replayed rather than missed).
+constexpr double kRounding = 1e-9;
+
+// Walks the splits of `c` whose objective is <= limit_of(best replay), replaying each once (`seen`), and
+// keeps the best in `win`. Returns whether every such split was replayed within `ops` replayed ops.
+template <class Limit>
+bool replay_walk(const CostModel& model, const Candidate& c, Evaluated& win, std::set<std::vector<int64_t>>& seen,
+                 int64_t ops, int64_t* replays, Limit&& limit_of) {
+  bool stopped = false;
+  const bool walked = for_each_split_within(model, c, limit_of(win.step_ms), kWalkNodes, [&](const Split& s) {
+    if (!seen.insert(s.bounds).second) return limit_of(win.step_ms);
+    if (ops <= 0) {
+      stopped = true;
+      return -1.0;
+    }
+    Evaluated e = evaluate_split(model, c, s);
+    ops -= replay_into(model, e);
+    ++*replays;
+    if (e.step_ms < win.step_ms) win = std::move(e);  // ties keep the earlier one
+    return limit_of(win.step_ms);
+  });
+  return walked && !stopped;
+}
+
+}  // namespace
+
+Evaluated replay_candidate(const CostModel& model, const Candidate& c, const Split& best, double lower_ms,
+                           int64_t* replays) {
+  Evaluated win = evaluate_split(model, c, best);
+  const int64_t cost = replay_into(model, win);  // the others cost about as much
+  ++*replays;
+  // No split's objective, and so no split's replay, is below the optimum, or below lower_ms when the
+  // optimum is not known.
+  const double lower = best.exhausted ? lower_ms : best.step_ms;
+  if (win.step_ms <= lower * (1.0 + kRounding)) return win;
+  if (!best.exhausted) {
+    std::set<std::vector<int64_t>> seen{best.bounds};
+    auto below = [](double s) { return s * (1.0 + kRounding); };
+    if (cost * 64 <= kExactReplayOps && replay_walk(model, c, win, seen, kExactReplayOps, replays, below)) return win;
+    auto within = [](double s) { return s / (1.0 + kReplayTolerance); };
+    const bool close = win.step_ms <= lower * (1.0 + kReplayTolerance);
+    if (!close && replay_walk(model, c, win, seen, std::max(kToleranceReplayOps, 4 * cost), replays, within)) {
+      win.proven_gap = std::min(kReplayTolerance, win.step_ms / lower - 1.0);
+      return win;
+    }
+  }
+  win.proven_gap = win.step_ms / lower - 1.0;
+  return win;
+}
+
+namespace {
+
+// Alternatives whose replay would take more ops than this are shown only if they are replayed anyway
+// (because they could win): a replay of 2^23 ops takes about 0.2 s.
+constexpr int64_t kShownReplayOps = int64_t{1} << 23;
+
+bool cheap_to_replay(const CostModel& model, const Candidate& c, const Split& split) {
+  const Evaluated e = evaluate_split(model, c, split);
+  std::vector<bool> recompute;
+  for (const auto& st : e.stages) recompute.push_back(st.recompute);
+  return estimated_replay_ops(make_sim_input(model, c, split.bounds, recompute, default_sim_steps(c.schedule))) <=
+         kShownReplayOps;
+}
+
+// The replayed candidates, best first: the top `keep` and the best of each schedule.
+std::vector<Evaluated> rank(const std::vector<std::optional<Evaluated>>& replayed, size_t keep) {
+  std::vector<size_t> idx;
+  for (size_t i = 0; i < replayed.size(); ++i)
+    if (replayed[i]) idx.push_back(i);
+  std::sort(idx.begin(), idx.end(),
+            [&](size_t a, size_t b) { return ranks_before(*replayed[a], a, *replayed[b], b); });
+  std::vector<Evaluated> out;
+  std::array<bool, 3> seen{false, false, false};
+  for (size_t k = 0; k < idx.size(); ++k) {
+    const auto s = static_cast<size_t>(replayed[idx[k]]->candidate.schedule);
+    if (k < keep || !seen[s]) out.push_back(*replayed[idx[k]]);
+    seen[s] = true;
+  }
+  return out;
+}
+
+}  // namespace
+
+void replay_search(const CostModel& model, SearchSpace& space, const std::vector<size_t>& finalists,
+                   std::vector<Evaluated> representatives, const SearchOptions& options, SearchResult& result) {
+  const auto& cands = space.candidates;
+  std::vector<std::optional<Evaluated>> replayed(cands.size());
+  auto replay_batch = [&](const std::vector<size_t>& batch) {
+    std::vector<Evaluated> out(batch.size());
+    std::vector<int64_t> counts(batch.size(), 0);
+    for_each_in_parallel(batch.size(), options.threads, [&](size_t k) {
+      const size_t idx = batch[k];
+      out[k] = replay_candidate(model, cands[idx], space.known[idx].split, space.lower_bounds[idx], &counts[k]);
+      return true;
+    });
+    for (size_t k = 0; k < batch.size(); ++k) {
+      replayed[batch[k]] = std::move(out[k]);
+      result.replayed += counts[k];
+    }
+  };
+  // The best finalist is replayed first; the others, only there to show the alternatives, when their
+  // replay is cheap (kShownReplayOps). One that could still win is replayed in the rounds below anyway.
+  std::vector<size_t> shown;
+  for (size_t k = 0; k < finalists.size(); ++k)
+    if (k == 0 || cheap_to_replay(model, cands[finalists[k]], space.known[finalists[k]].split)) shown.push_back(finalists[k]);
+  replay_batch(shown);
+  // Rounds: every candidate whose lower bound, and then whose best objective, does not pass the best
+  // replay so far is replayed; the best replay only falls, so this ends. A candidate whose dynamic program
+  // ran out of work is tried again whenever the best replay falls below the bound it was tried under (a
+  // smaller bound needs less work), so what is known of each candidate is what the last bound gives; its
+  // greedy split is replayed when its objective could still win.
+  double reach = kInfinity;
+  while (true) {
+    double best = kInfinity;
+    for (const auto& r : replayed)
+      if (r) best = std::min(best, r->step_ms);
+    reach = best * (1.0 + kRounding);
+    auto settled = [&](const BestKnown& k) {
+      if (!k.computed) return false;
+      if (k.split.exhausted) return k.bound <= reach;
+      return k.split.feasible() || k.bound >= reach;
+    };
+    std::vector<size_t> unknown;
+    for (size_t idx : space.searched()) {
+      if (space.lower_bounds[idx] > reach) break;
+      const auto& k = space.known[idx];
+      if (!settled(k) && (!replayed[idx] || k.split.exhausted)) unknown.push_back(idx);
+    }
+    std::atomic<int64_t> evaluated{0};
+    for_each_in_parallel(unknown.size(), options.threads, [&](size_t k) {
+      const size_t idx = unknown[k];
+      if (space.ruled_out(idx, reach)) {  // no split can come this low: none is <= reach
+        space.known[idx] = {true, reach, Split{}};
+      } else {
+        space.known[idx] = {true, reach, best_split(model, cands[idx], reach)};
+        ++evaluated;
+      }
+      const auto& now = space.known[idx].split;
+      if (replayed[idx] && (!now.exhausted || replayed[idx]->split.bounds != now.bounds)) replayed[idx].reset();
+      return true;
+    });
+    result.evaluated += evaluated;
+    std::vector<size_t> batch;
+    for (size_t idx : space.searched()) {
+      if (space.lower_bounds[idx] > reach) break;
+      const auto& k = space.known[idx];
+      if (!replayed[idx] && k.computed && k.split.feasible() && k.split.step_ms <= reach) batch.push_back(idx);
+    }
+    if (batch.empty()) break;
+    replay_batch(batch);
+  }
+  const size_t keep = static_cast<size_t>(std::max<int64_t>(options.top_k, 0) + 1);
+  result.ranked = rank(replayed, keep);
+  if (result.ranked.empty()) return;
+  // Schedules still missing are shown by their representatives, replayed once, after the rest.
+  for_each_in_parallel(representatives.size(), options.threads, [&](size_t k) {
+    replay_into(model, representatives[k]);
+    return true;
+  });
+  for (auto& r : representatives)
+    if (std::none_of(result.ranked.begin(), result.ranked.end(),
+                     [&](const Evaluated& e) { return e.candidate.schedule == r.candidate.schedule; })) {
+      result.ranked.push_back(std::move(r));
+      ++result.replayed;
+    }
+  const double win = result.ranked.front().step_ms;
+  for (const auto& r : replayed)  // the representatives' candidates are among these when they could win
+    if (r) result.proven_gap = std::max(result.proven_gap, win * (1.0 + r->proven_gap) / r->step_ms - 1.0);
+  for (const LeftOut* out : {&result.left_out, &result.unsearched})
+    if (out->floor_ms < win) result.proven_gap = std::max(result.proven_gap, win / out->floor_ms - 1.0);
+  for (size_t idx : space.searched()) {  // unfinished and not replayed: only the lower bound is known
+    if (space.lower_bounds[idx] > reach) break;
+    if (!space.known[idx].split.exhausted) continue;
+    ++result.unproven;
+    if (!replayed[idx]) result.proven_gap = std::max(result.proven_gap, win / space.lower_bounds[idx] - 1.0);
+  }
+}
+
+}  // namespace pd2bw::planner::detail

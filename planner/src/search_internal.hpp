@@ -1,0 +1,72 @@
+// What the search's two halves share: the objective search (search.cpp) hands the replay search
+// (replay.cpp) its finalists and what it learnt of each candidate's best split. Private to the planner.
+#pragma once
+
+#include <cstdint>
+#include <algorithm>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "pd2bw/planner/search.hpp"
+
+namespace pd2bw::planner::detail {
+
+// The search's order: less step time, then fewer devices, then the earlier candidate (index ia, ib in
+// enumerate_candidates' order).
+inline bool ranks_before(const Evaluated& a, size_t ia, const Evaluated& b, size_t ib) {
+  if (a.step_ms != b.step_ms) return a.step_ms < b.step_ms;
+  const int64_t da = a.candidate.width * a.candidate.depth, db = b.candidate.width * b.candidate.depth;
+  if (da != db) return da < db;
+  return ia < ib;
+}
+
+// A candidate's best split by the objective, as far as it was computed.
+struct BestKnown {
+  bool computed = false;
+  double bound = 0;  // computed under this upper bound: split is the exact optimum, or none is <= bound,
+                     // or (split.exhausted) the dynamic program ran out of work under it
+  Split split;
+};
+
+// The objective search's view of the space: candidates, their lower bounds, the order of those bounds
+// and what is known of each one's best split.
+struct SearchSpace {
+  std::vector<Candidate> candidates;
+  std::vector<double> lower_bounds;
+  std::vector<size_t> order;  // candidate indices by lower bound; only the first searched() are searched
+  std::vector<BestKnown> known;
+  // Whether candidate idx has no split with an objective <= limit by StepLowerBound::rules_out;
+  // thread-safe for distinct candidates.
+  std::function<bool(size_t idx, double limit)> ruled_out;
+  // The candidates searched: the first kMaxSearched of `order`.
+  std::span<const size_t> searched() const {
+    return std::span<const size_t>(order).first(std::min(order.size(), kMaxSearched));
+  }
+};
+
+// Replays `finalists` (candidate indices with computed splits), then every candidate whose objective
+// could still beat the best replay, each with its own search over splits (replay_candidate), and fills
+// result.ranked (best first: the top_k + 1, then the best of each other schedule replayed, then the
+// replayed `representatives` of schedules that have none; these never win), result.replayed and
+// result.proven_gap.
+void replay_search(const CostModel& model, SearchSpace& space, const std::vector<size_t>& finalists,
+                   std::vector<Evaluated> representatives, const SearchOptions& options, SearchResult& result);
+
+// Replays e's split until steady (simulate_steady, the measured step only) and records the step, the
+// idle fractions and whether it settled in e (analytic_step_ms keeps the objective); returns the ops replayed.
+int64_t replay_into(const CostModel& model, Evaluated& e);
+
+// The best replayed split of `c`, starting from `best` (its best split by the objective): replays it, and
+// then every split whose objective is below the best replay so far while a replay budget lasts (within
+// kReplayTolerance of it when the replays are large). When `best` is exhausted (not the optimum) only it
+// is replayed, and its proven_gap is measured from lower_ms, a lower bound on every split of `c`.
+// Deterministic: it depends on nothing but its arguments. `replays` counts the splits replayed.
+Evaluated replay_candidate(const CostModel& model, const Candidate& c, const Split& best, double lower_ms,
+                           int64_t* replays);
+
+// Splits inside a candidate whose objective is within this fraction of the best replay are not replayed
+// once the exact search's budget is spent.
+inline constexpr double kReplayTolerance = 0.005;
+
+}  // namespace pd2bw::planner::detail
