@@ -50,5 +50,5 @@ same_losses "$TMP/parts.jsonl" "$TMP/zb.jsonl" && ok || fail "the resumed zb-h1 
 expect_exit 2 "the planner does not search zb-h1 yet" -- "$PD2BW" plan --profile "$P" --schedule zb-h1 \
   --global-batch 16 -o "$TMP/refused.json"
 [ ! -e "$TMP/refused.json" ] && ok || fail "a refused plan was written"
-expect_exit 2 "the simulator does not replay zb-h1" -- "$PD2BW" simulate --plan "$TMP/zb.json" --profile "$P"
+expect_exit 2 "do not price or replay zb-h1" -- "$PD2BW" simulate --plan "$TMP/zb.json" --profile "$P"
 finish
