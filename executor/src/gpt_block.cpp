@@ -1,4 +1,5 @@
-// GPT transformer block (pre-LN, causal attention, GELU MLP): forward, recompute and backward.
+// GPT transformer block (pre-LN, causal attention, GELU MLP): forward, recompute and backward, fused or
+// split into its input-gradient (B) and weight-gradient (W) halves.
 #include "gpt_internal.hpp"
 
 namespace pd2bw::executor {
@@ -113,6 +114,62 @@ void BlockLayer::backward(ConstView params, const BlockStash& s, ConstView grad_
   be.layernorm_backward(narrow.view(), s.x.view(), p(kLn1W), s.ln1_mean.view(), s.ln1_rstd.view(), grad_input,
                         g(kLn1W), g(kLn1B), n, c);
   be.accumulate(grad_input, dx1, n * c);
+}
+
+int64_t BlockWeightStash::bytes() const {
+  int64_t total = 0;
+  for (const Buffer* b : {&dy, &dfc, &dln2, &dx1, &dqkv, &dln1}) total += b->bytes();
+  return total;
+}
+
+// backward() with every parameter gradient left out: the same calls on the same operands, so grad_input
+// gets the same bits; the output gradients of the weight products go to `w` for backward_weight.
+void BlockLayer::backward_input(ConstView params, BlockStash& s, ConstView grad_output, View grad_input,
+                                BlockWeightStash& w) const {
+  const GptConfig& cfg = config_;
+  const int64_t c = cfg.d_model, n = s.batch * s.seq;
+  const auto p = [&](Tensor t) { return params.slice(layout_[t].offset, layout_[t].numel()); };
+  Backend& be = *backend_;
+  w.dy = be.alloc(compute_, n * c);
+  be.copy(grad_output.slice(0, n * c), w.dy.view());
+  w.dfc = be.alloc(compute_, n * 4 * c);
+  w.dqkv = be.alloc(compute_, n * 3 * c);
+  for (Buffer* b : {&w.dln2, &w.dx1, &w.dln1}) *b = be.alloc(compute_, n * c);
+  Buffer dattn = be.alloc(compute_, n * c);  // (N, C) gradient of the attention output
+
+  be.linear_backward(grad_output, s.fc_act.view(), p(kMlpProjW), w.dfc.view(), {}, {}, n, 4 * c, c);
+  be.gelu_backward(w.dfc.view(), s.fc.view(), w.dfc.view(), n * 4 * c);
+  be.linear_backward(w.dfc.view(), s.ln2.view(), p(kFcW), w.dln2.view(), {}, {}, n, c, 4 * c);
+  be.layernorm_backward(w.dln2.view(), s.x1.view(), p(kLn2W), s.ln2_mean.view(), s.ln2_rstd.view(), grad_input, {}, {},
+                        n, c);
+  be.add(grad_output, grad_input, w.dx1.view(), n * c);
+  be.linear_backward(w.dx1.view(), s.attn.view(), p(kProjW), dattn.view(), {}, {}, n, c, c);
+  be.attention_backward(dattn.view(), s.qkv.view(), s.attn.view(), s.attn_stash.view(), w.dqkv.view(), s.batch, s.seq,
+                        c, cfg.heads);
+  be.linear_backward(w.dqkv.view(), s.ln1.view(), p(kAttnW), w.dln1.view(), {}, {}, n, c, 3 * c);
+  be.layernorm_backward(w.dln1.view(), s.x.view(), p(kLn1W), s.ln1_mean.view(), s.ln1_rstd.view(), grad_input, {}, {},
+                        n, c);
+  be.accumulate(grad_input, w.dx1.view(), n * c);
+  for (Buffer* b : {&s.qkv, &s.attn_stash, &s.fc}) b->reset();  // only B reads them
+}
+
+// backward()'s parameter gradients, each from the same operands as there (one accumulation per tensor,
+// so their order does not matter).
+void BlockLayer::backward_weight(ConstView params, BlockStash& s, BlockWeightStash& w, View grads) const {
+  const int64_t c = config_.d_model, n = s.batch * s.seq;
+  const auto p = [&](Tensor t) { return params.slice(layout_[t].offset, layout_[t].numel()); };
+  const auto g = [&](Tensor t) { return grads.slice(layout_[t].offset, layout_[t].numel()); };
+  Backend& be = *backend_;
+  be.linear_backward(w.dy.view(), s.fc_act.view(), {}, {}, g(kMlpProjW), g(kMlpProjB), n, 4 * c, c);
+  be.linear_backward(w.dfc.view(), s.ln2.view(), {}, {}, g(kFcW), g(kFcB), n, c, 4 * c);
+  be.layernorm_backward(w.dln2.view(), s.x1.view(), p(kLn2W), s.ln2_mean.view(), s.ln2_rstd.view(), {}, g(kLn2W),
+                        g(kLn2B), n, c);
+  be.linear_backward(w.dx1.view(), s.attn.view(), {}, {}, g(kProjW), g(kProjB), n, c, c);
+  be.linear_backward(w.dqkv.view(), s.ln1.view(), {}, {}, g(kAttnW), g(kAttnB), n, c, 3 * c);
+  be.layernorm_backward(w.dln1.view(), s.x.view(), p(kLn1W), s.ln1_mean.view(), s.ln1_rstd.view(), {}, g(kLn1W),
+                        g(kLn1B), n, c);
+  w = BlockWeightStash{};
+  s = BlockStash{};
 }
 
 template <typename T>

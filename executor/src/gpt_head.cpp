@@ -1,4 +1,5 @@
-// GPT last layer: final layer norm, LM head (own or tied to wte) and mean softmax cross-entropy.
+// GPT last layer: final layer norm, LM head (own or tied to wte) and mean softmax cross-entropy; its
+// backward fused or split into the input-gradient (B) and weight-gradient (W) halves.
 #include "gpt_internal.hpp"
 
 namespace pd2bw::executor {
@@ -65,6 +66,38 @@ void HeadLayer::backward(ConstView params, ConstView wte, HeadStash& s, double l
   be.linear_backward(dlogits, s.ln.view(), weight, dln.view(), dweight.slice(0, table), {}, n, c, cfg.vocab);
   be.layernorm_backward(dln.view(), s.x.view(), params.slice(kGamma, c), s.ln_mean.view(), s.ln_rstd.view(), grad_input,
                         grads.slice(kGamma, c), grads.slice(c, c), n, c);
+}
+
+// backward() in two halves over the same operands: B computes dlogits (in place, as there), dln and
+// grad_input; W the LM head's and ln_f's gradients.
+void HeadLayer::backward_input(ConstView params, ConstView wte, HeadStash& s, double loss_scale, View grad_input,
+                               HeadWeightStash& w) const {
+  const GptConfig& cfg = config_;
+  const ConstView weight = lm_head(params, wte);
+  const int64_t n = s.batch * s.seq, c = cfg.d_model;
+  Backend& be = *backend_;
+  w.dln = be.alloc(compute_, n * c);
+  const View dlogits = s.logits.view();
+  be.cross_entropy_backward(s.logits.view(), s.targets.view(), s.lse.view(), dlogits, n, cfg.vocab, loss_scale);
+  be.linear_backward(dlogits, s.ln.view(), weight, w.dln.view(), {}, {}, n, c, cfg.vocab);
+  be.layernorm_backward(w.dln.view(), s.x.view(), params.slice(kGamma, c), s.ln_mean.view(), s.ln_rstd.view(),
+                        grad_input, {}, {}, n, c);
+  s.targets.reset();  // only B reads them
+  s.lse.reset();
+}
+
+void HeadLayer::backward_weight(ConstView params, HeadStash& s, HeadWeightStash& w, View grads, View dwte) const {
+  const GptConfig& cfg = config_;
+  const int64_t n = s.batch * s.seq, c = cfg.d_model, table = cfg.vocab * c;
+  const View dweight = cfg.tie_embeddings ? dwte : grads.slice(2 * c, table);
+  if (dweight.empty())
+    throw UsageError("head: tied embeddings need a dwte buffer for the LM-head gradient, but none was passed");
+  Backend& be = *backend_;
+  be.linear_backward(s.logits.view(), s.ln.view(), {}, {}, dweight.slice(0, table), {}, n, c, cfg.vocab);
+  be.layernorm_backward(w.dln.view(), s.x.view(), params.slice(kGamma, c), s.ln_mean.view(), s.ln_rstd.view(), {},
+                        grads.slice(kGamma, c), grads.slice(c, c), n, c);
+  w = HeadWeightStash{};
+  s = HeadStash{};
 }
 
 template <typename T>

@@ -19,6 +19,8 @@ std::string event_name(const SimEvent& e) {
   switch (e.kind) {
     case OpKind::forward: return fmt::format("F{}", e.microbatch);
     case OpKind::backward: return fmt::format("B{}", e.microbatch);
+    case OpKind::backward_input: return fmt::format("B{} (input)", e.microbatch);
+    case OpKind::backward_weight: return fmt::format("W{}", e.microbatch);
     case OpKind::recompute: return fmt::format("R{}", e.microbatch);
     case OpKind::send_activation: return fmt::format("send act {}", e.microbatch);
     case OpKind::recv_activation: return fmt::format("recv act {}", e.microbatch);

@@ -271,6 +271,7 @@ double step_objective(const Candidate& c, const std::vector<StageCost>& stages) 
     case Schedule::flush: return fold_stages<detail::FlushFold>(c, stages);
     case Schedule::gpipe: return fold_stages<detail::GpipeFold>(c, stages);
     case Schedule::two_bw: break;
+    case Schedule::zb_h1: throw Error("the planner does not price zb-h1 yet");  // plan_model refuses it first
   }
   return fold_stages<detail::TwoBwFold>(c, stages);
 }

@@ -166,6 +166,10 @@ class Engine {
         case OpKind::allreduce:
           if (!allreduce(l, work)) return;
           break;
+        case OpKind::backward_input:
+        case OpKind::backward_weight:
+          throw UsageError("the simulator does not replay zb-h1 (its split backward) yet",
+                           "simulate the flush plan of the same shape; pd2bw train runs zb-h1");
       }
     }
   }

@@ -1,5 +1,6 @@
 // Times one GPT layer kind at one microbatch size on a backend (cpu or cuda) in its compute dtype:
-// forward, backward and recompute, each into a fresh stash as the pipeline runtime does, and measures
+// forward, backward and recompute, each into a fresh stash as the pipeline runtime does, the backward's
+// two halves (B, the input gradient, and W, the weight gradients) run apart as zb-h1 runs them, and measures
 // the stash and the parameters as growth of the backend arena's live bytes. Every buffer a layer
 // reads or writes lives in that arena; inputs and outputs are allocated before anything is measured.
 #include <algorithm>
@@ -65,6 +66,11 @@ class LayerBench {
   virtual void forward() = 0;    // into a fresh stash, kept for backward()
   virtual void recompute() = 0;  // rebuilds the stash from the layer input (a fresh stash)
   virtual void backward() = 0;   // from the stash of the last forward() or recompute()
+  // The same backward in its halves: B, then W (which spends the stash). A layer without an input
+  // gradient (the embedding) has an empty B and `has_input_grad` false.
+  virtual void backward_input() = 0;
+  virtual void backward_weight() = 0;
+  virtual bool has_input_grad() const { return true; }
   virtual void drop_stash() = 0;
   virtual int64_t stash_bytes() const = 0;  // Stash::bytes() of the live stash
   int64_t param_bytes = 0;                  // growth of the arena when the weights were allocated
@@ -98,6 +104,9 @@ class EmbeddingBench final : public LayerBench {
   }
   void recompute() override { forward(); }  // the embedding keeps only its tokens: recompute = forward
   void backward() override { layer_.backward(*stash_, grad_out_.view(), grads_.view()); }
+  void backward_input() override {}
+  void backward_weight() override { backward(); }
+  bool has_input_grad() const override { return false; }
   void drop_stash() override { stash_.reset(); }
   int64_t stash_bytes() const override { return stash_->bytes(); }
 
@@ -125,7 +134,14 @@ class BlockBench final : public LayerBench {
     layer_.recompute(params_.view(), in_.view(), b_, s_, *stash_);
   }
   void backward() override { layer_.backward(params_.view(), *stash_, grad_out_.view(), grad_in_.view(), grads_.view()); }
-  void drop_stash() override { stash_.reset(); }
+  void backward_input() override {
+    layer_.backward_input(params_.view(), *stash_, grad_out_.view(), grad_in_.view(), w_);
+  }
+  void backward_weight() override { layer_.backward_weight(params_.view(), *stash_, w_, grads_.view()); }
+  void drop_stash() override {
+    stash_.reset();
+    w_ = executor::BlockWeightStash{};
+  }
   int64_t stash_bytes() const override { return stash_->bytes(); }
 
  private:
@@ -133,6 +149,7 @@ class BlockBench final : public LayerBench {
   int64_t b_, s_;
   Buffer params_, grads_, in_, out_, grad_out_, grad_in_;
   std::optional<executor::BlockStash> stash_;
+  executor::BlockWeightStash w_;
 };
 
 // With tied embeddings the head reads the embedding's token table; it gets a (V, C) table of its own
@@ -162,7 +179,14 @@ class HeadBench final : public LayerBench {
   void backward() override {
     layer_.backward(params_.view(), wte(), *stash_, 1.0, grad_in_.view(), grads_.view(), tied_ ? dwte_.view() : View{});
   }
-  void drop_stash() override { stash_.reset(); }
+  void backward_input() override { layer_.backward_input(params_.view(), wte(), *stash_, 1.0, grad_in_.view(), w_); }
+  void backward_weight() override {
+    layer_.backward_weight(params_.view(), *stash_, w_, grads_.view(), tied_ ? dwte_.view() : View{});
+  }
+  void drop_stash() override {
+    stash_.reset();
+    w_ = executor::HeadWeightStash{};
+  }
   int64_t stash_bytes() const override { return stash_->bytes(); }
 
  private:
@@ -172,6 +196,7 @@ class HeadBench final : public LayerBench {
   int64_t b_, s_;
   Buffer params_, grads_, in_, targets_, grad_in_, loss_, wte_, dwte_;
   std::optional<executor::HeadStash> stash_;
+  executor::HeadWeightStash w_;
 };
 
 std::unique_ptr<LayerBench> make_bench(const Target& t, const GptConfig& cfg, GptLayerKind kind, int64_t b,
@@ -192,6 +217,35 @@ int64_t measured_stash_bytes(const Target& t, LayerBench& bench) {
   const int64_t before = t.backend.memory().current_bytes;
   bench.forward();
   return t.backend.memory().current_bytes - before;
+}
+
+// Growth of the arena's live bytes from before a forward to the end of its B: what the layer keeps
+// until its W (the stash W still reads and the output gradients B left for it).
+int64_t measured_weight_stash_bytes(const Target& t, LayerBench& bench) {
+  bench.drop_stash();
+  const int64_t before = t.backend.memory().current_bytes;
+  bench.forward();
+  bench.backward_input();
+  const int64_t kept = t.backend.memory().current_bytes - before;
+  bench.drop_stash();
+  return kept;
+}
+
+// The backward's halves, `iters` times each from a fresh forward: bwd_input_ms (0 without an input
+// gradient), bwd_weight_ms and the bytes kept between them.
+void measure_split(const Target& t, LayerBench& bench, int64_t iters, schemas::LayerTiming& timing) {
+  timing.bwd_weight_stash_bytes = measured_weight_stash_bytes(t, bench);
+  std::vector<double> b, w;
+  for (int64_t i = 0; i < iters; ++i) {
+    bench.drop_stash();
+    bench.forward();
+    b.push_back(time_ms(t, [&] { bench.backward_input(); }));
+    w.push_back(time_ms(t, [&] { bench.backward_weight(); }));
+  }
+  bench.drop_stash();
+  timing.split = true;
+  timing.bwd_input_ms = bench.has_input_grad() ? summarize(b).median : 0.0;
+  timing.bwd_weight_ms = summarize(w).median;
 }
 
 }  // namespace
@@ -230,6 +284,7 @@ LayerMeasurement measure_layer(const Target& target, const GptConfig& config, Gp
     rec.push_back(time_ms(target, [&] { bench->recompute(); }));
   }
   bench->drop_stash();
+  measure_split(target, *bench, iters, m.timing);
   const Spread f = summarize(fwd), g = summarize(bwd), r = summarize(rec);
   m.timing.microbatch = microbatch;
   m.timing.fwd_ms = f.median;

@@ -46,7 +46,9 @@ struct LayerMeasurement {
 };
 // Builds the layer of `kind` for `config` on the target (weights from `seed`), runs `warmup` untimed
 // forward+backward pairs, measures the stash once, then times `iters` forwards, backwards and
-// recomputes. Throws pd2bw::Error from the layer's ops.
+// recomputes, and `iters` of the backward's halves apart (timing.split: bwd_input_ms, bwd_weight_ms and
+// bwd_weight_stash_bytes, the arena's growth from before a forward to the end of its B). Throws pd2bw::Error from the
+// layer's ops.
 LayerMeasurement measure_layer(const Target& target, const executor::GptConfig& config, executor::GptLayerKind kind,
                                int64_t microbatch, int64_t warmup, int64_t iters, uint64_t seed);
 

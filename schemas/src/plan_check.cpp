@@ -52,7 +52,8 @@ void check_batch(const Plan& p) {
   }
   if (p.microbatches_per_step < min_microbatches(p.schedule, p.depth)) {
     fail("/microbatches_per_step",
-         fmt::format("2bw needs microbatches_per_step >= depth ({} < {})", p.microbatches_per_step, p.depth),
+         fmt::format("{} needs microbatches_per_step >= depth ({} < {})", to_string(p.schedule),
+                     p.microbatches_per_step, p.depth),
          "with fewer microbatches than stages 2BW would need more than two weight versions; raise m or use flush");
   }
 }

@@ -210,6 +210,9 @@ Plan parse_plan(std::string_view json_text) {
 std::string dump_plan(const Plan& plan) {
   using namespace detail;
   OrderedJson out = header_json(kPlanKind);
+  bool zero_bubble = plan.schedule == Schedule::zb_h1;
+  for (const Alternative& a : plan.alternatives) zero_bubble = zero_bubble || a.schedule == Schedule::zb_h1;
+  if (zero_bubble) out["schema_version"] = kSchemaVersionSplitBackward;  // "zb-h1" is a 1.2 value
   out["provenance"] = provenance_json(plan.provenance);
   out["profile_sha256"] = plan.profile_sha256;
   out["model"] = model_json(plan.model);

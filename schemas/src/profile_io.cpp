@@ -1,5 +1,6 @@
 // The profile format ("pd2bw.profile"): strict reading with its semantic checks, and the
 // deterministic writer.
+#include <array>
 #include <map>
 
 #include <fmt/format.h>
@@ -29,10 +30,33 @@ void check_spread(const ObjectReader& r, std::string_view median_key, double med
   }
 }
 
+// The split backward: all three keys or none; each half >= 0 (a layer may lack one), not both 0.
+void read_split(const ObjectReader& r, LayerTiming& t) {
+  constexpr std::array<const char*, 3> keys{"bwd_input_ms", "bwd_weight_ms", "bwd_weight_stash_bytes"};
+  int present = 0;
+  for (const char* k : keys) present += r.has(k) ? 1 : 0;
+  if (present == 0) return;
+  if (present < 3)
+    for (const char* k : keys)
+      if (!r.has(k))
+        fail(r.at(k),
+             "is missing (the split backward comes as bwd_input_ms, bwd_weight_ms and "
+             "bwd_weight_stash_bytes together)",
+             "give all three, or none (pd2bw profile writes all three)");
+  t.split = true;
+  t.bwd_input_ms = r.number("bwd_input_ms", Min::non_negative);
+  t.bwd_weight_ms = r.number("bwd_weight_ms", Min::non_negative);
+  t.bwd_weight_stash_bytes = r.integer("bwd_weight_stash_bytes", Min::non_negative);
+  if (t.bwd_input_ms + t.bwd_weight_ms <= 0)
+    fail(r.at("bwd_weight_ms"), "bwd_input_ms and bwd_weight_ms are both 0",
+         "a layer with a backward spends time in at least one of its halves");
+}
+
 LayerTiming read_timing(const Json& value, const std::string& pointer) {
   const ObjectReader r(value, pointer,
                        {"microbatch", "fwd_ms", "bwd_ms", "input_bytes", "output_bytes", "stash_bytes", "fwd_ms_min",
-                        "fwd_ms_p90", "bwd_ms_min", "bwd_ms_p90", "recompute_ms", "stash_bytes_computed"});
+                        "fwd_ms_p90", "bwd_ms_min", "bwd_ms_p90", "recompute_ms", "stash_bytes_computed",
+                        "bwd_input_ms", "bwd_weight_ms", "bwd_weight_stash_bytes"});
   LayerTiming t;
   t.microbatch = r.integer("microbatch", Min::positive);
   t.fwd_ms = r.number("fwd_ms", Min::positive);
@@ -48,6 +72,7 @@ LayerTiming read_timing(const Json& value, const std::string& pointer) {
   if (r.has("stash_bytes_computed")) t.stash_bytes_computed = r.integer("stash_bytes_computed", Min::positive);
   check_spread(r, "fwd_ms", t.fwd_ms, t.fwd_ms_min, t.fwd_ms_p90);
   check_spread(r, "bwd_ms", t.bwd_ms, t.bwd_ms_min, t.bwd_ms_p90);
+  read_split(r, t);
   return t;
 }
 
@@ -145,6 +170,11 @@ OrderedJson layer_json(const LayerProfile& layer) {
     if (t.bwd_ms_p90 != 0) e["bwd_ms_p90"] = t.bwd_ms_p90;
     if (t.recompute_ms != 0) e["recompute_ms"] = t.recompute_ms;
     if (t.stash_bytes_computed != 0) e["stash_bytes_computed"] = t.stash_bytes_computed;
+    if (t.split) {
+      e["bwd_input_ms"] = t.bwd_input_ms;
+      e["bwd_weight_ms"] = t.bwd_weight_ms;
+      e["bwd_weight_stash_bytes"] = t.bwd_weight_stash_bytes;
+    }
     timings.push_back(std::move(e));
   }
   out["per_microbatch"] = std::move(timings);
@@ -216,6 +246,9 @@ std::string dump_profile(const Profile& profile) {
   if (!d.driver_version.empty() || !d.cuda_version.empty() || !d.compute_capability.empty() || d.multiprocessors != 0 ||
       d.device_copy_gbps != 0 || d.host_to_device_gbps != 0)
     out["schema_version"] = kSchemaVersionGpuDevice;
+  for (const LayerProfile& layer : profile.layers)
+    for (const LayerTiming& t : layer.per_microbatch)
+      if (t.split) out["schema_version"] = kSchemaVersionSplitBackward;
   out["provenance"] = detail::provenance_json(profile.provenance);
   out["model"] = detail::model_json(profile.model);
   out["device"] = detail::profile_device_json(profile.device);

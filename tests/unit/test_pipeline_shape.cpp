@@ -181,3 +181,31 @@ TEST_CASE("the executor's form of the model keeps everything in its scalar type"
   CHECK(memory_factors(Schedule::gpipe, Optimizer::sgd, 4, 4).total(400) == 3 * 400);
   CHECK_THROWS_AS(memory_factors(Schedule::flush, Optimizer::sgd, 0, 4), UsageError);
 }
+
+TEST_CASE("zb-h1's shape: one version, 1F1B's in-flight bound, W's deferred by the stage, the split stash term") {
+  for (int64_t i = 0; i < 4; ++i) {
+    CHECK(in_flight(Schedule::zb_h1, 4, 6, i) == 4 - i);
+    CHECK(deferred_weight_grads(Schedule::zb_h1, 6, i) == i);
+    CHECK(deferred_weight_grads(Schedule::zb_h1, 2, i) == std::min<int64_t>(i, 1));
+    CHECK(deferred_weight_grads(Schedule::flush, 6, i) == 0);
+  }
+  CHECK(weight_versions(Schedule::zb_h1) == 1);
+  CHECK(pipeline_factor(Schedule::zb_h1, 4, 6) == 9);
+  CHECK(min_microbatches(Schedule::zb_h1, 5) == 1);
+  // Stage 2 of 4: 2 activations (S = 300 each) and 2 deferred W stashes (G = 120) before a B; after it,
+  // 1 activation and 3 W stashes. With recompute: inputs (I = 40) plus one rebuilt stash before the B.
+  const int64_t S = 300, I = 40, G = 120;
+  CHECK(split_stash_term(2, 2, false, I, S, G) == std::max(2 * S + 2 * G, S + 3 * G));
+  CHECK(split_stash_term(2, 2, true, I, S, G) == std::max(2 * I + S + 2 * G, I + 3 * G));
+  CHECK(split_stash_term(1, 0, false, I, S, 5 * S) == 5 * S);  // a W stash larger than the stash: after B
+  const MemoryFactors f = memory_factors(Schedule::zb_h1, Optimizer::adamw, 4, 4);
+  StageMemoryInput in{2000, S, I, 0, 2, false, 0};
+  in.split_backward = true;
+  in.weight_grad_bytes = G;
+  in.deferred = 2;
+  CHECK(stage_memory(f, in, 1 << 20).stash_bytes == split_stash_term(2, 2, false, I, S, G));
+  CHECK(stage_memory_terms(f, in).weight_grad_bytes == G);
+  in.split_backward = false;
+  CHECK(stage_memory(f, in, 1 << 20).stash_bytes == 2 * S);
+  CHECK(stage_memory_terms(f, in).weight_grad_bytes == 0);
+}

@@ -133,6 +133,34 @@ TEST_CASE("run_profile times and sizes every layer at every microbatch size") {
   CHECK(p.layers[1].per_microbatch[1].fwd_ms == p.layers[2].per_microbatch[1].fwd_ms);
 }
 
+TEST_CASE("run_profile times the backward's halves apart and sizes what B leaves for W") {
+  const ex::GptConfig cfg = config_of(small_options());
+  const auto& p = small_run().profile;
+  for (size_t i = 0; i < p.layers.size(); ++i) {
+    const auto& layer = p.layers[i];
+    for (const auto& t : layer.per_microbatch) {
+      CAPTURE(layer.name);
+      CAPTURE(t.microbatch);
+      CHECK(t.split);
+      CHECK(t.bwd_weight_ms > 0);
+      const int64_t n = t.microbatch * cfg.seq_len, act = n * cfg.d_model * 4;
+      if (layer.kind == "embedding") {
+        CHECK(t.bwd_input_ms == 0);  // no input gradient: the whole backward is W
+        CHECK(t.bwd_weight_stash_bytes == t.stash_bytes);
+      } else if (layer.kind == "block") {
+        CHECK(t.bwd_input_ms > 0);
+        // B frees qkv (N, 3C), the (B, H, S, S) probabilities and fc (N, 4C), and keeps 11 (N, C)
+        // output gradients (dy, dfc 4, dln2, dx1, dqkv 3, dln1) for W.
+        const int64_t freed = 7 * act + t.microbatch * cfg.heads * cfg.seq_len * cfg.seq_len * 4;
+        CHECK(t.bwd_weight_stash_bytes == t.stash_bytes - freed + 11 * act);
+      } else {
+        CHECK(t.bwd_input_ms > 0);
+        CHECK(t.bwd_weight_stash_bytes == t.stash_bytes - 2 * n * 4 + act);  // targets and lse out, dln in
+      }
+    }
+  }
+}
+
 TEST_CASE("run_profile measures the node links on ascending message sizes") {
   const auto& p = small_run().profile;
   REQUIRE(p.links.size() == 1);

@@ -469,6 +469,58 @@ TEST_CASE("a profile's device keeps the optional GPU measurements; a cluster wri
   check_prefix(schema_error_of([&] { s::parse_profile(j.dump()); }), "/device/multiprocessors: must be > 0");
 }
 
+TEST_CASE("a profile's optional split backward: absent in old files, all three keys or none, stamped 1.2") {
+  const s::Profile old_profile = sample_profile();
+  const std::string old_text = s::dump_profile(old_profile);
+  CHECK(old_text.find("bwd_input_ms") == std::string::npos);
+  CHECK(old_text.find("\"schema_version\": \"1.0.0\"") != std::string::npos);
+  for (const auto& l : s::parse_profile(old_text).layers)
+    for (const auto& t : l.per_microbatch) CHECK_FALSE(t.split);  // an old file still loads, unsplit
+
+  s::Profile p = sample_profile();
+  s::LayerTiming& t = p.layers[1].per_microbatch[0];
+  t.split = true;
+  t.bwd_input_ms = 0.75;
+  t.bwd_weight_ms = 0.5;
+  t.bwd_weight_stash_bytes = 4096;
+  const std::string text = s::dump_profile(p);
+  CHECK(text.find("\"schema_version\": \"1.2.0\"") != std::string::npos);
+  const s::Profile back = s::parse_profile(text);
+  const s::LayerTiming& u = back.layers[1].per_microbatch[0];
+  CHECK(u.split);
+  CHECK(u.bwd_input_ms == 0.75);
+  CHECK(u.bwd_weight_ms == 0.5);
+  CHECK(u.bwd_weight_stash_bytes == 4096);
+  CHECK_FALSE(back.layers[0].per_microbatch[0].split);
+  CHECK(s::dump_profile(back) == text);
+
+  auto j = json::parse(text);
+  j["layers"][1]["per_microbatch"][0].erase("bwd_weight_ms");
+  check_prefix(schema_error_of([&] { s::parse_profile(j.dump()); }),
+               "/layers/1/per_microbatch/0/bwd_weight_ms: is missing");
+  j = json::parse(text);
+  j["layers"][1]["per_microbatch"][0]["bwd_input_ms"] = -1;
+  check_prefix(schema_error_of([&] { s::parse_profile(j.dump()); }), "/layers/1/per_microbatch/0/bwd_input_ms: ");
+  j = json::parse(text);
+  j["layers"][1]["per_microbatch"][0]["bwd_input_ms"] = 0;
+  j["layers"][1]["per_microbatch"][0]["bwd_weight_ms"] = 0;
+  check_prefix(schema_error_of([&] { s::parse_profile(j.dump()); }), "/layers/1/per_microbatch/0/bwd_weight_ms: ");
+}
+
+TEST_CASE("a zb-h1 plan is written as 1.2.0 and reads back") {
+  s::Plan plan = sample_plan();
+  CHECK(s::dump_plan(plan).find("\"schema_version\": \"1.0.0\"") != std::string::npos);
+  plan.schedule = s::Schedule::zb_h1;
+  plan.microbatches_per_step = std::max(plan.microbatches_per_step, plan.depth);
+  const std::string text = s::dump_plan(plan);
+  CHECK(text.find("\"schema_version\": \"1.2.0\"") != std::string::npos);
+  CHECK(s::parse_plan(text).schedule == s::Schedule::zb_h1);
+  CHECK(s::dump_plan(s::parse_plan(text)) == text);
+  CHECK(s::parse_schedule("zb-h1", "/schedule") == s::Schedule::zb_h1);
+  CHECK(s::to_string(s::Schedule::zb_h1) == "zb-h1");
+  CHECK(s::min_microbatches(s::Schedule::zb_h1, 4) == 1);  // only 2bw needs m >= d
+}
+
 TEST_CASE("version stamp") {
   CHECK(!s::pd2bw_version().empty());
   CHECK(!s::pd2bw_git_sha().empty());

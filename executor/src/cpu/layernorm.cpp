@@ -43,9 +43,11 @@ void layernorm_backward(const T* dy, const T* x, const T* gamma, const T* mean, 
       const T dxhat = dyi[j] * gamma[j];
       sum_dxhat += dxhat;
       sum_dxhat_xhat += static_cast<double>(dxhat) * xhat;
+      if (dgamma == nullptr) continue;
       dgamma[j] += dyi[j] * xhat;
       dbeta[j] += dyi[j];
     }
+    if (dx == nullptr) continue;
     const double mean_dxhat = sum_dxhat * inv_c;
     const double mean_dxhat_xhat = sum_dxhat_xhat * inv_c;
     T* dxi = dx + i * c;

@@ -1,4 +1,5 @@
-// CPU linear layer: y = x W^T + bias and its backward (dx overwritten, dW and dbias accumulated).
+// CPU linear layer: y = x W^T + bias and its backward (dx overwritten, dW and dbias accumulated; each
+// part optional, so a split backward computes them apart with the same arithmetic).
 #include "cpu/gemm.hpp"
 #include "pd2bw/executor/ops.hpp"
 
@@ -18,7 +19,7 @@ template <typename T>
 void linear_backward(const T* dy, const T* x, const T* weight, T* dx, T* dweight, T* dbias, int64_t n,
                      int64_t in, int64_t out) {
   if (dx != nullptr) detail::gemm(false, false, n, in, out, dy, out, weight, in, dx, in, false);
-  detail::gemm(true, false, out, in, n, dy, out, x, in, dweight, in, true);
+  if (dweight != nullptr) detail::gemm(true, false, out, in, n, dy, out, x, in, dweight, in, true);
   if (dbias == nullptr) return;
   // Rows are added one after another into dbias: a fixed order whatever the vector width.
   for (int64_t i = 0; i < n; ++i) {

@@ -244,12 +244,12 @@ void CudaBackend::linear_backward(ConstView dy, ConstView x, ConstView weight, V
                                   int64_t n, int64_t in, int64_t out) {
   Scope scope(*this, "linear_backward");
   const char* op = "linear_backward";
-  const DType t = compute_of(op, {dy.dtype, x.dtype, weight.dtype});
+  const DType t = compute_of(op, {dy.dtype, x.dtype});
   need(op, "dy", dy, t, n * out);
   need(op, "x", x, t, n * in);
-  need(op, "weight", weight, t, out * in);
+  if (!dx.empty()) need(op, "weight", weight, t, out * in);
   if (!dx.empty()) need(op, "dx", dx, t, n * in);
-  need(op, "dweight", dweight, DType::f32, out * in);
+  if (!dweight.empty()) need(op, "dweight", dweight, DType::f32, out * in);
   if (!dbias.empty()) need(op, "dbias", dbias, DType::f32, out);
   const void* one = dbias.empty() ? nullptr : ones(t, n);
   dispatch(t, [&](auto z) {
@@ -281,16 +281,17 @@ void CudaBackend::layernorm_backward(ConstView dy, ConstView x, ConstView gamma,
                                      View dgamma, View dbeta, int64_t n, int64_t c) {
   Scope scope(*this, "layernorm_backward");
   const char* op = "layernorm_backward";
-  const DType t = compute_of(op, {dy.dtype, x.dtype, gamma.dtype, dx.dtype});
+  const DType t = compute_of(op, {dy.dtype, x.dtype, gamma.dtype});
   need(op, "dy", dy, t, n * c);
   need(op, "x", x, t, n * c);
   need(op, "gamma", gamma, t, c);
   need(op, "mean", mean, DType::f32, n);
   need(op, "rstd", rstd, DType::f32, n);
-  need(op, "dx", dx, t, n * c);
-  need(op, "dgamma", dgamma, DType::f32, c);
-  need(op, "dbeta", dbeta, DType::f32, c);
-  Buffer work = scratch(*this, DType::f32, layernorm_backward_scratch(n, c));
+  if (!dx.empty()) need(op, "dx", dx, t, n * c);
+  if (dgamma.empty() != dbeta.empty()) throw_usage(op, "dgamma and dbeta are both given or both empty");
+  if (!dgamma.empty()) need(op, "dgamma", dgamma, DType::f32, c);
+  if (!dbeta.empty()) need(op, "dbeta", dbeta, DType::f32, c);
+  Buffer work = dgamma.empty() ? Buffer() : scratch(*this, DType::f32, layernorm_backward_scratch(n, c));
   dispatch(t, [&](auto z) {
     using T = decltype(z);
     cuda::layernorm_backward<T>(ptr<T>(dy), ptr<T>(x), ptr<T>(gamma), ptr<float>(mean), ptr<float>(rstd), ptr<T>(dx),

@@ -49,7 +49,8 @@ void layernorm_forward(const T* x, const T* gamma, const T* beta, T* y, float* m
                        cudaStream_t stream);
 // Floats of scratch layernorm_backward needs.
 int64_t layernorm_backward_scratch(int64_t n, int64_t c);
-// dy, x: (N, C), gamma: (C), mean, rstd: (N); dx: (N, C) overwritten; dgamma, dbeta: (C) +=.
+// dy, x: (N, C), gamma: (C), mean, rstd: (N); dx: (N, C) overwritten, or null to skip; dgamma, dbeta: (C) +=,
+// both null to skip (then scratch may be null).
 template <typename T>
 void layernorm_backward(const T* dy, const T* x, const T* gamma, const float* mean, const float* rstd, T* dx,
                         float* dgamma, float* dbeta, int64_t n, int64_t c, float* scratch, cudaStream_t stream);

@@ -128,8 +128,11 @@ void layernorm_backward(const T* dy, const T* x, const T* gamma, const float* me
   if (n == 0) return;
   const int ci = static_cast<int>(c);
   const auto row_blocks = static_cast<unsigned>(ceil_div(n, kWarpsPerBlock));
-  layernorm_backward_dx_kernel<T><<<row_blocks, kRowThreads, 0, stream>>>(dy, x, gamma, mean, rstd, dx, n, ci);
-  check_launch("layernorm_backward_dx_kernel");
+  if (dx != nullptr) {  // either half may be skipped (a split backward runs them apart)
+    layernorm_backward_dx_kernel<T><<<row_blocks, kRowThreads, 0, stream>>>(dy, x, gamma, mean, rstd, dx, n, ci);
+    check_launch("layernorm_backward_dx_kernel");
+  }
+  if (dgamma == nullptr) return;
   const int64_t chunks = ceil_div(n, kRowsPerChunk);
   layernorm_param_partial_kernel<T><<<static_cast<unsigned>(chunks), kColThreads, 0, stream>>>(dy, x, mean, rstd, scratch,
                                                                                               n, ci);

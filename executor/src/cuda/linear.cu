@@ -227,16 +227,18 @@ void Linear::backward(const T* dy, const T* x, const T* weight, T* dx, float* dw
     g.in_type = g.d_type = data_type<T>();
     impl_->run(g, stream);
   }
-  Gemm w;
-  w.trans_b = true;
-  w.m = in, w.n = out, w.k = n;
-  w.a = x, w.lda = in;
-  w.b = dy, w.ldb = out;
-  w.d = dweight, w.ldd = in;
-  w.in_type = data_type<T>();
-  w.d_type = CUDA_R_32F;
-  w.accumulate = true;
-  impl_->run(w, stream);
+  if (dweight != nullptr) {
+    Gemm w;
+    w.trans_b = true;
+    w.m = in, w.n = out, w.k = n;
+    w.a = x, w.lda = in;
+    w.b = dy, w.ldb = out;
+    w.d = dweight, w.ldd = in;
+    w.in_type = data_type<T>();
+    w.d_type = CUDA_R_32F;
+    w.accumulate = true;
+    impl_->run(w, stream);
+  }
   if (dbias == nullptr) return;
   Gemm b;
   b.m = out, b.n = 1, b.k = n;

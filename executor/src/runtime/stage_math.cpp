@@ -20,6 +20,9 @@ void Microbatch::drop_stash() {
   blocks.clear();
   blocks.shrink_to_fit();
   head.reset();
+  blocks_w.clear();
+  blocks_w.shrink_to_fit();
+  head_w.reset();
 }
 
 namespace {

@@ -26,7 +26,12 @@ struct Microbatch {
   std::optional<HeadStash> head;
   Buffer output;    // (B, S, C) activation to send (stages < d - 1)
   Buffer grad_out;  // (B, S, C) received gradient of the output
-  Buffer grad_in;   // (B, S, C) gradient of the input to send (stages > 0)
+  Buffer grad_in;   // (B, S, C) gradient of the input to send (stages > 0); with a split backward on
+                    // the first stage, the embedding's output gradient kept from B for its W
+  // A split backward (zb-h1) between its B and its W: what each layer's W reads besides its stash.
+  std::vector<BlockWeightStash> blocks_w;
+  std::optional<HeadWeightStash> head_w;
+  bool awaiting_weight = false;  // B ran, W has not: the microbatch stays live after send_gradient
   void drop_stash();
 };
 
@@ -115,6 +120,12 @@ struct StageWorker<T>::Impl {
   // report_loss: the last stage reports this forward's loss at the step's update (report_losses).
   void forward(Microbatch& mb, int64_t step, ConstView params, bool report_loss, int64_t k, bool keep_input);
   void backward(Microbatch& mb, ConstView params);
+  // The backward in its two halves (stage_split.cpp): B leaves mb.grad_in and the weight stashes, W
+  // accumulates the same parameter gradients backward() would have, and spends the stashes.
+  void backward_input(Microbatch& mb, ConstView params);
+  void backward_weight(Microbatch& mb, ConstView params);
+  // The op interpreter's B or W (`kind`) of microbatch `key`, timed; W ends the microbatch's life.
+  void split_backward_op(pipeline::OpKind kind, const std::pair<int64_t, int64_t>& key, ConstView params);
   // Applies (or, with skip_nonfinite, skips) the update of `step`; returns why it was skipped, or "".
   // Throws Error when the step is not finite and may not be skipped, or the new weights are not finite.
   std::string update(Comm& comm, int64_t step);

@@ -92,10 +92,15 @@ void StageWorker<T>::run(Comm& comm, const MicrobatchSource& data, int64_t first
         if (s.first) s.live.erase(key);
         break;
       }
+      case pipeline::OpKind::backward_input:
+      case pipeline::OpKind::backward_weight:
+        s.split_backward_op(op.kind, key, params);
+        break;
       case pipeline::OpKind::send_gradient: {
         auto& mb = s.live.at(key);
         s.send(comm, s.rank_of(s.stage - 1, s.replica), make_tag(TagKind::gradient, step, k), mb.grad_in.view());
-        s.live.erase(key);
+        mb.grad_in.reset();
+        if (!mb.awaiting_weight) s.live.erase(key);  // a split backward's W still reads the stash
         break;
       }
       case pipeline::OpKind::allreduce:

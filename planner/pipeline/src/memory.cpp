@@ -30,6 +30,7 @@ StageMemoryTerms stage_memory_terms(const MemoryFactors& f, const StageMemoryInp
                                                 saturating_add(in.comm_bytes, in.reserve_bytes)));
   t.per_microbatch_bytes = in.recompute ? in.input_bytes : in.stash_bytes;
   t.recompute_bytes = in.recompute ? in.stash_bytes : 0;
+  t.weight_grad_bytes = in.split_backward ? in.weight_grad_bytes : 0;
   return t;
 }
 
@@ -39,7 +40,9 @@ schemas::MemoryBreakdown stage_memory(const MemoryFactors& f, const StageMemoryI
   m.master_bytes = f.master_copy(in.param_bytes);
   m.grads_bytes = f.grads(in.param_bytes);
   m.optimizer_bytes = f.optimizer(in.param_bytes);
-  m.stash_bytes = stash_term(in.in_flight, in.recompute, in.input_bytes, in.stash_bytes);
+  m.stash_bytes = in.split_backward ? split_stash_term(in.in_flight, in.deferred, in.recompute, in.input_bytes,
+                                                       in.stash_bytes, in.weight_grad_bytes)
+                                    : stash_term(in.in_flight, in.recompute, in.input_bytes, in.stash_bytes);
   m.comm_bytes = in.comm_bytes;
   m.reserve_bytes = in.reserve_bytes;
   m.total_bytes = memory_total(m);

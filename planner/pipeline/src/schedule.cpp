@@ -1,4 +1,4 @@
-// The schedule generator: per-stage op streams and lists for 2BW, PipeDream-Flush and GPipe.
+// The schedule generator: per-stage op streams and lists for 2BW, PipeDream-Flush, GPipe and ZB-H1.
 #include "pd2bw/pipeline/schedule.hpp"
 
 #include <fmt/format.h>
@@ -17,6 +17,8 @@ std::string_view to_string(OpKind k) {
     case OpKind::recv_gradient: return "recv_gradient";
     case OpKind::recompute: return "recompute";
     case OpKind::backward: return "backward";
+    case OpKind::backward_input: return "backward_input";
+    case OpKind::backward_weight: return "backward_weight";
     case OpKind::send_gradient: return "send_gradient";
     case OpKind::allreduce: return "allreduce";
     case OpKind::update: return "update";
@@ -46,7 +48,9 @@ void check_spec(const ScheduleSpec& s, int64_t stage) {
 // Microbatches are numbered in one stream, g = step * m + k. The cursor walks the schedule's units (a
 // forward, a backward, a step's end) in order: 2bw is one 1F1B segment over all steps with an update after
 // every m-th backward; flush is one 1F1B segment per step followed by the step's end; gpipe a step's
-// forwards, then its backwards, then its end.
+// forwards, then its backwards, then its end. zb-h1 is flush with each backward's B in its place and its
+// W `stage` microbatches later (after the B of microbatch k comes the W of k - stage); the step's W's
+// still waiting run, one per unit, before its end.
 StageOpStream::StageOpStream(const ScheduleSpec& spec, int64_t stage, bool recompute)
     : s_(spec), stage_(stage), recompute_(recompute) {
   check_spec(spec, stage);
@@ -63,7 +67,7 @@ void StageOpStream::start_step(int64_t step) {
   const int64_t m = s_.microbatches;
   first_ = s_.kind == Schedule::two_bw ? 0 : step * m;
   end_ = s_.kind == Schedule::two_bw ? m * s_.steps : first_ + m;
-  next_f_ = next_b_ = first_;
+  next_f_ = next_b_ = next_w_ = first_;
   warm_left_ = s_.kind == Schedule::gpipe ? 0 : std::min(s_.depth - stage_ - 1, end_ - first_);
   phase_ = Phase::forward;
 }
@@ -87,7 +91,12 @@ void StageOpStream::unit() {
       if (next_f_ < end_) forward(next_f_++);
       return;
     case Phase::backward:
-      backward(next_b_++);
+      if (s_.kind == Schedule::zb_h1) {
+        backward(next_b_++, OpKind::backward_input);
+        if (next_b_ - 1 - next_w_ >= stage_) weight(next_w_++);
+      } else {
+        backward(next_b_++);
+      }
       phase_ = s_.kind == Schedule::gpipe ? (next_b_ < end_ ? Phase::backward : Phase::end) : Phase::update;
       return;
     case Phase::update:  // 1F1B after a backward: 2bw may update, and the segment may end
@@ -96,6 +105,10 @@ void StageOpStream::unit() {
       if (next_b_ == end_) phase_ = s_.kind == Schedule::two_bw ? Phase::done : Phase::end;
       return;
     case Phase::end:
+      if (next_w_ < end_ && s_.kind == Schedule::zb_h1) {  // the deferred W's, then the step's end
+        weight(next_w_++);
+        return;
+      }
       finish_step(step_);
       if (step_ + 1 < s_.steps)
         start_step(step_ + 1);
@@ -113,13 +126,18 @@ void StageOpStream::forward(int64_t g) {
   if (stage_ + 1 < s_.depth) push(OpKind::send_activation, step, k, 0);
 }
 
-void StageOpStream::backward(int64_t g) {
+void StageOpStream::backward(int64_t g, OpKind kind) {
   const int64_t step = g / s_.microbatches, k = g % s_.microbatches;
   const int64_t v = version_for_step(s_.kind, step);
   if (stage_ + 1 < s_.depth) push(OpKind::recv_gradient, step, k, 0);
   if (recompute_) push(OpKind::recompute, step, k, v);
-  push(OpKind::backward, step, k, v);
+  push(kind, step, k, v);
   if (stage_ > 0) push(OpKind::send_gradient, step, k, 0);
+}
+
+void StageOpStream::weight(int64_t g) {
+  const int64_t step = g / s_.microbatches, k = g % s_.microbatches;
+  push(OpKind::backward_weight, step, k, version_for_step(s_.kind, step));
 }
 
 void StageOpStream::finish_step(int64_t step) {

@@ -24,6 +24,10 @@ int64_t in_flight(Schedule s, int64_t depth, int64_t microbatches, int64_t stage
   return std::min(depth - stage, microbatches);
 }
 
+int64_t deferred_weight_grads(Schedule s, int64_t microbatches, int64_t stage) {
+  return s == Schedule::zb_h1 ? std::min(stage, microbatches - 1) : 0;
+}
+
 int64_t pipeline_factor(Schedule s, int64_t depth, int64_t microbatches) {
   return s == Schedule::two_bw ? microbatches : microbatches + depth - 1;
 }
@@ -61,7 +65,7 @@ void PipelineShape::validate(int64_t num_layers) const {
     throw UsageError(fmt::format("pipeline needs d, w, m, b >= 1 (got d={} w={} m={} b={})", depth, width,
                                  microbatches, microbatch_size));
   if (microbatches < min_microbatches(schedule, depth))
-    throw UsageError(fmt::format("2bw needs m >= d (got m={} d={})", microbatches, depth),
+    throw UsageError(fmt::format("{} needs m >= d (got m={} d={})", to_string(schedule), microbatches, depth),
                      "raise the microbatches per step or use fewer stages");
   check_bounds(*this, num_layers);
   if (static_cast<int64_t>(recompute.size()) != depth) throw UsageError("one recompute flag per stage is needed");

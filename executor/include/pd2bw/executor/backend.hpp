@@ -192,13 +192,16 @@ class Backend {
   // ---- GPT ops (shapes and semantics as the CPU reference in ops.hpp) ---------------------------------
   // x: (N, In), weight: (Out, In), bias: (Out) or empty, y: (N, Out) = x W^T + bias.
   virtual void linear_forward(ConstView x, ConstView weight, ConstView bias, View y, int64_t n, int64_t in, int64_t out) = 0;
-  // dy: (N, Out), x: (N, In), weight: (Out, In); dx: (N, In) or empty; dweight: (Out, In) +=; dbias: (Out) += or empty.
+  // dy: (N, Out), x: (N, In), weight: (Out, In) (may be empty when dx is); dx: (N, In) or empty;
+  // dweight: (Out, In) += or empty; dbias: (Out) += or empty. The parts are independent: the same bits
+  // whether computed in one call or apart (a split backward's B and W halves).
   virtual void linear_backward(ConstView dy, ConstView x, ConstView weight, View dx, View dweight, View dbias, int64_t n,
                                int64_t in, int64_t out) = 0;
   // x: (N, C), gamma, beta: (C), y: (N, C); mean, rstd: (N) saved for the backward.
   virtual void layernorm_forward(ConstView x, ConstView gamma, ConstView beta, View y, View mean, View rstd, int64_t n,
                                  int64_t c) = 0;
-  // dy, x: (N, C), gamma: (C), mean, rstd: (N); dx: (N, C); dgamma, dbeta: (C) +=.
+  // dy, x: (N, C), gamma: (C), mean, rstd: (N); dx: (N, C) or empty; dgamma, dbeta: (C) +=, both or
+  // neither empty. As for linear_backward, an empty part is skipped and the others keep their bits.
   virtual void layernorm_backward(ConstView dy, ConstView x, ConstView gamma, ConstView mean, ConstView rstd, View dx,
                                   View dgamma, View dbeta, int64_t n, int64_t c) = 0;
   // x, y: (n), y may alias x.

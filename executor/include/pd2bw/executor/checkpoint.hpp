@@ -27,7 +27,7 @@ struct CheckpointStage {
 struct CheckpointManifest {
   std::string plan_sha256;     // sha256 of the plan file's bytes (64 lower-case hex)
   std::string profile_sha256;  // the plan's profile hash (64 lower-case hex)
-  std::string schedule;        // "2bw" | "flush" | "gpipe"
+  std::string schedule;        // "2bw" | "flush" | "gpipe" | "zb-h1"
   std::string dtype;           // "float" | "double" | "bf16" (the compute dtype)
   int64_t depth = 0;           // pipeline stages (>= 1)
   int64_t width = 0;           // data-parallel replicas per stage (>= 1)

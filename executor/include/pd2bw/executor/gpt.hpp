@@ -131,6 +131,25 @@ struct HeadStash {
   int64_t bytes() const;
 };
 
+// What a block keeps from its backward's input half (B) to its weight half (W): the gradients of the
+// outputs of its weight products and layer norms, which W multiplies by the inputs the forward stashed.
+// N = B*S rows; bytes() is what one microbatch waiting for its W costs beyond the stash W still reads.
+struct BlockWeightStash {
+  Buffer dy;    // (N, C) gradient of the block output (mlp.c_proj's output)
+  Buffer dfc;   // (N, 4C) gradient of mlp.c_fc's output (before GELU)
+  Buffer dln2;  // (N, C) gradient of ln_2's output
+  Buffer dx1;   // (N, C) gradient of the residual stream after attention (attn.c_proj's output)
+  Buffer dqkv;  // (N, 3C) gradient of attn.c_attn's output
+  Buffer dln1;  // (N, C) gradient of ln_1's output
+  int64_t bytes() const;
+};
+
+// What the head keeps from B to W besides its stash, whose logits hold their gradient after B (in place).
+struct HeadWeightStash {
+  Buffer dln;  // (N, C) gradient of ln_f's output
+  int64_t bytes() const { return dln.bytes(); }
+};
+
 // Layer 0: token + position embedding. Parameters: wte.weight (V, C), wpe.weight (Tmax, C).
 class EmbeddingLayer {
  public:
@@ -140,7 +159,8 @@ class EmbeddingLayer {
   // params: this layer's layout; tokens: (B, S) i32 ids in [0, V), 0 < S <= seq_len; out: (B, S, C).
   // Throws UsageError for a bad batch/seq, Error for a token out of range.
   void forward(ConstView params, ConstView tokens, int64_t batch, int64_t seq, EmbeddingStash& stash, View out) const;
-  // grad_out: (B, S, C); grads: this layer's layout, accumulated.
+  // grad_out: (B, S, C); grads: this layer's layout, accumulated. The embedding has no input gradient,
+  // so in a split backward this whole call is its weight half (W) and its B is empty.
   void backward(const EmbeddingStash& stash, ConstView grad_out, View grads) const;
 
  private:
@@ -163,6 +183,13 @@ class BlockLayer {
   void recompute(ConstView params, ConstView input, int64_t batch, int64_t seq, BlockStash& stash) const;
   // grad_output, grad_input: (B, S, C), distinct; grads: this layer's layout, accumulated.
   void backward(ConstView params, const BlockStash& stash, ConstView grad_output, View grad_input, View grads) const;
+  // The backward in two halves (zero-bubble schedules run W later): backward_input (B) writes grad_input
+  // exactly as backward() does, touches no parameter gradient, fills `w` and frees the stash buffers
+  // only B reads (qkv, attention stash, fc); backward_weight (W) then accumulates into grads exactly
+  // what backward() would have, and spends the stash and `w`. Same shapes as backward().
+  void backward_input(ConstView params, BlockStash& stash, ConstView grad_output, View grad_input,
+                      BlockWeightStash& w) const;
+  void backward_weight(ConstView params, BlockStash& stash, BlockWeightStash& w, View grads) const;
 
  private:
   GptConfig config_;
@@ -188,6 +215,12 @@ class HeadLayer {
   // so no second (N, V) buffer is needed); only a new forward makes it usable again.
   void backward(ConstView params, ConstView wte, HeadStash& stash, double loss_scale, View grad_input, View grads,
                 View dwte) const;
+  // The backward in two halves, as BlockLayer's: backward_input (B) writes grad_input exactly as
+  // backward() does and fills `w`; backward_weight (W) accumulates grads and dwte (tied) exactly as
+  // backward() would have, and spends the stash and `w`. Arguments as backward()'s.
+  void backward_input(ConstView params, ConstView wte, HeadStash& stash, double loss_scale, View grad_input,
+                      HeadWeightStash& w) const;
+  void backward_weight(ConstView params, HeadStash& stash, HeadWeightStash& w, View grads, View dwte) const;
 
  private:
   ConstView lm_head(ConstView params, ConstView wte) const;

@@ -25,8 +25,9 @@ inline constexpr double kLayerNormEps = 1e-5;
 template <typename T>
 void linear_forward(const T* x, const T* weight, const T* bias, T* y, int64_t n, int64_t in, int64_t out);
 // dy: (N, Out), x: (N, In), weight: (Out, In).
-// dx: (N, In) overwritten with dy W, or nullptr to skip; dweight: (Out, In) += dy^T x;
-// dbias: (Out) += column sums of dy, or nullptr when the layer has no bias.
+// dx: (N, In) overwritten with dy W, or nullptr to skip; dweight: (Out, In) += dy^T x, or nullptr to skip;
+// dbias: (Out) += column sums of dy, or nullptr to skip (or when the layer has no bias). Each part's
+// arithmetic is the same whether the others run, so the input and the weight halves may run apart.
 template <typename T>
 void linear_backward(const T* dy, const T* x, const T* weight, T* dx, T* dweight, T* dbias, int64_t n,
                      int64_t in, int64_t out);
@@ -38,7 +39,8 @@ template <typename T>
 void layernorm_forward(const T* x, const T* gamma, const T* beta, T* y, T* mean, T* rstd, int64_t n,
                        int64_t c);
 // dy: (N, C), x: (N, C), gamma: (C), mean: (N), rstd: (N) as saved by the forward pass.
-// dx: (N, C) overwritten; dgamma: (C) +=; dbeta: (C) +=.
+// dx: (N, C) overwritten, or nullptr to skip; dgamma: (C) +=; dbeta: (C) +=, both or neither nullptr to
+// skip. As for linear_backward, each part's arithmetic does not depend on the other's running.
 template <typename T>
 void layernorm_backward(const T* dy, const T* x, const T* gamma, const T* mean, const T* rstd, T* dx,
                         T* dgamma, T* dbeta, int64_t n, int64_t c);

@@ -122,8 +122,9 @@ struct PlanModel {
   std::vector<int64_t> bounds;
   std::vector<bool> recompute;
 };
-// Throws UsageError when the plan was not made from this profile (model, layer count or microbatch size
-// differ). The plan itself must already be consistent (parse_plan checks that).
+// Throws UsageError for a zb-h1 plan (not priced yet) and when the plan was not made from this profile
+// (model, layer count or microbatch size differ). The plan itself must already be consistent (parse_plan
+// checks that).
 PlanModel plan_model(const Profile& profile, const schemas::Plan& plan);
 
 // The fewest steps whose measured step and the one before it can be compared with their predecessors,

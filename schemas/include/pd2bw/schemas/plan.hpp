@@ -14,12 +14,15 @@
 namespace pd2bw::schemas {
 
 // 2bw: PipeDream-2BW (1F1B, two weight versions, no flush). flush: PipeDream-Flush (1F1B, one version,
-// drain per step). gpipe: all forwards then all backwards, one version.
-enum class Schedule { two_bw, flush, gpipe };
-std::string_view to_string(Schedule s);        // "2bw", "flush", "gpipe"
+// drain per step). gpipe: all forwards then all backwards, one version. zb_h1: ZB-H1 (Qi et al., "Zero
+// Bubble Pipeline Parallelism", ICLR 2024): Flush's 1F1B order and math with each backward split into
+// its input-gradient half B and its weight-gradient half W, the W's deferred into the drain's bubble.
+enum class Schedule { two_bw, flush, gpipe, zb_h1 };
+std::string_view to_string(Schedule s);                                 // "2bw", "flush", "gpipe", "zb-h1"
 Schedule parse_schedule(std::string_view s, std::string_view pointer);  // throws SchemaError
 // Fewest microbatches per step schedule `s` allows on `depth` stages: depth for 2bw (with fewer, more than
-// two weight versions would be live), 1 otherwise. The one statement of the rule; every check reads it.
+// two weight versions would be live), 1 otherwise (zb-h1 with m < d defers fewer W's, as many as there
+// are microbatches). The one statement of the rule; every check reads it.
 inline int64_t min_microbatches(Schedule s, int64_t depth) { return s == Schedule::two_bw ? depth : 1; }
 
 // How the width x depth grid of ranks is laid on the topology. replicas_inner: the replicas of a stage

@@ -55,6 +55,15 @@ struct LayerTiming {
   double recompute_ms = 0;                // forward again to rebuild the stash; 0: the planner uses fwd_ms
   int64_t stash_bytes_computed = 0;       // the stash from tensor shapes; stash_bytes is then the
                                           // allocator's measured high-water mark of the forward
+  // Optional, the backward split into its two halves (zero-bubble schedules run them apart), all three
+  // present or none (`split` says which): B, the gradient of the layer's input (0 for a layer with no
+  // input gradient, the embedding), and W, the gradients of its weights (0 for a layer without weights);
+  // bwd_weight_stash_bytes is what the layer keeps from the end of B to the end of W (the inputs of its
+  // weight products and their output gradients).
+  bool split = false;
+  double bwd_input_ms = 0;
+  double bwd_weight_ms = 0;
+  int64_t bwd_weight_stash_bytes = 0;
 };
 
 // One measured point of a link: moving (or allreducing) `bytes` took `ms`.

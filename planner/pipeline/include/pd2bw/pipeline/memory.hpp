@@ -51,6 +51,19 @@ inline int64_t stash_term(int64_t in_flight, bool recompute, int64_t input_bytes
                    : saturating_mul(in_flight, stash_bytes);
 }
 
+// The stash term of a schedule that splits the backward (zb-h1): the larger of the stage's two peaks,
+// just before a B (`in_flight` activations, the recomputed stash when recomputing, `deferred` W stashes
+// of `weight_grad_bytes`) and just after it (one activation fewer, one W stash more). Saturates.
+inline int64_t split_stash_term(int64_t in_flight, int64_t deferred, bool recompute, int64_t input_bytes,
+                                int64_t stash_bytes, int64_t weight_grad_bytes) {
+  const int64_t activation = recompute ? input_bytes : stash_bytes;
+  const int64_t before = saturating_add(saturating_add(saturating_mul(in_flight, activation), recompute ? stash_bytes : 0),
+                                        saturating_mul(deferred, weight_grad_bytes));
+  const int64_t after = saturating_add(saturating_mul(in_flight - 1, activation),
+                                       saturating_mul(deferred + 1, weight_grad_bytes));
+  return before > after ? before : after;
+}
+
 // Send and receive buffers of stage `stage` of `depth`: both directions of the input boundary (activation
 // in, gradient out) unless it is the first stage, and of the output boundary unless it is the last.
 // Saturates at INT64_MAX.
@@ -68,6 +81,11 @@ struct StageMemoryInput {
   int64_t in_flight = 0;    // microbatches stashed at once (pipeline::in_flight)
   bool recompute = false;
   int64_t reserve_bytes = 0;  // runtime overhead kept aside
+  // A schedule that splits the backward (zb-h1): what one microbatch keeps from its B to its W, over the
+  // stage's layers, and how many W's the stage defers (pipeline::deferred_weight_grads).
+  bool split_backward = false;
+  int64_t weight_grad_bytes = 0;
+  int64_t deferred = 0;
 };
 
 // The same model in the form an event-by-event replay needs (the simulator adds and frees these).
@@ -76,13 +94,15 @@ struct StageMemoryTerms {
   int64_t fixed_bytes = 0;          // master + grads + optimizer + comm + reserve, held throughout
   int64_t per_microbatch_bytes = 0;  // from a microbatch's forward to its backward: its stash, or its
                                      // input when recomputing
-  int64_t recompute_bytes = 0;      // one microbatch's full stash from Recompute to the end of Backward
-                                    // (0 without recompute)
+  int64_t recompute_bytes = 0;       // one microbatch's full stash from Recompute to the end of Backward
+                                     // (or BackwardInput; 0 without recompute)
+  int64_t weight_grad_bytes = 0;     // from the end of a BackwardInput to the end of its BackwardWeight
 };
 StageMemoryTerms stage_memory_terms(const MemoryFactors& f, const StageMemoryInput& in);
 
-// The stage's peak by term: weights = versions x one version, stash = stash_term(...), the others as
-// above; total_bytes their sum (saturating), limit_bytes = `limit_bytes`, dominant the name of the largest term
+// The stage's peak by term: weights = versions x one version, stash = stash_term(...) (split_stash_term
+// when the backward is split), the others as above; total_bytes their sum (saturating), limit_bytes =
+// `limit_bytes`, dominant the name of the largest term
 // ("weights", "master", "grads", "optimizer", "stash", "comm", "reserve"; the first of equals).
 schemas::MemoryBreakdown stage_memory(const MemoryFactors& f, const StageMemoryInput& in, int64_t limit_bytes);
 

@@ -19,6 +19,8 @@ enum class OpKind {
   recv_gradient,    // receive the gradient of this stage's output from stage + 1
   recompute,        // redo the forward of `microbatch` (same version) to rebuild its stash
   backward,         // backward of `microbatch` with weight version `version`; accumulates gradients
+  backward_input,   // zb-h1's B: the input-gradient half of the backward (what send_gradient sends)
+  backward_weight,  // zb-h1's W: the weight-gradient half of a backward whose B ran; accumulates gradients
   send_gradient,    // send the gradient of this stage's input to stage - 1
   allreduce,        // average the step's accumulated gradients over the stage's replicas
   update,           // optimizer step: writes weight version `version` (the new one)
@@ -29,8 +31,8 @@ struct Op {
   OpKind kind = OpKind::forward;
   int64_t step = 0;         // optimizer step the op belongs to
   int64_t microbatch = -1;  // index inside the step, 0 .. m - 1; -1 for allreduce and update
-  int64_t version = 0;      // weight version read (forward, recompute, backward) or written (update);
-                            // 0 for communication
+  int64_t version = 0;      // weight version read (forward, recompute, backward and its halves) or
+                            // written (update); 0 for communication
 };
 
 struct ScheduleSpec {
@@ -42,14 +44,18 @@ struct ScheduleSpec {
 };
 
 // The weight version step `step` reads: max(step - 1, 0) for 2bw (W(j+1) = W(j) - lr * g(W(j-1))),
-// `step` for flush and gpipe. Version v is the weights after v updates.
+// `step` for flush, gpipe and zb-h1. Version v is the weights after v updates.
 int64_t version_for_step(Schedule kind, int64_t step);
 
 // The ops of stage `stage` (0-based) in execution order. 2bw and flush interleave one forward and one
 // backward (1F1B) after a warm-up of min(d - stage - 1, m) forwards; 2bw runs the microbatches of all
 // steps as one stream and updates after every m-th backward, flush drains and updates after each step;
-// gpipe runs all of a step's forwards, then all its backwards (same order). `recompute` inserts a
-// Recompute before each Backward. Throws UsageError for d < 1, m < 1, steps < 1, width < 1, stage out of
+// gpipe runs all of a step's forwards, then all its backwards (same order). zb-h1 is flush with each
+// Backward split into BackwardInput (B, in its place) and BackwardWeight (W): stage i defers its W's by i
+// microbatches (after B of microbatch k comes W of k - i), so every stage holds at most d - i
+// microbatches between forward and B, as 1F1B does, and the deferred W's fill the drain; the step's
+// remaining W's run after its last B, before the update. `recompute` inserts a Recompute before each
+// Backward (or BackwardInput). Throws UsageError for d < 1, m < 1, steps < 1, width < 1, stage out of
 // range, or 2bw with m < d.
 std::vector<Op> stage_ops(const ScheduleSpec& spec, int64_t stage, bool recompute);
 
@@ -69,17 +75,18 @@ class StageOpStream {
   void refill();
   void unit();
   void forward(int64_t g);
-  void backward(int64_t g);
+  void backward(int64_t g, OpKind kind = OpKind::backward);  // kind: backward, or zb-h1's backward_input
+  void weight(int64_t g);                                     // zb-h1's backward_weight
   void finish_step(int64_t step);
   void push(OpKind kind, int64_t step, int64_t k, int64_t v);
 
   ScheduleSpec s_;
   int64_t stage_ = 0;
   bool recompute_ = false;
-  int64_t step_ = 0, first_ = 0, end_ = 0, next_f_ = 0, next_b_ = 0, warm_left_ = 0;
+  int64_t step_ = 0, first_ = 0, end_ = 0, next_f_ = 0, next_b_ = 0, next_w_ = 0, warm_left_ = 0;
   Phase phase_ = Phase::forward;
   bool finished_ = false;
-  std::array<Op, 4> buf_{};  // the current unit's ops; a backward has the most, 4
+  std::array<Op, 5> buf_{};  // the current unit's ops; a zb-h1 backward has the most, 5 (with a W)
   int64_t head_ = 0, count_ = 0;
 };
 

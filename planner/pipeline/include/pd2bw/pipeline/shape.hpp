@@ -24,15 +24,21 @@ using schemas::placement_rank;
 // Requires depth, width >= 1 (throws UsageError otherwise).
 std::vector<std::vector<int64_t>> rank_table(Placement p, int64_t depth, int64_t width);
 
-// Microbatches whose activations stage `stage` (0-based) holds at once: min(d - stage, m) for 2bw and
-// flush (1F1B), m for gpipe (all forwards first).
+// Microbatches whose activations stage `stage` (0-based) holds at once: min(d - stage, m) for 2bw, flush
+// and zb-h1 (1F1B; for zb-h1 those between forward and B), m for gpipe (all forwards first).
 int64_t in_flight(Schedule s, int64_t depth, int64_t microbatches, int64_t stage);
 
-// Microbatch slots one step takes on the bottleneck stage: m for 2bw (no flush), m + d - 1 for flush
-// and gpipe (the fill and drain pass once through every stage).
+// Microbatches whose W (the weight-gradient half of the backward) stage `stage` has deferred while it
+// holds in_flight(...) activations: min(stage, m - 1) for zb-h1 (whose W's trail their B's by `stage`,
+// or wait for the step's last B when m <= stage; a moment later, after the next B, one more W waits and
+// one activation fewer), 0 for the schedules whose backward is one op.
+int64_t deferred_weight_grads(Schedule s, int64_t microbatches, int64_t stage);
+
+// Microbatch slots one step takes on the bottleneck stage: m for 2bw (no flush), m + d - 1 for flush,
+// gpipe and zb-h1 (the fill and drain pass once through every stage).
 int64_t pipeline_factor(Schedule s, int64_t depth, int64_t microbatches);
 
-// Weight versions a stage holds: 2 for 2bw (the one in use and the newest), 1 for flush and gpipe.
+// Weight versions a stage holds: 2 for 2bw (the one in use and the newest), 1 for flush, gpipe and zb-h1.
 int64_t weight_versions(Schedule s);
 
 // Optimizer state per parameter, in state-dtype elements: 2 for AdamW (two moments), 1 for SGD (momentum).
