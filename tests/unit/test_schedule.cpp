@@ -10,6 +10,7 @@
 
 #include "pd2bw/error.hpp"
 #include "pd2bw/planner/schedule.hpp"
+#include "schedule_checks.hpp"
 
 using namespace pd2bw::planner;
 using pd2bw::schemas::Schedule;
@@ -75,23 +76,6 @@ std::pair<int64_t, int64_t> check_stage(const Case& c, int64_t stage, const std:
   return {peak, live_peak};
 }
 
-// Pairs every send of stage i with the receive of stage i + 1 (activations) or i - 1 (gradients), in
-// order; the tags must agree.
-void check_pairing(const std::vector<std::vector<Op>>& all) {
-  for (size_t i = 0; i + 1 < all.size(); ++i) {
-    std::vector<Key> sent_act, recv_act, sent_grad, recv_grad;
-    for (const Op& op : all[i]) {
-      if (op.kind == OpKind::send_activation) sent_act.push_back({op.step, op.microbatch});
-      if (op.kind == OpKind::recv_gradient) recv_grad.push_back({op.step, op.microbatch});
-    }
-    for (const Op& op : all[i + 1]) {
-      if (op.kind == OpKind::recv_activation) recv_act.push_back({op.step, op.microbatch});
-      if (op.kind == OpKind::send_gradient) sent_grad.push_back({op.step, op.microbatch});
-    }
-    CHECK(sent_act == recv_act);
-    CHECK(sent_grad == recv_grad);
-  }
-}
 
 }  // namespace
 
@@ -113,7 +97,7 @@ TEST_CASE("schedule generator: properties over many (schedule, d, m, steps)") {
       if (c.kind == Schedule::two_bw && c.steps >= 2) CHECK(versions == 2);
       ++checked;
     }
-    check_pairing(all);
+    pd2bw::testing::check_pairing(all);
   }
   CHECK(checked > 1000);
 }

@@ -15,6 +15,7 @@
 #include "pd2bw/error.hpp"
 #include "pd2bw/pipeline/shape.hpp"
 #include "pd2bw/planner/schedule.hpp"
+#include "schedule_checks.hpp"
 
 using namespace pd2bw::planner;
 using pd2bw::schemas::Schedule;
@@ -72,22 +73,6 @@ Peaks check_stage(int64_t d, int64_t m, int64_t steps, int64_t stage, bool recom
   (void)stage;
   (void)d;
   return peak;
-}
-
-void check_pairing(const std::vector<std::vector<Op>>& all) {
-  for (size_t i = 0; i + 1 < all.size(); ++i) {
-    std::vector<Key> sent_act, recv_act, sent_grad, recv_grad;
-    for (const Op& op : all[i]) {
-      if (op.kind == OpKind::send_activation) sent_act.push_back({op.step, op.microbatch});
-      if (op.kind == OpKind::recv_gradient) recv_grad.push_back({op.step, op.microbatch});
-    }
-    for (const Op& op : all[i + 1]) {
-      if (op.kind == OpKind::recv_activation) recv_act.push_back({op.step, op.microbatch});
-      if (op.kind == OpKind::send_gradient) sent_grad.push_back({op.step, op.microbatch});
-    }
-    CHECK(sent_act == recv_act);
-    CHECK(sent_grad == recv_grad);
-  }
 }
 
 std::vector<std::string> names(const std::vector<Op>& ops) {
@@ -172,7 +157,7 @@ TEST_CASE("zb-h1 generator: properties over many (d, m, steps)") {
             CHECK(p.waiting_w == pd2bw::pipeline::deferred_weight_grads(Schedule::zb_h1, m, i) + 1);
             ++checked;
           }
-          check_pairing(all);
+          pd2bw::testing::check_pairing(all);
         }
   CHECK(checked > 300);
 }
