@@ -16,12 +16,19 @@
 
 namespace pd2bw::planner::detail {
 
-int64_t replay_into(const CostModel& model, Evaluated& e) {
+namespace {
+
+// The simulator's input for e's split, with the recompute its stages were priced with.
+SimInput replay_input(const CostModel& model, const Evaluated& e) {
   std::vector<bool> recompute;
   for (const auto& st : e.stages) recompute.push_back(st.recompute);
-  const SimResult sim = simulate_steady(
-      make_sim_input(model, e.candidate, e.split.bounds, recompute, default_sim_steps(e.candidate.schedule)), false,
-      true);
+  return make_sim_input(model, e.candidate, e.split.bounds, recompute, default_sim_steps(e.candidate.schedule));
+}
+
+}  // namespace
+
+int64_t replay_into(const CostModel& model, Evaluated& e) {
+  const SimResult sim = simulate_steady(replay_input(model, e), false, true);
   e.analytic_step_ms = e.split.step_ms;
   e.step_ms = sim.step_ms;
   e.bubble_fraction = sim.bubble_fraction;
@@ -95,11 +102,7 @@ namespace {
 constexpr int64_t kShownReplayOps = int64_t{1} << 23;
 
 bool cheap_to_replay(const CostModel& model, const Candidate& c, const Split& split) {
-  const Evaluated e = evaluate_split(model, c, split);
-  std::vector<bool> recompute;
-  for (const auto& st : e.stages) recompute.push_back(st.recompute);
-  return estimated_replay_ops(make_sim_input(model, c, split.bounds, recompute, default_sim_steps(c.schedule))) <=
-         kShownReplayOps;
+  return estimated_replay_ops(replay_input(model, evaluate_split(model, c, split))) <= kShownReplayOps;
 }
 
 // The replayed candidates, best first: the top `keep` and the best of each schedule.
