@@ -64,7 +64,7 @@ void check_constraints(const Profile& profile, const Cluster& cluster, const Con
 CostModel::CostModel(const Profile& profile, const Cluster& cluster, const Constraints& constraints)
     : profile_(profile), cluster_(cluster), constraints_(constraints) {
   check_constraints(profile_, cluster_, constraints_);
-  for (Schedule s : {Schedule::two_bw, Schedule::flush, Schedule::gpipe})  // master, grads, moments in fp32
+  for (Schedule s : {Schedule::two_bw, Schedule::flush, Schedule::gpipe, Schedule::zb_h1})  // fp32 state
     statics_[static_cast<size_t>(s)] =
         pipeline::memory_factors(s, constraints_.optimizer, schemas::dtype_bytes(profile_.model.dtype), 4);
   int64_t span = 1;
@@ -94,6 +94,7 @@ CostModel::CostModel(const Profile& profile, const Cluster& cluster, const Const
     }
   }
   check_state_bytes();
+  prepare_split();
   input_bytes_.assign(nb, {});
   output_bytes_.assign(nb, {});
   output_p2p_.assign(nb, std::vector<std::vector<double>>(cluster_.levels.size()));
@@ -147,6 +148,34 @@ void CostModel::check_state_bytes() const {
   total = checked_add(total, state, "the model's weights and gradients");
   (void)checked_add(total, checked_mul(f.moments, state, "the model's optimizer state"),
                     "the model's weights, gradients and optimizer state");
+}
+
+void CostModel::prepare_split() {
+  const size_t n = profile_.layers.size(), nb = profile_.microbatch_sizes.size();
+  weight_prefix_.assign(nb, std::vector<double>(n + 1, 0.0));
+  weight_stash_prefix_.assign(nb, std::vector<int64_t>(n + 1, 0));
+  split_backward_ = n > 0;
+  double halves = 0.0, fused = 0.0;
+  for (size_t j = 0; j < n; ++j)
+    for (size_t bi = 0; bi < nb; ++bi) {
+      const auto& t = profile_.layers[j].per_microbatch[bi];
+      split_backward_ = split_backward_ && t.split;
+      const double measured = t.bwd_input_ms + t.bwd_weight_ms;
+      const double w = t.split && measured > 0 ? t.bwd_ms * (t.bwd_weight_ms / measured) : 0.0;
+      weight_prefix_[bi][j + 1] = weight_prefix_[bi][j] + std::min(w, t.bwd_ms);
+      weight_stash_prefix_[bi][j + 1] = saturating_add(weight_stash_prefix_[bi][j], t.split ? t.bwd_weight_stash_bytes : 0);
+      halves += measured;
+      fused += t.bwd_ms;
+    }
+  if (split_backward_ && fused > 0) split_overhead_ = halves / fused;
+  if (!split_backward_) {  // zb-h1 cannot be priced: no halves are used anywhere
+    for (auto& p : weight_prefix_) std::fill(p.begin(), p.end(), 0.0);
+    for (auto& p : weight_stash_prefix_) std::fill(p.begin(), p.end(), 0);
+  }
+  if (constraints_.schedule == Schedule::zb_h1 && !split_backward_)
+    throw UsageError("--schedule zb-h1 needs the backward timed in halves, and this profile does not have them",
+                     "re-profile with 'pd2bw profile' (it records bwd_input_ms, bwd_weight_ms and "
+                     "bwd_weight_stash_bytes for every layer), or plan another schedule");
 }
 
 void CostModel::prepare_curves() {
@@ -254,8 +283,9 @@ double fold_stages(const Candidate& c, const std::vector<StageCost>& stages) {
   for (size_t k = stages.size(); k-- > 0;) {
     const StageCost& s = stages[k];
     v = Fold::prepend(v,
-                      detail::stage_terms(m, static_cast<int64_t>(stages.size() - 1 - k), s.compute_ms, s.p2p_ms,
-                                          s.forward_ms, s.backward_ms, s.in_ms, s.out_ms, s.allreduce_ms, s.update_ms),
+                      detail::stage_terms(m, static_cast<int64_t>(k), static_cast<int64_t>(stages.size()),
+                                          {s.compute_ms, s.p2p_ms, s.forward_ms, s.backward_ms, s.weight_ms, s.in_ms,
+                                           s.out_ms, s.allreduce_ms, s.update_ms}),
                       m);
   }
   return v[0];
@@ -270,8 +300,8 @@ double step_objective(const Candidate& c, const std::vector<StageCost>& stages) 
   switch (c.schedule) {
     case Schedule::flush: return fold_stages<detail::FlushFold>(c, stages);
     case Schedule::gpipe: return fold_stages<detail::GpipeFold>(c, stages);
+    case Schedule::zb_h1: return fold_stages<detail::ZbH1Fold>(c, stages);
     case Schedule::two_bw: break;
-    case Schedule::zb_h1: throw Error("the planner does not price zb-h1 yet");  // plan_model refuses it first
   }
   return fold_stages<detail::TwoBwFold>(c, stages);
 }

@@ -49,7 +49,7 @@ class ForcedRedo {
   std::vector<std::vector<int64_t>> params_by_ratio_;
   std::vector<std::vector<double>> redo_by_ratio_;
   std::vector<std::vector<double>> cheapest_layers_;  // per microbatch index: prefix sums of redo, ascending
-  std::array<std::vector<std::vector<Run>>, 3> runs_;  // [schedule][bi][j]
+  std::array<std::vector<std::vector<Run>>, kSchedules> runs_;  // [schedule][bi][j]
 };
 
 }  // namespace pd2bw::planner

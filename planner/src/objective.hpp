@@ -24,6 +24,14 @@
 //   microbatch) and some stage c >= i all m backwards: S >= sum_{j >= i} (f_j + b_j + 2 p_j)
 //   + (m - 1) (max_{a >= i} (p_a + f_a + q_a) + max_{c >= i} (q_c + b_c + p_c)) + h_i. With one replica
 //   this is the replay's step exactly (a flow shop of identical jobs, once per direction).
+// - ZB-H1 (Qi et al., ICLR 2024): stage i runs the W of microbatch k - i after the B of k, and the step's
+//   remaining W's after its last B. Flush's cycle holds with B for the backward on the way up (the
+//   gradient leaves a stage after its B; write u_j = f_j + B_j + 2 p_j, B with its recompute), stage k's
+//   part ending at its last B's send (its busy time but the min(k + 1, m) W's after it, m t_k - n_k W_k,
+//   or its round-trip waits as in flush with B in the backward slots), and stage i running its n_i
+//   trailing W's before its allreduce and update: S >= part_k + sum_{i <= j < k} u_j + n_i W_i + h_i.
+//   With equal stages and m >= d (k = d - 1, i = 0, no transfers) that is m (F + B + W) + (d - 1)
+//   (F + B - W), the schedule's closed form.
 // Where replicas' links differ, the lanes use each stage's slowest replica and the fill and drain terms
 // the fastest link of each boundary, so every bound stays below some replica's replay.
 #pragma once
@@ -42,26 +50,36 @@ inline constexpr double kNoValue = -std::numeric_limits<double>::infinity();
 struct StageTerms {
   double lane = 0;  // m t + h on the slowest replica (StageCost::step_ms)
   double t = 0;     // per microbatch on the slowest replica: compute + p2p
-  double u = 0;     // fill and drain share: f + b + 2 p
+  double u = 0;     // fill and drain share: f + b + 2 p (zb-h1: b without its W)
   double cf = 0;    // forward slot with its transfers: p + f + q
-  double cb = 0;    // backward slot with its transfers: q + b + p
+  double cb = 0;    // backward slot with its transfers: q + b + p (zb-h1: b without its W)
   double h = 0;     // allreduce + update
   double q = 0;     // one transfer over the output boundary (fastest link)
   double warmup = -1;  // flush's warm-up forwards min(d - i - 1, m); -1 for the last stage
+  double w = 0;        // zb-h1: one microbatch's W (0 otherwise)
+  double trailing = 0;  // zb-h1: the W's after the stage's last B, min(i + 1, m)
 };
 
-// `downstream` is the number of stages after this one.
-inline StageTerms stage_terms(double m, int64_t downstream, double compute_ms, double p2p_ms, double forward_ms,
-                              double backward_ms, double in_ms, double out_ms, double allreduce_ms, double update_ms) {
+// A stage's priced times per microbatch (allreduce and update per step), as StageCost holds them.
+struct StageTimes {
+  double compute = 0, p2p = 0, forward = 0, backward = 0, weight = 0, in = 0, out = 0, allreduce = 0, update = 0;
+};
+
+// Stage `stage` of `depth`.
+inline StageTerms stage_terms(double m, int64_t stage, int64_t depth, const StageTimes& x) {
   StageTerms s;
-  s.q = out_ms;
+  const int64_t downstream = depth - 1 - stage;
+  s.q = x.out;
   s.warmup = downstream > 0 ? std::min(static_cast<double>(downstream), m) : -1.0;
-  s.h = allreduce_ms + update_ms;
-  s.t = compute_ms + p2p_ms;
+  s.h = x.allreduce + x.update;
+  s.t = x.compute + x.p2p;
   s.lane = m * s.t + s.h;
-  s.u = forward_ms + backward_ms + 2.0 * in_ms;
-  s.cf = in_ms + forward_ms + out_ms;
-  s.cb = out_ms + backward_ms + in_ms;
+  s.w = x.weight;
+  s.trailing = x.weight > 0 ? std::min(static_cast<double>(stage + 1), m) : 0.0;
+  const double b = x.backward - x.weight;
+  s.u = x.forward + b + 2.0 * x.in;
+  s.cf = x.in + x.forward + x.out;
+  s.cb = x.out + b + x.in;
   return s;
 }
 
@@ -115,6 +133,29 @@ struct GpipeFold {
   }
   static double floor(const FoldState<K>& v, double fb, double m, double n) {
     return std::max(v[0], fb + v[1] + (m - 1.0) * std::max(v[2] + v[3], n > 0 ? fb / n : 0.0));
+  }
+};
+
+// zb-h1: flush's fold, with B (the backward without its W) on the drain and refill. Stage k's part runs
+// from its first op of a step to its last B's send: its busy time but its trailing W's, and its waits
+// for the round trips below it as in flush (B's only); stage i adds its trailing W's before its update.
+struct ZbH1Fold {
+  static constexpr int K = 3;
+  static FoldState<K> empty() { return {kNoValue, kNoValue, 0.0}; }
+  static FoldState<K> prepend(const FoldState<K>& v, const StageTerms& s, double m) {
+    double part = m * s.t - s.trailing * s.w;
+    if (s.warmup >= 0) {
+      const double r = std::max(0.0, m - 1.0 - s.warmup);
+      part = std::max(part, std::max(m * s.cf + (1.0 + r) * s.cb, (1.0 + r) * s.cf + m * s.cb) + v[2] - 2.0 * s.q);
+      if (m >= s.warmup + 2.0)
+        part = std::max(part, 2.0 * (s.cf + s.cb + v[2] - 2.0 * s.q) + (m - 2.0 - s.warmup) * (s.t - s.w));
+    }
+    const double p = std::max(part, s.u + v[1]);
+    return {std::max(v[0], s.h + s.trailing * s.w + p), p, v[2] + s.u};
+  }
+  // The W's of the stages to come are not on the drain, so only the busiest stage's lane is certain.
+  static double floor(const FoldState<K>& v, double fb, double m, double n) {
+    return n > 0 ? std::max(v[0], m * fb / n) : v[0];
   }
 };
 

@@ -18,9 +18,10 @@ namespace {
 
 using detail::StageTerms;
 
-StageTerms terms_of(const detail::QuickCost& q, double m, int64_t downstream) {
-  return detail::stage_terms(m, downstream, q.compute_ms, q.p2p_ms, q.forward_ms, q.backward_ms, q.in_ms, q.out_ms,
-                             q.allreduce_ms, q.update_ms);
+StageTerms terms_of(const detail::QuickCost& q, double m, int64_t stage, int64_t depth) {
+  return detail::stage_terms(m, stage, depth,
+                             {q.compute_ms, q.p2p_ms, q.forward_ms, q.backward_ms, q.weight_ms, q.in_ms, q.out_ms,
+                              q.allreduce_ms, q.update_ms});
 }
 
 // The largest parameter bytes whose static memory (weights, master, grads, optimizer) fits `cap` bytes.
@@ -139,8 +140,8 @@ auto with_fold(Schedule s, Body&& body) {
   switch (s) {
     case Schedule::flush: return body(detail::FlushFold{});
     case Schedule::gpipe: return body(detail::GpipeFold{});
+    case Schedule::zb_h1: return body(detail::ZbH1Fold{});
     case Schedule::two_bw: break;
-    case Schedule::zb_h1: throw Error("the planner does not search zb-h1 yet");  // its CLI refuses it first
   }
   return body(detail::TwoBwFold{});
 }
@@ -182,7 +183,7 @@ void solve(const CostModel& model, const detail::PreparedCandidate& prepared, do
       [&](int64_t i, int64_t a, int64_t e) -> std::optional<StageTerms> {
         const auto q = detail::quick_price(model, pc, i, a, e);
         if (!q.feasible) return std::nullopt;
-        return terms_of(q, m, c.depth - 1 - i);
+        return terms_of(q, m, i, c.depth);
       },
       [&](int64_t, int64_t a, int64_t e) { return stage_floor_of<Fold>(model, c, a, e); },
       [&](int64_t a) { return cp[static_cast<size_t>(a)]; }, max_work);
@@ -359,7 +360,7 @@ class SplitWalk {
       }
       const auto q = detail::quick_price(model_, s_.pc, i, a, e);
       if (!q.feasible) continue;
-      const StageTerms s = terms_of(q, m_, d_ - 1 - i);
+      const StageTerms s = terms_of(q, m_, i, d_);
       bounds_[static_cast<size_t>(i + 1)] = e;
       if (i + 1 == d_) {
         const double objective = fold(Fold::empty(), s, i)[0];

@@ -54,11 +54,9 @@ int64_t microbatch_index(const Profile& profile, int64_t b) {
 }  // namespace
 
 PlanModel plan_model(const Profile& profile, const schemas::Plan& plan) {
-  if (plan.schedule == Schedule::zb_h1)
-    throw UsageError("the planner's cost model and the simulator do not price or replay zb-h1 (its split backward) yet",
-                     "simulate or check the flush plan of the same shape; pd2bw train runs zb-h1");
   check_plan_matches(profile, plan);
   Constraints k;
+  if (plan.schedule == Schedule::zb_h1) k.schedule = plan.schedule;  // refused without the split backward
   k.global_batch = plan.global_batch;
   k.optimizer = plan.optimizer;
   k.reserve_bytes = plan.reserve_bytes;

@@ -15,6 +15,7 @@ namespace pd2bw::planner::detail {
 struct PreparedStage {
   int64_t ar_level = -1;  // level the stage's replicas span (-1: width 1)
   int64_t in_flight = 0;
+  int64_t stage = 0;  // its index
   // The p2p tables (CostModel::output_p2p_ms) of the distinct levels the stage's input and output
   // boundaries cross over its replicas (empty at the pipeline's ends), and the distinct (input, output)
   // pairs the replicas use, as indices into them (-1 at an end). The slowest pair sets the stage's busy
@@ -32,6 +33,10 @@ struct PreparedCandidate {
   // The profile's per-layer arrays at the candidate's microbatch size.
   const double *compute = nullptr, *fwd = nullptr, *redo = nullptr, *update = nullptr;
   const int64_t *stash = nullptr, *params = nullptr, *in_bytes = nullptr, *out_bytes = nullptr;
+  // zb-h1 (split_backward): the W part of the backward and what W keeps, per layer (prefix sums).
+  bool split_backward = false;
+  const double* weight = nullptr;
+  const int64_t* weight_stash = nullptr;
   std::vector<PreparedStage> stages;
 };
 
@@ -42,14 +47,23 @@ struct QuickCost {
   bool feasible = true;
   bool recompute = false;
   double compute_ms = 0, p2p_ms = 0, allreduce_ms = 0, update_ms = 0, step_ms = 0;
-  double forward_ms = 0, backward_ms = 0, in_ms = 0, out_ms = 0;  // see StageCost
+  double forward_ms = 0, backward_ms = 0, weight_ms = 0, in_ms = 0, out_ms = 0;  // see StageCost
   int64_t plain_bytes = 0;  // total memory without recompute
   int64_t redo_bytes = 0;   // total memory with recompute
   int64_t in_bytes = 0, out_bytes = 0;  // the stage's boundary tensors
   int64_t param_bytes = 0;  // parameters of the stage's layers (compute dtype)
   int64_t stash_one = 0;    // one microbatch's stash of the whole stage
   int64_t comm_bytes = 0;   // send/receive buffers
+  int64_t weight_stash = 0;  // zb-h1: what one microbatch keeps from its B to its W, whole stage
 };
+
+// The stash term of stage `st` (pipeline::stash_term, or split_stash_term for zb-h1).
+inline int64_t stash_of(const PreparedCandidate& pc, const PreparedStage& st, bool recompute, const QuickCost& q) {
+  if (pc.split_backward)
+    return pipeline::split_stash_term(pc.candidate.depth, pc.candidate.microbatches, st.stage, recompute, q.in_bytes,
+                                      q.stash_one, q.weight_stash);
+  return pipeline::stash_term(st.in_flight, recompute, q.in_bytes, q.stash_one);
+}
 
 // The boundary transfers of layers [b, e) on stage `st`: the slowest replica's per-microbatch p2p time
 // (both directions of both boundaries) and the fastest replica's one-way time over each boundary.
@@ -78,12 +92,13 @@ inline QuickCost quick_price(const CostModel& model, const PreparedCandidate& pc
   q.out_bytes = pc.out_bytes[e - 1];
   q.param_bytes = pc.params[e] - pc.params[b];
   q.stash_one = pc.stash[e] - pc.stash[b];
+  if (pc.split_backward) q.weight_stash = pc.weight_stash[e] - pc.weight_stash[b];
   price_links(st, b, e, q);
   q.comm_bytes = pipeline::comm_buffer_bytes(stage, c.depth, q.in_bytes, q.out_bytes);
   // pipeline::stage_memory's total, without building the breakdown.
   const int64_t base = saturating_add(pc.statics.total(q.param_bytes), saturating_add(q.comm_bytes, pc.reserve_bytes));
-  q.plain_bytes = saturating_add(base, pipeline::stash_term(st.in_flight, false, q.in_bytes, q.stash_one));
-  q.redo_bytes = saturating_add(base, pipeline::stash_term(st.in_flight, true, q.in_bytes, q.stash_one));
+  q.plain_bytes = saturating_add(base, stash_of(pc, st, false, q));
+  q.redo_bytes = saturating_add(base, stash_of(pc, st, true, q));
   const int64_t limit = pc.limit_bytes;
   switch (pc.policy) {
     case RecomputePolicy::never: q.feasible = q.plain_bytes <= limit; break;
@@ -102,6 +117,7 @@ inline QuickCost quick_price(const CostModel& model, const PreparedCandidate& pc
   q.compute_ms = pc.compute[e] - pc.compute[b];
   if (q.recompute) q.compute_ms += pc.redo[e] - pc.redo[b];
   q.backward_ms = q.compute_ms - q.forward_ms;
+  if (pc.split_backward) q.weight_ms = pc.weight[e] - pc.weight[b];
   const int64_t grad_bytes = pc.statics.grads(q.param_bytes);
   q.allreduce_ms = st.ar_level >= 0 ? model.allreduce_ms(grad_bytes, c.width, st.ar_level) : 0.0;
   q.update_ms = pc.update[e] - pc.update[b];

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "pd2bw/error.hpp"
+
 namespace pd2bw::planner::detail {
 
 namespace {
@@ -38,6 +40,7 @@ PreparedCandidate prepare(const CostModel& model, const Candidate& c) {
   for (int64_t i = 0; i < c.depth; ++i) {
     auto& st = pc.stages[static_cast<size_t>(i)];
     st.in_flight = CostModel::in_flight(c, i);
+    st.stage = i;
     if (c.width > 1) st.ar_level = model.allreduce_level(c, i);
     std::vector<int> out_index;
     if (i + 1 < c.depth)
@@ -62,6 +65,13 @@ PreparedCandidate prepare(const CostModel& model, const Candidate& c) {
   pc.params = model.param_prefix().data();
   pc.in_bytes = model.input_bytes(c.microbatch_index).data();
   pc.out_bytes = model.output_bytes(c.microbatch_index).data();
+  pc.split_backward = c.schedule == Schedule::zb_h1;
+  if (pc.split_backward && !model.split_backward())
+    throw UsageError("zb-h1 needs the backward timed in halves, and the profile does not have them",
+                     "re-profile with 'pd2bw profile' (it records bwd_input_ms, bwd_weight_ms and "
+                     "bwd_weight_stash_bytes), or use another schedule");
+  pc.weight = model.weight_prefix(c.microbatch_index).data();
+  pc.weight_stash = model.weight_stash_prefix(c.microbatch_index).data();
   return pc;
 }
 
@@ -69,6 +79,7 @@ StageCost price_stage(const CostModel& model, const PreparedCandidate& pc, int64
                       int64_t end) {
   const QuickCost q = quick_price(model, pc, stage, begin, end);
   const auto& st = pc.stages[static_cast<size_t>(stage)];
+  const Candidate& c = pc.candidate;
   StageCost sc;
   sc.feasible = q.feasible;
   sc.recompute = q.recompute;
@@ -80,11 +91,13 @@ StageCost price_stage(const CostModel& model, const PreparedCandidate& pc, int64
   sc.step_ms = q.step_ms;
   sc.forward_ms = q.forward_ms;
   sc.backward_ms = q.backward_ms;
+  sc.weight_ms = q.weight_ms;
   sc.in_ms = q.in_ms;
   sc.out_ms = q.out_ms;
   sc.memory = pipeline::stage_memory(pc.statics,
                                      {q.param_bytes, q.stash_one, q.in_bytes, q.comm_bytes, st.in_flight,
-                                      q.recompute, pc.reserve_bytes},
+                                      q.recompute, pc.reserve_bytes, pc.split_backward, q.weight_stash, stage, c.depth,
+                                      c.microbatches},
                                      pc.limit_bytes);
   sc.over_bytes = q.feasible ? 0 : sc.memory.total_bytes - sc.memory.limit_bytes;
   return sc;

@@ -113,7 +113,7 @@ std::vector<Evaluated> rank(const std::vector<std::optional<Evaluated>>& replaye
   std::sort(idx.begin(), idx.end(),
             [&](size_t a, size_t b) { return ranks_before(*replayed[a], a, *replayed[b], b); });
   std::vector<Evaluated> out;
-  std::array<bool, 3> seen{false, false, false};
+  std::array<bool, kSchedules> seen{};
   for (size_t k = 0; k < idx.size(); ++k) {
     const auto s = static_cast<size_t>(replayed[idx[k]]->candidate.schedule);
     if (k < keep || !seen[s]) out.push_back(*replayed[idx[k]]);

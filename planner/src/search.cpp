@@ -22,8 +22,11 @@ namespace pd2bw::planner {
 
 namespace {
 
-std::vector<Schedule> schedules_of(const Constraints& k) {
+// zb-h1 is searched when the profile times the backward in halves (CostModel::split_backward).
+std::vector<Schedule> schedules_of(const CostModel& model) {
+  const auto& k = model.constraints();
   if (k.schedule) return {*k.schedule};
+  if (model.split_backward()) return {Schedule::two_bw, Schedule::flush, Schedule::gpipe, Schedule::zb_h1};
   return {Schedule::two_bw, Schedule::flush, Schedule::gpipe};
 }
 
@@ -136,7 +139,7 @@ std::vector<Candidate> enumerate_candidates(const CostModel& model, LeftOut* lef
     return model.compute_prefix(static_cast<int64_t>(bi)).back() / static_cast<double>(d);
   };
   std::vector<Candidate> out;
-  for (Schedule s : schedules_of(k)) {
+  for (Schedule s : schedules_of(model)) {
     for (size_t bi = 0; bi < sizes.size(); ++bi) {
       const int64_t b = sizes[bi];
       if (k.microbatch && *k.microbatch != b) continue;
@@ -194,7 +197,7 @@ std::vector<Evaluated> representatives(const CostModel& model, const detail::Sea
                                        const Leaderboard& board) {
   constexpr int kRepresentatives = 3;
   std::vector<Evaluated> out;
-  for (Schedule s : schedules_of(model.constraints())) {
+  for (Schedule s : schedules_of(model)) {
     if (board.has(s)) continue;
     std::optional<Evaluated> best;
     int tried = 0;

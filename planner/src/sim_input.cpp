@@ -21,6 +21,8 @@ SimStage stage_input(const CostModel& model, const Candidate& c, int64_t i, int6
   st.forward_ms = fwd;
   st.backward_ms = (model.compute_prefix(bi)[e] - model.compute_prefix(bi)[b]) - fwd;  // as the cost model has it
   st.recompute_ms = recompute ? model.redo_prefix(bi)[e] - model.redo_prefix(bi)[b] : 0.0;
+  const bool split = c.schedule == Schedule::zb_h1;
+  if (split) st.weight_ms = model.weight_prefix(bi)[e] - model.weight_prefix(bi)[b];
   const int64_t params = model.param_prefix()[e] - model.param_prefix()[b];
   st.update_ms = model.update_prefix()[e] - model.update_prefix()[b];
   if (c.width > 1)
@@ -33,12 +35,18 @@ SimStage stage_input(const CostModel& model, const Candidate& c, int64_t i, int6
                                        pipeline::comm_buffer_bytes(i, c.depth, in_bytes, out_bytes),
                                        CostModel::in_flight(c, i),
                                        recompute,
-                                       model.constraints().reserve_bytes};
+                                       model.constraints().reserve_bytes,
+                                       split,
+                                       model.weight_stash_prefix(bi)[e] - model.weight_stash_prefix(bi)[b],
+                                       i,
+                                       c.depth,
+                                       c.microbatches};
   const pipeline::StageMemoryTerms t = pipeline::stage_memory_terms(f, mem);
   st.weights_bytes = t.version_bytes;
   st.fixed_bytes = t.fixed_bytes;
   st.stash_bytes = t.per_microbatch_bytes;
   st.recompute_stash_bytes = t.recompute_bytes;
+  st.weight_grad_bytes = t.weight_grad_bytes;
   st.limit_bytes = model.memory_limit_bytes();
   return st;
 }

@@ -12,6 +12,8 @@ Busy category(OpKind k) {
   switch (k) {
     case OpKind::forward:
     case OpKind::backward:
+    case OpKind::backward_input:
+    case OpKind::backward_weight:
     case OpKind::recompute: return Busy::compute;
     case OpKind::allreduce: return Busy::allreduce;
     case OpKind::update: return Busy::update;
@@ -25,7 +27,8 @@ SimLane::SimLane(int64_t stage_, int64_t replica_, const ScheduleSpec& spec, con
     : stage(stage_), replica(replica_), ops_(spec, stage_, st.recompute), st_(&st), measure_(measure),
       kind_(spec.kind), microbatches_(spec.microbatches), steps_(spec.steps) {
   const int64_t fwd_ops = (stage_ > 0) + 1 + (stage_ + 1 < spec.depth);
-  const int64_t bwd_ops = (stage_ + 1 < spec.depth) + (st.recompute ? 1 : 0) + 1 + (stage_ > 0);
+  const int64_t bwd_ops = (stage_ + 1 < spec.depth) + (st.recompute ? 1 : 0) + 1 + (stage_ > 0) +
+                          (spec.kind == Schedule::zb_h1 ? 1 : 0);  // zb-h1's W
   period_ops_ = spec.microbatches * (fwd_ops + bwd_ops) + (spec.width > 1) + 1;
   last_period_end_ms_.assign(static_cast<size_t>(period_ops_), 0.0);
   // 2bw's first step also runs the warm-up forwards of the stream; past them every step's ops line up.
@@ -73,10 +76,15 @@ void SimLane::finish(double start_ms, double end_ms) {
       break;
     case OpKind::recompute: add_memory(start_ms, st_->recompute_stash_bytes); break;
     case OpKind::backward:
-      add_memory(end_ms, -st_->stash_bytes - (st_->recompute ? st_->recompute_stash_bytes : 0));
+    case OpKind::backward_input: {
+      // B keeps what its W needs (zb-h1) and frees the rest of the stash with the backward's end.
+      const int64_t kept = o.kind == OpKind::backward_input ? st_->weight_grad_bytes : 0;
+      add_memory(end_ms, kept - st_->stash_bytes - (st_->recompute ? st_->recompute_stash_bytes : 0));
       --in_flight;
       if (o.microbatch == microbatches_ - 1) read_steps_done_ = o.step;
       break;
+    }
+    case OpKind::backward_weight: add_memory(end_ms, -st_->weight_grad_bytes); break;
     case OpKind::update:
       // The new version takes the buffer of a version nobody reads any more (freed first at the same
       // instant), so 2BW holds two buffers and flush / gpipe update in place.
@@ -90,7 +98,8 @@ void SimLane::finish(double start_ms, double end_ms) {
       break;
     default: break;
   }
-  const bool last_read = o.kind == OpKind::backward && o.microbatch == microbatches_ - 1;
+  const bool last_read =
+      (o.kind == OpKind::backward || o.kind == OpKind::backward_input) && o.microbatch == microbatches_ - 1;
   if (pc >= warmup_ops_) {
     double& counterpart = last_period_end_ms_[static_cast<size_t>(slot_)];
     if (++slot_ == period_ops_) slot_ = 0;

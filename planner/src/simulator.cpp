@@ -166,10 +166,8 @@ class Engine {
         case OpKind::allreduce:
           if (!allreduce(l, work)) return;
           break;
-        case OpKind::backward_input:
-        case OpKind::backward_weight:
-          throw UsageError("the simulator does not replay zb-h1 (its split backward) yet",
-                           "simulate the flush plan of the same shape; pd2bw train runs zb-h1");
+        case OpKind::backward_input: record(lane, t, t + (st.backward_ms - st.weight_ms)); break;
+        case OpKind::backward_weight: record(lane, t, t + st.weight_ms); break;
       }
     }
   }
@@ -215,8 +213,11 @@ int64_t estimated_replay_ops(const SimInput& input) {
   check_input(input);
   const auto lanes = static_cast<int64_t>(distinct_replicas(input).first.size()) * input.spec.depth;
   const int64_t steps = std::max(input.spec.steps, default_sim_steps(input.spec.kind));
-  // Up to 7 ops per microbatch (receive, forward, send; receive, recompute, backward, send), allreduce, update.
-  return saturating_mul(saturating_mul(lanes, steps), saturating_add(saturating_mul(7, input.spec.microbatches), 2));
+  // Up to 7 ops per microbatch (receive, forward, send; receive, recompute, backward, send; and zb-h1's W),
+  // allreduce, update.
+  const int64_t per_microbatch = input.spec.kind == Schedule::zb_h1 ? 8 : 7;
+  return saturating_mul(saturating_mul(lanes, steps),
+                        saturating_add(saturating_mul(per_microbatch, input.spec.microbatches), 2));
 }
 
 SimResult simulate(const SimInput& input, bool keep_events, bool measured_only) {

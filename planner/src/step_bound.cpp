@@ -88,7 +88,7 @@ StepLowerBound::StepLowerBound(const CostModel& model) : model_(model), forced_r
     min_out_.push_back(n > 1 ? small_out : 0);
     min_in_.push_back(n > 1 ? small_in : 0);
   }
-  for (Schedule s : {Schedule::two_bw, Schedule::flush, Schedule::gpipe})
+  for (Schedule s : {Schedule::two_bw, Schedule::flush, Schedule::gpipe, Schedule::zb_h1})
     for (int64_t j = 0; j < model.num_layers(); ++j) {
       auto& top = max_layer_static_[static_cast<size_t>(s)];
       top = std::max(top, model.static_bytes(s, j, j + 1));

@@ -69,7 +69,7 @@ class StepLowerBound {
   std::vector<double> max_layer_ms_;            // per microbatch index: largest fwd + bwd
   std::vector<double> total_fwd_ms_, total_bwd_ms_;  // per microbatch index: all layers, no recompute
   std::vector<int64_t> min_out_, min_in_;       // per microbatch index: smallest boundary tensors
-  std::array<int64_t, 3> max_layer_static_{};   // per schedule
+  std::array<int64_t, kSchedules> max_layer_static_{};   // per schedule
   int64_t total_grad_bytes_ = 0, first_grad_bytes_ = 0;  // fp32 gradients of all layers / of layer 0
   // plain_capacity by f (index 0 unused) and its prefix sums, [versions][bi], grown on demand.
   std::array<std::vector<std::vector<double>>, 2> capacity_vals_, capacity_sums_;

@@ -29,6 +29,7 @@ void for_each_candidate(const planner::CostModel& model, Visit&& visit) {
   const auto& k = model.constraints();
   const int64_t devices = device_count(model.cluster());
   std::vector<Schedule> schedules = {Schedule::two_bw, Schedule::flush, Schedule::gpipe};
+  if (model.split_backward()) schedules.push_back(Schedule::zb_h1);
   if (k.schedule) schedules = {*k.schedule};
   int64_t max_d = std::min(model.num_layers(), devices);
   if (k.max_depth > 0) max_d = std::min(max_d, k.max_depth);
@@ -60,7 +61,9 @@ void for_each_candidate(const planner::CostModel& model, Visit&& visit) {
 // the larger of m t_k and, unless k is the last stage, max(m cf_k + (1 + r) cb_k, (1 + r) cf_k + m cb_k)
 // + sum_{j > k} u_j - 2 out_k with r = max(0, m - 1 - w), w = min(d - k - 1, m), and when m >= w + 2
 // also 2 (cf_k + cb_k + sum_{j > k} u_j - 2 out_k) + (m - 2 - w) t_k; gpipe the largest of the step_ms
-// and, over i, sum_{j >= i} u_j + (m - 1) (max_{a >= i} cf_a + max_{c >= i} cb_c) + h_i.
+// and, over i, sum_{j >= i} u_j + (m - 1) (max_{a >= i} cf_a + max_{c >= i} cb_c) + h_i. zb-h1 is
+// flush's with the backward less its W (weight_ms) in u and cb, part_k at least m t_k - n_k W_k and the
+// double round trip's middle (m - 2 - w) (t_k - W_k), and n_i W_i added at the turn, n_i = min(i + 1, m).
 inline double reference_objective(const planner::Candidate& c, const std::vector<planner::StageCost>& st) {
   const auto d = st.size();
   const double m = static_cast<double>(c.microbatches);
@@ -69,14 +72,18 @@ inline double reference_objective(const planner::Candidate& c, const std::vector
     if (!s.feasible) return planner::kInfinity;
     lanes = std::max(lanes, s.step_ms);
   }
+  const bool zb = c.schedule == schemas::Schedule::zb_h1;
   auto h = [&](size_t i) { return st[i].allreduce_ms + st[i].update_ms; };
-  auto u = [&](size_t i) { return st[i].forward_ms + st[i].backward_ms + 2.0 * st[i].in_ms; };
+  auto bwd = [&](size_t i) { return st[i].backward_ms - (zb ? st[i].weight_ms : 0.0); };
+  auto u = [&](size_t i) { return st[i].forward_ms + bwd(i) + 2.0 * st[i].in_ms; };
+  auto trailing = [&](size_t i) { return zb ? std::min(static_cast<double>(i + 1), m) * st[i].weight_ms : 0.0; };
   double best = lanes;
   auto cf = [&](size_t i) { return st[i].in_ms + st[i].forward_ms + st[i].out_ms; };
-  auto cb = [&](size_t i) { return st[i].out_ms + st[i].backward_ms + st[i].in_ms; };
-  if (c.schedule == schemas::Schedule::flush) {
+  auto cb = [&](size_t i) { return st[i].out_ms + bwd(i) + st[i].in_ms; };
+  if (c.schedule == schemas::Schedule::flush || zb) {
     for (size_t k = 0; k < d; ++k) {
-      double part = m * (st[k].compute_ms + st[k].p2p_ms);
+      const double t = st[k].compute_ms + st[k].p2p_ms, tb = t - (zb ? st[k].weight_ms : 0.0);
+      double part = m * t - trailing(k);
       if (k + 1 < d) {
         double below = 0;
         for (size_t j = k + 1; j < d; ++j) below += u(j);
@@ -84,13 +91,12 @@ inline double reference_objective(const planner::Candidate& c, const std::vector
         part = std::max(part, std::max(m * cf(k) + (1 + r) * cb(k), (1 + r) * cf(k) + m * cb(k)) + below -
                                   2.0 * st[k].out_ms);
         if (m >= w + 2)
-          part = std::max(part, 2.0 * (cf(k) + cb(k) + below - 2.0 * st[k].out_ms) +
-                                    (m - 2.0 - w) * (st[k].compute_ms + st[k].p2p_ms));
+          part = std::max(part, 2.0 * (cf(k) + cb(k) + below - 2.0 * st[k].out_ms) + (m - 2.0 - w) * tb);
       }
       for (size_t i = 0; i <= k; ++i) {
         double sum = 0;
         for (size_t j = i; j < k; ++j) sum += u(j);
-        best = std::max(best, part + sum + h(i));
+        best = std::max(best, part + sum + trailing(i) + h(i));
       }
     }
   } else if (c.schedule == schemas::Schedule::gpipe) {

@@ -52,6 +52,7 @@ struct RandomInstanceOptions {
   double pin_schedule_p = 0.2;
   double pin_microbatch_p = 0.2;
   double max_depth_p = 0.2;        // chance of a max_depth limit
+  double split_backward_p = 0.5;   // chance that the profile times the backward in halves (zb-h1 searched)
 };
 
 struct RandomInstance {
@@ -69,6 +70,7 @@ inline const char* schedule_name(schemas::Schedule s) {
     case schemas::Schedule::two_bw: return "2bw";
     case schemas::Schedule::flush: return "flush";
     case schemas::Schedule::gpipe: return "gpipe";
+    case schemas::Schedule::zb_h1: return "zb-h1";
   }
   return "?";
 }
@@ -245,6 +247,20 @@ inline RandomInstance make_random_instance(uint64_t seed, const RandomInstanceOp
   // Drawn last so that the instances above keep their numbers: some profiles time the optimizer step.
   if (rng.chance(0.3))
     for (auto& layer : inst.profile.layers) layer.update_ms = rng.log_uniform(0.01, 2.0);
+  // And some time the backward in halves (then zb-h1 is searched): measured halves that need not add up
+  // to the fused backward, a W stash below the layer's stash, and now and then a layer without an input
+  // gradient (B = 0, an embedding) or without weights (W = 0).
+  if (rng.chance(opt.split_backward_p))
+    for (auto& layer : inst.profile.layers) {
+      const double share = rng.chance(0.1) ? (layer.param_bytes == 0 ? 0.0 : 1.0) : rng.uniform(0.2, 0.8);
+      const double kept = rng.uniform(0.05, 1.0);
+      for (auto& t : layer.per_microbatch) {
+        t.split = true;
+        t.bwd_input_ms = t.bwd_ms * (1.0 - share) * rng.uniform(0.95, 1.1);
+        t.bwd_weight_ms = t.bwd_ms * share * rng.uniform(0.95, 1.1);
+        t.bwd_weight_stash_bytes = static_cast<int64_t>(static_cast<double>(t.stash_bytes) * kept);
+      }
+    }
   return inst;
 }
 
@@ -282,7 +298,11 @@ inline std::string RandomInstance::describe() const {
     o << layer.name << " param_bytes " << layer.param_bytes << " update_ms " << layer.update_ms << ":";
     for (const auto& t : layer.per_microbatch) {
       o << " [b " << t.microbatch << " fwd " << t.fwd_ms << " bwd " << t.bwd_ms << " in " << t.input_bytes
-        << " out " << t.output_bytes << " stash " << t.stash_bytes << "]";
+        << " out " << t.output_bytes << " stash " << t.stash_bytes;
+      if (t.split)
+        o << " bwd_input " << t.bwd_input_ms << " bwd_weight " << t.bwd_weight_ms << " weight_stash "
+          << t.bwd_weight_stash_bytes;
+      o << "]";
     }
     o << "\n";
   }

@@ -192,18 +192,38 @@ TEST_CASE("zb-h1's shape: one version, 1F1B's in-flight bound, W's deferred by t
   CHECK(weight_versions(Schedule::zb_h1) == 1);
   CHECK(pipeline_factor(Schedule::zb_h1, 4, 6) == 9);
   CHECK(min_microbatches(Schedule::zb_h1, 5) == 1);
-  // Stage 2 of 4: 2 activations (S = 300 each) and 2 deferred W stashes (G = 120) before a B; after it,
-  // 1 activation and 3 W stashes. With recompute: inputs (I = 40) plus one rebuilt stash before the B.
+  // Stage 2 of 4 with m >= d: 2 activations (S = 300 each) and 2 deferred W stashes (G = 120) before a
+  // B; after it, 1 activation and 3 W stashes. With recompute: inputs (I = 40) plus one rebuilt stash.
   const int64_t S = 300, I = 40, G = 120;
-  CHECK(split_stash_term(2, 2, false, I, S, G) == std::max(2 * S + 2 * G, S + 3 * G));
-  CHECK(split_stash_term(2, 2, true, I, S, G) == std::max(2 * I + S + 2 * G, I + 3 * G));
-  CHECK(split_stash_term(1, 0, false, I, S, 5 * S) == 5 * S);  // a W stash larger than the stash: after B
+  CHECK(split_stash_term(4, 6, 2, false, I, S, G) == std::max(2 * S + 2 * G, S + 3 * G));
+  CHECK(split_stash_term(4, 6, 2, true, I, S, G) == std::max(2 * I + S + 2 * G, I + 3 * G));
+  CHECK(split_stash_term(1, 1, 0, false, I, S, 5 * S) == 5 * S);  // a W stash larger than the stash: after B
+  // Against every B of the step, counted from the schedule's rule: before the B of k, min(d - i, m - k)
+  // activations and min(k, i) W's.
+  for (int64_t d = 1; d <= 6; ++d)
+    for (int64_t m = 1; m <= 9; ++m)
+      for (int64_t i = 0; i < d; ++i)
+        for (const auto& [act, wg] : {std::pair<int64_t, int64_t>{S, G}, {I, G}, {S, 2 * S}})
+          for (bool redo : {false, true}) {
+            int64_t most = 0;
+            for (int64_t k = 0; k < m; ++k) {
+              const int64_t a = std::min(d - i, m - k), w = std::min(k, i);
+              const int64_t per = redo ? I : act;
+              most = std::max({most, a * per + (redo ? act : 0) + w * wg, (a - 1) * per + (w + 1) * wg});
+            }
+            CAPTURE(d);
+            CAPTURE(m);
+            CAPTURE(i);
+            CHECK(split_stash_term(d, m, i, redo, I, act, wg) == most);
+          }
   const MemoryFactors f = memory_factors(Schedule::zb_h1, Optimizer::adamw, 4, 4);
   StageMemoryInput in{2000, S, I, 0, 2, false, 0};
   in.split_backward = true;
   in.weight_grad_bytes = G;
-  in.deferred = 2;
-  CHECK(stage_memory(f, in, 1 << 20).stash_bytes == split_stash_term(2, 2, false, I, S, G));
+  in.stage = 2;
+  in.depth = 4;
+  in.microbatches = 6;
+  CHECK(stage_memory(f, in, 1 << 20).stash_bytes == split_stash_term(4, 6, 2, false, I, S, G));
   CHECK(stage_memory_terms(f, in).weight_grad_bytes == G);
   in.split_backward = false;
   CHECK(stage_memory(f, in, 1 << 20).stash_bytes == 2 * S);

@@ -97,7 +97,7 @@ void check_winner(const CostModel& model, const Evaluated& e) {
 
 struct Tally {
   int feasible = 0, infeasible = 0, multi_stage = 0, recompute_winners = 0, stages_inner_winners = 0;
-  int64_t candidates = 0, splits = 0, walked = 0;
+  int64_t candidates = 0, splits = 0, walked = 0, zb_candidates = 0, zb_winners = 0;
   int64_t objective_mismatches = 0;  // splits where step_objective and the reference disagree
 };
 
@@ -152,6 +152,7 @@ void compare_one(uint64_t seed, Tally& tally, bool curves = false) {
   int64_t candidates = 0, fewest_devices = 0;
   for_each_candidate(model, [&](const Candidate& c) {
     ++candidates;
+    if (c.schedule == Schedule::zb_h1) ++tally.zb_candidates;
     const double v = check_candidate(model, c, seed, tally);
     if (v < least) fewest_devices = c.width * c.depth;
     if (v < kInfinity && v == least) fewest_devices = std::min(fewest_devices, c.width * c.depth);
@@ -173,6 +174,7 @@ void compare_one(uint64_t seed, Tally& tally, bool curves = false) {
   check_winner(model, win);
   for (size_t i = 1; i < result.ranked.size(); ++i) CHECK(result.ranked[i - 1].step_ms <= result.ranked[i].step_ms);
   if (win.candidate.depth > 1) ++tally.multi_stage;
+  if (win.candidate.schedule == Schedule::zb_h1) ++tally.zb_winners;
   if (win.candidate.placement == Placement::stages_inner) ++tally.stages_inner_winners;
   for (const auto& st : win.stages)
     if (st.recompute) {
@@ -193,11 +195,14 @@ TEST_CASE("the partitioner and the objective search find the brute-force optimum
                        << ", winners with >1 stage " << tally.multi_stage << ", with recompute "
                        << tally.recompute_winners << ", stages-inner " << tally.stages_inner_winners << "; "
                        << tally.candidates << " candidates, " << tally.splits << " splits priced, "
-                       << tally.walked << " walked");
+                       << tally.walked << " walked; zb-h1: " << tally.zb_candidates << " candidates, "
+                       << tally.zb_winners << " winners");
   CHECK(tally.objective_mismatches == 0);
   // The generator must cover the interesting cases, or the comparison proves little.
   if (kInstances >= 600) {
     CHECK(tally.feasible >= 240);
+    CHECK(tally.zb_candidates >= 1000);
+    CHECK(tally.zb_winners >= 10);
     CHECK(tally.infeasible >= 30);
     CHECK(tally.multi_stage >= 60);
     CHECK(tally.recompute_winners >= 30);
@@ -226,18 +231,20 @@ double reference_dp(const CostModel& model, const Candidate& c) {
   const int64_t L = model.num_layers(), d = c.depth;
   const double m = static_cast<double>(c.microbatches), ninf = -kInfinity;
   auto prepend = [&](const State& v, const StageCost& s, int64_t i) {
+    const bool zb = c.schedule == Schedule::zb_h1;  // flush with B = the backward less its W on the drain
     const double t = s.compute_ms + s.p2p_ms, h = s.allreduce_ms + s.update_ms;
-    const double u = s.forward_ms + s.backward_ms + 2.0 * s.in_ms;
-    const double cf = s.in_ms + s.forward_ms + s.out_ms, cb = s.out_ms + s.backward_ms + s.in_ms;
-    if (c.schedule == Schedule::flush) {  // v[2]: the u of the later stages
-      double part = m * t;
+    const double w_ms = zb ? s.weight_ms : 0.0, tail = std::min(static_cast<double>(i + 1), m) * w_ms;
+    const double u = s.forward_ms + s.backward_ms - w_ms + 2.0 * s.in_ms;
+    const double cf = s.in_ms + s.forward_ms + s.out_ms, cb = s.out_ms + s.backward_ms - w_ms + s.in_ms;
+    if (c.schedule == Schedule::flush || zb) {  // v[2]: the u of the later stages
+      double part = m * t - tail;
       if (i + 1 < d) {
         const double w = std::min(static_cast<double>(d - i - 1), m), r = std::max(0.0, m - 1.0 - w);
         part = std::max(part, std::max(m * cf + (1 + r) * cb, (1 + r) * cf + m * cb) + v[2] - 2.0 * s.out_ms);
-        if (m >= w + 2) part = std::max(part, 2.0 * (cf + cb + v[2] - 2.0 * s.out_ms) + (m - 2.0 - w) * t);
+        if (m >= w + 2) part = std::max(part, 2.0 * (cf + cb + v[2] - 2.0 * s.out_ms) + (m - 2.0 - w) * (t - w_ms));
       }
       const double p = std::max(part, u + v[1]);
-      return State{std::max(v[0], h + p), p, v[2] + u, 0};
+      return State{std::max(v[0], h + tail + p), p, v[2] + u, 0};
     }
     if (c.schedule == Schedule::gpipe) {
       const double uu = v[1] + u, f = std::max(v[2], cf), b = std::max(v[3], cb);
@@ -252,7 +259,8 @@ double reference_dp(const CostModel& model, const Candidate& c) {
   };
   // states[a]: fold states of stages i..d-1 covering [a, L)
   std::vector<std::vector<State>> states(static_cast<size_t>(L + 1));
-  states[static_cast<size_t>(L)] = {c.schedule == Schedule::flush ? State{ninf, ninf, 0.0, 0.0}
+  const bool flush_like = c.schedule == Schedule::flush || c.schedule == Schedule::zb_h1;
+  states[static_cast<size_t>(L)] = {flush_like ? State{ninf, ninf, 0.0, 0.0}
                                                                    : State{ninf, 0.0, ninf, ninf}};
   for (int64_t i = d - 1; i >= 0; --i) {
     std::vector<std::vector<State>> next(static_cast<size_t>(L + 1));

@@ -84,7 +84,7 @@ std::string describe(const Candidate& c, const std::vector<int64_t>& bounds, dou
 }
 
 struct Tally {
-  int pinned_searches = 0, feasible = 0, recompute_best = 0, exact = 0;
+  int pinned_searches = 0, feasible = 0, recompute_best = 0, exact = 0, zb_winners = 0;
   double worst = 1.0;
 };
 
@@ -116,6 +116,7 @@ void check_pinned(const RandomInstance& inst, const Constraints& k, const std::v
   CHECK(replayed <= best->step_ms * (1.0 + kTolerance));
   tally.worst = std::max(tally.worst, replayed / best->step_ms);
   if (replayed <= best->step_ms) ++tally.exact;
+  if (win.candidate.schedule == Schedule::zb_h1) ++tally.zb_winners;
   const SearchResult b = pd2bw::planner::search(model, top20);
   CHECK(b.ranked.front().candidate.schedule == win.candidate.schedule);
   CHECK(b.ranked.front().candidate.microbatch == win.candidate.microbatch);
@@ -127,9 +128,9 @@ void check_pinned(const RandomInstance& inst, const Constraints& k, const std::v
 }
 
 // The pins to try on an instance: none, then each kind taken from the best replay's configuration
-// (depth, width, microbatch, every schedule), and the whole configuration of the best and of the best
-// replay of another schedule.
-std::vector<Constraints> pins(const Constraints& base, const std::vector<Replayed>& all) {
+// (depth, width, microbatch, every schedule: zb-h1 when the profile times the backward in halves), and
+// the whole configuration of the best and of the best replay of another schedule.
+std::vector<Constraints> pins(const Constraints& base, const std::vector<Replayed>& all, bool split_backward) {
   std::vector<Constraints> out{base};
   const Replayed* best = nullptr;
   for (const auto& r : all)
@@ -143,8 +144,9 @@ std::vector<Constraints> pins(const Constraints& base, const std::vector<Replaye
   with([&](Constraints& k) { k.depth = best->c.depth; });
   with([&](Constraints& k) { k.width = best->c.width; });
   with([&](Constraints& k) { k.microbatch = best->c.microbatch; });
-  for (Schedule s : {Schedule::two_bw, Schedule::flush, Schedule::gpipe})
-    if (!base.schedule || *base.schedule == s) with([&](Constraints& k) { k.schedule = s; });
+  for (Schedule s : {Schedule::two_bw, Schedule::flush, Schedule::gpipe, Schedule::zb_h1})
+    if ((!base.schedule || *base.schedule == s) && (s != Schedule::zb_h1 || split_backward))
+      with([&](Constraints& k) { k.schedule = s; });
   auto whole = [&](const Candidate& c) {
     with([&](Constraints& k) {
       k.schedule = c.schedule;
@@ -179,14 +181,16 @@ TEST_CASE("the planner's choice replays within 0.5% of the best split of every c
       const CostModel model(inst.profile, inst.cluster, base);
       const auto all = replay_everything(model, inst);
       replayed_splits += static_cast<int64_t>(all.size());
-      for (const Constraints& k : pins(base, all)) check_pinned(inst, k, all, tally);
+      for (const Constraints& k : pins(base, all, model.split_backward())) check_pinned(inst, k, all, tally);
       if (inst.constraints.recompute == RecomputePolicy::never) break;
     }
   }
   MESSAGE("instances " << instances << ": " << replayed_splits << " splits replayed as plans; " << tally.pinned_searches
                        << " searches (" << tally.feasible << " feasible, " << tally.recompute_best
                        << " whose best split recomputes, " << tally.exact
-                       << " at the best replay exactly); worst planner / best replay " << tally.worst);
+                       << " at the best replay exactly, " << tally.zb_winners
+                       << " won by zb-h1); worst planner / best replay " << tally.worst);
   CHECK(tally.feasible >= instances);
   CHECK(tally.recompute_best >= instances / 10);
+  CHECK(tally.zb_winners >= instances / 4);
 }

@@ -82,6 +82,40 @@ TEST_CASE("simulator: 2bw steady state has no bubble; stage i stashes d - i; two
     }
 }
 
+TEST_CASE("simulator: zb-h1 with equal stages idles (d - 1)(F + B - W) per step, with 1F1B's activations") {
+  // B is the input-gradient half, W the weight-gradient half: 1F1B (flush) idles (d - 1)(F + B + W).
+  struct Times {
+    double f, b, w;
+  };
+  for (const Times x : {Times{1.0, 1.0, 1.0}, Times{1.0, 2.0, 1.0}, Times{1.0, 1.5, 0.5}, Times{2.0, 1.0, 0.75}})
+    for (int64_t d = 1; d <= 6; ++d)
+      for (int64_t m : {d, d + 1, d + 3, 2 * d}) {
+        CAPTURE(d);
+        CAPTURE(m);
+        CAPTURE(x.f);
+        CAPTURE(x.b);
+        CAPTURE(x.w);
+        SimInput in = uniform_input(Schedule::zb_h1, d, m, 1, 3, x.f, x.b + x.w);
+        for (auto& st : in.stages) {
+          st.weight_ms = x.w;
+          st.weight_grad_bytes = 300;
+        }
+        const SimResult r = simulate_steady(in);
+        const double work = static_cast<double>(m) * (x.f + x.b + x.w);
+        const double idle = static_cast<double>(d - 1) * (x.f + x.b - x.w);
+        CHECK(r.steady);
+        CHECK(r.step_ms == doctest::Approx(work + idle).epsilon(1e-12));
+        CHECK(r.bubble_fraction == doctest::Approx(idle / (work + idle)).epsilon(1e-9));
+        for (int64_t i = 0; i < d; ++i) {
+          const auto& s = r.stages[static_cast<size_t>(i)];
+          CHECK(s.peak_in_flight == std::min(d - i, m));
+          CHECK(s.max_live_versions == 1);
+          // The stash peaks just before a B (d - i activations, i deferred W's: m >= d) or just after it.
+          CHECK(s.peak_bytes == 10 + 100 + std::max((d - i) * 1000 + i * 300, (d - i - 1) * 1000 + (i + 1) * 300));
+        }
+      }
+}
+
 TEST_CASE("simulator: allreduce and transfers add to the step; replicas are all replayed with events") {
   const SimResult r = simulate(uniform_input(Schedule::flush, 3, 4, 2, 2, 1.0, 2.0, 0.5, 7.0), true);
   // Fill: two forwards and two transfers before the last stage starts; the allreduce ends the step.
@@ -101,10 +135,11 @@ TEST_CASE("simulator: allreduce and transfers add to the step; replicas are all 
 
 TEST_CASE("planner predictions equal a replay of every rank of the written plan") {
   using pd2bw::testing::make_random_instance;
-  int64_t compared = 0, not_steady = 0;
+  int64_t compared = 0, not_steady = 0, zb = 0;
   for (uint64_t seed = 1; seed <= 150; ++seed)
-    for (Schedule kind : {Schedule::two_bw, Schedule::flush, Schedule::gpipe}) {
+    for (Schedule kind : {Schedule::two_bw, Schedule::flush, Schedule::gpipe, Schedule::zb_h1}) {
       auto inst = make_random_instance(seed);
+      if (kind == Schedule::zb_h1 && !inst.profile.layers.front().per_microbatch.front().split) continue;
       inst.constraints.schedule = kind;
       const CostModel model(inst.profile, inst.cluster, inst.constraints);
       SearchResult result = search(model, {3, 1});
@@ -121,15 +156,19 @@ TEST_CASE("planner predictions equal a replay of every rank of the written plan"
       CHECK(plan.predictions.imbalance_fraction == doctest::Approx(sim.imbalance_fraction).epsilon(1e-9));
       if (!sim.steady) ++not_steady;
       for (size_t i = 0; i < plan.stages.size(); ++i)
-        CHECK(static_cast<double>(plan.stages[i].memory.total_bytes) ==
-              doctest::Approx(static_cast<double>(sim.stages[i].peak_bytes)).epsilon(0.02));
+        CHECK_MESSAGE(static_cast<double>(plan.stages[i].memory.total_bytes) ==
+              doctest::Approx(static_cast<double>(sim.stages[i].peak_bytes)).epsilon(0.02),
+                      "stage " << i << " of d=" << plan.depth << " m=" << plan.microbatches_per_step << " recompute "
+                               << plan.stages[i].recompute);
       // The objective is a lower bound on the replay; without a pipeline it is the replay.
       const double analytic = result.ranked.front().analytic_step_ms;
       CHECK(analytic <= sim.step_ms * (1.0 + 1e-9));
       if (plan.depth == 1) CHECK(sim.step_ms == doctest::Approx(analytic).epsilon(1e-12));
       ++compared;
+      if (kind == Schedule::zb_h1) ++zb;
     }
-  MESSAGE("compared " << compared << " plans; " << not_steady << " not steady within " << kMaxSteadySteps << " steps");
+  CHECK(zb > 30);
+  MESSAGE("compared " << compared << " plans (" << zb << " zb-h1); " << not_steady << " not steady within " << kMaxSteadySteps << " steps");
   CHECK(compared > 200);
   CHECK(not_steady * 50 <= compared);  // a few nearly balanced pipelines settle over hundreds of steps
 }
@@ -156,7 +195,7 @@ void for_each_replayed_split(uint64_t first_seed, uint64_t seeds, Visit&& visit)
 }  // namespace
 
 TEST_CASE("the search's objective never exceeds the replay, and is the replay for one-replica gpipe") {
-  int64_t splits = 0, gpipe_exact = 0, below = 0, not_steady = 0;
+  int64_t splits = 0, gpipe_exact = 0, below = 0, not_steady = 0, zb = 0;
   double loosest = 1.0;
   for_each_replayed_split(1, 120, [&](const Candidate& c, const std::vector<StageCost>& st, const SimResult& sim) {
     const double objective = step_objective(c, st);
@@ -169,10 +208,12 @@ TEST_CASE("the search's objective never exceeds the replay, and is the replay fo
       ++gpipe_exact;
     }
     if (objective < sim.step_ms * (1.0 - 1e-9)) ++below;
+    if (c.schedule == Schedule::zb_h1) ++zb;
     loosest = std::max(loosest, sim.step_ms / objective);
     ++splits;
   });
-  MESSAGE(splits << " splits: " << gpipe_exact << " one-replica gpipe; objective below the replay in " << below
+  CHECK(zb > 1000);
+  MESSAGE(splits << " splits (" << zb << " zb-h1): " << gpipe_exact << " one-replica gpipe; objective below the replay in " << below
                  << "; replay / objective at most " << loosest << "; " << not_steady << " not steady");
   CHECK(gpipe_exact > 500);
   CHECK(not_steady * 100 <= splits);

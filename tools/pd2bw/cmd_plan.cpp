@@ -65,7 +65,8 @@ void add_options(CLI::App* cmd, PlanOptions& o) {
   for (auto* opt : {nodes, gpn, mem, intra, inter, intra_lat, inter_lat}) opt->excludes(cluster);
   cmd->add_option("--global-batch", o.global_batch, "Samples per optimizer step, = b * m * w")
       ->check(count_in(1, planner::kMaxGlobalBatch))->capture_default_str();
-  cmd->add_option("--schedule", o.schedule, "auto | 2bw | flush | gpipe")->capture_default_str();
+  cmd->add_option("--schedule", o.schedule, "auto | 2bw | flush | gpipe | zb-h1 (zb-h1 needs a profile that times the "
+                  "backward in halves; auto searches it then)")->capture_default_str();
   cmd->add_option("--microbatch", o.microbatch, "auto | a profiled microbatch size (samples)")
       ->capture_default_str();
   cmd->add_option("--recompute", o.recompute,

@@ -88,14 +88,10 @@ planner::Constraints constraints_from(const PlanOptions& o) {
   using schemas::Schedule;
   planner::Constraints k;
   k.global_batch = o.global_batch;
-  if (o.schedule == "zb-h1")
-    throw UsageError("--schedule zb-h1: the planner does not search zb-h1 yet",
-                     "plan with --schedule flush, set \"schedule\": \"zb-h1\" in the plan, and run it with "
-                     "pd2bw train --plan");
   if (o.schedule != "auto")
     k.schedule = pick<Schedule>(o.schedule, "--schedule",
                                 {{"2bw", Schedule::two_bw}, {"flush", Schedule::flush},
-                                 {"gpipe", Schedule::gpipe}});
+                                 {"gpipe", Schedule::gpipe}, {"zb-h1", Schedule::zb_h1}});
   if (o.microbatch != "auto") {
     try {
       size_t used = 0;

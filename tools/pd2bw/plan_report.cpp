@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdio>
 
 #include "pd2bw/error.hpp"
@@ -42,6 +43,13 @@ void print_plan_header(const PlanInputs& in, const planner::CostModel& model) {
   }
   fmt::print(stderr, "global batch {} samples; reserve {} per device\n", in.constraints.global_batch,
              schemas::format_bytes(in.constraints.reserve_bytes));
+  if (!in.constraints.schedule && !model.split_backward())
+    fmt::print(stderr, "note: zb-h1 is not searched: the profile does not time every layer's backward in halves "
+                       "(bwd_input_ms, bwd_weight_ms); 'pd2bw profile' records them\n");
+  if (model.split_backward() && std::abs(model.split_overhead() - 1.0) > 0.05)
+    fmt::print(stderr, "note: zb-h1 is priced with each layer's fused backward divided in its measured B:W ratio; "
+                       "the halves timed apart add up to {:.0f}% of the fused backwards\n",
+               100.0 * model.split_overhead());
 }
 
 void print_plan_table(const schemas::Plan& plan, const planner::CostModel& model) {

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <set>
 
@@ -111,6 +112,34 @@ std::string sim_report_json(const schemas::Plan& plan, const planner::SimInput& 
   return j.dump(2) + "\n";
 }
 
+namespace {
+
+// 2BW's stale update against the best synchronous schedule (flush, gpipe, zb-h1) in `result`: the speed it
+// buys and what it costs, from the replayed steps and the plans' memory.
+void print_staleness_trade(const planner::SearchResult& result) {
+  const planner::Evaluated *stale = nullptr, *sync = nullptr;
+  for (const auto& e : result.ranked) {  // best first
+    const bool two = e.candidate.schedule == schemas::Schedule::two_bw;
+    const planner::Evaluated*& slot = two ? stale : sync;
+    if (!slot) slot = &e;
+  }
+  if (!stale || !sync) return;
+  const auto& c = sync->candidate;
+  int64_t version = 0;  // the second weight version: one version of the 2bw plan's largest stage
+  for (const auto& st : stale->stages) version = std::max(version, st.memory.weights_bytes / 2);
+  const double gain = sync->step_ms / stale->step_ms - 1.0;
+  fmt::print(stderr, "\n2bw against the best synchronous plan ({} b={} m={} d={} w={}, {:.2f} ms per step): 2bw steps "
+                     "in {:.2f} ms, {} {:.1f}%",
+             schemas::to_string(c.schedule), c.microbatch, c.microbatches, c.depth, c.width, sync->step_ms,
+             stale->step_ms, gain >= 0 ? "faster by" : "slower by", 100.0 * std::abs(gain));
+  fmt::print(stderr, "; it costs a second weight version ({:.2f} GiB on its largest stage) and a one-step delay of "
+                     "every gradient (the update at step t uses gradients of the weights of step t - 1; "
+                     "tools/bench-staleness measures what that does to the loss)\n",
+             gib(version));
+}
+
+}  // namespace
+
 void print_explain(const planner::CostModel& model, const planner::SearchResult& result) {
   fmt::print(stderr, "\nwhere the time goes (simulated steady step, ms per rank averaged over stages) and what "
                      "binds memory:\n");
@@ -143,6 +172,7 @@ void print_explain(const planner::CostModel& model, const planner::SearchResult&
                              mem.stash_bytes, mem.comm_bytes, mem.reserve_bytes})),
                e.stages[full].recompute ? ", recomputes to fit" : "");
   }
+  print_staleness_trade(result);
 }
 
 }  // namespace pd2bw::cli

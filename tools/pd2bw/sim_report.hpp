@@ -21,7 +21,8 @@ std::string sim_report_json(const schemas::Plan& plan, const planner::SimInput& 
 
 // For the chosen candidate and the best of each other schedule in `result`: where a rank's steady step
 // goes (compute, p2p, allreduce, update, fill/drain bubble, idle on less busy stages; averaged over
-// ranks) and which memory term binds (stderr).
+// ranks) and which memory term binds; then how much faster 2bw steps than the best synchronous plan and
+// what its stale update costs (stderr).
 void print_explain(const planner::CostModel& model, const planner::SearchResult& result);
 
 }  // namespace pd2bw::cli

@@ -30,6 +30,9 @@ inline constexpr int64_t kMaxGlobalBatch = int64_t{1} << 24;  // samples per ste
 inline constexpr int64_t kMaxLayers = int64_t{1} << 16;       // layers in a profile
 inline constexpr int64_t kMaxDepth = int64_t{1} << 12;        // pipeline stages (--depth, --max-depth)
 
+// The schedules, for tables indexed by Schedule (2bw, flush, gpipe, zb-h1).
+inline constexpr size_t kSchedules = 4;
+
 // auto_: recompute a stage only when it does not fit otherwise. never / always: pinned.
 enum class RecomputePolicy { auto_, never, always };
 
@@ -77,6 +80,7 @@ struct StageCost {
   // The stage's part in the pipeline's fill and drain, per microbatch, on the fastest replica's links:
   double forward_ms = 0;     // forward
   double backward_ms = 0;    // backward, plus the recomputed forward when recomputing
+  double weight_ms = 0;      // zb-h1: the weight-gradient half W of backward_ms (0 for other schedules)
   double in_ms = 0;          // one transfer over the input boundary (0 for the first stage)
   double out_ms = 0;         // one transfer over the output boundary (0 for the last stage)
   int64_t over_bytes = 0;    // total - limit of the least-memory option when infeasible, else 0
@@ -91,6 +95,8 @@ struct StageCost {
 // - gpipe: the largest, over stages i, of one microbatch's forward and backward through stages i..d-1,
 //   plus (m - 1) x (the slowest forward + the slowest backward among them), plus stage i's allreduce and
 //   update (and never below the largest step_ms).
+// - zb-h1: flush's, with the input-gradient halves B on the drain's critical path and each stage's
+//   trailing weight-gradient halves W (min(i + 1, m) of them at stage i) after its last B.
 // Infinity when a stage is infeasible. The partitioner minimises exactly this.
 double step_objective(const Candidate& c, const std::vector<StageCost>& stages);
 
@@ -110,8 +116,8 @@ class CostModel {
   // Prices layers [begin, end) as stage `stage` (0-based) of `c`. Requires 0 <= begin < end <= layers.
   StageCost stage_cost(const Candidate& c, int64_t stage, int64_t begin, int64_t end) const;
 
-  // Microbatches stashed at once at stage `stage`: min(d - stage, m) for 2bw and flush, m for gpipe
-  // (pipeline::in_flight).
+  // Microbatches stashed at once at stage `stage`: min(d - stage, m) for 2bw, flush and zb-h1, m for
+  // gpipe (pipeline::in_flight).
   static int64_t in_flight(const Candidate& c, int64_t stage) {
     return pipeline::in_flight(c.schedule, c.depth, c.microbatches, stage);
   }
@@ -139,6 +145,20 @@ class CostModel {
   // Prefix sums over layers [0, j) of the profiled optimizer step time (LayerProfile::update_ms; 0 where
   // not recorded). A stage pays its layers' sum once per step.
   const std::vector<double>& update_prefix() const { return update_prefix_; }
+  // Whether every layer's backward is timed in halves at every microbatch size (LayerTiming::split):
+  // zb-h1 can be priced only then.
+  bool split_backward() const { return split_backward_; }
+  // zb-h1's pricing of the halves, prefix-summed over layers [0, j) at microbatch index bi: the W part of
+  // each layer's bwd_ms, bwd_ms x bwd_weight_ms / (bwd_input_ms + bwd_weight_ms) (the fused backward's
+  // time divided in the measured ratio, so every schedule is priced with the same total compute), and
+  // bwd_weight_stash_bytes. All 0 without the split.
+  const std::vector<double>& weight_prefix(int64_t bi) const { return weight_prefix_[static_cast<size_t>(bi)]; }
+  const std::vector<int64_t>& weight_stash_prefix(int64_t bi) const {
+    return weight_stash_prefix_[static_cast<size_t>(bi)];
+  }
+  // The measured halves summed over all layers and microbatch sizes, over the fused backwards summed
+  // the same way (1 without the split): how far the priced halves are from the measured ones.
+  double split_overhead() const { return split_overhead_; }
   const std::vector<int64_t>& stash_prefix(int64_t bi) const { return stash_prefix_[bi]; }
   const std::vector<int64_t>& param_prefix() const { return param_prefix_; }
   // Per layer at microbatch index bi: the activation entering / leaving it (bytes), and p2p_ms of the
@@ -207,13 +227,20 @@ class CostModel {
   // Fills p2p_curves_ and allreduce_curves_ from the cluster; throws UsageError on a malformed curve or
   // an allreduce curve without allreduce_ranks >= 2 (clusters built in code skip the readers' checks).
   void prepare_curves();
+  // Fills the split-backward tables (weight_prefix_, ...); throws UsageError when zb-h1 is pinned and the
+  // profile lacks the halves.
+  void prepare_split();
   // Throws UsageError when the whole model's weights and optimizer state overflow 64-bit bytes.
   void check_state_bytes() const;
-  std::array<StaticFactors, 3> statics_;             // per schedule
+  std::array<StaticFactors, kSchedules> statics_;    // per schedule
   std::vector<int64_t> param_prefix_;               // bytes
   std::vector<std::vector<double>> compute_prefix_;  // [microbatch index][layer + 1]
   std::vector<std::vector<double>> fwd_prefix_, redo_prefix_;
   std::vector<double> update_prefix_;                // [layer + 1], ms
+  bool split_backward_ = false;
+  double split_overhead_ = 1.0;
+  std::vector<std::vector<double>> weight_prefix_;          // [microbatch index][layer + 1], ms
+  std::vector<std::vector<int64_t>> weight_stash_prefix_;  // [microbatch index][layer + 1], bytes
   std::vector<std::vector<int64_t>> stash_prefix_;
   std::vector<double> min_redo_share_;               // [microbatch index]
   std::vector<std::vector<int64_t>> input_bytes_, output_bytes_;        // [microbatch index][layer]

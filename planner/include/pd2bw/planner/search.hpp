@@ -68,9 +68,9 @@ inline constexpr int64_t kMaxReplayedMicrobatches = int64_t{1} << 22;
 // of candidates come within a few percent of each other reach it.
 inline constexpr size_t kMaxSearched = 2048;
 
-// Every valid candidate, in a fixed order: schedule (2bw, flush, gpipe), microbatch size (ascending),
-// depth (1..min(layers, devices, max_depth)), width (ascending, w * d <= devices and b * w dividing the
-// global batch), placement (replicas-inner, then stages-inner when both w > 1 and d > 1). 2bw needs
+// Every valid candidate, in a fixed order: schedule (2bw, flush, gpipe, then zb-h1 when the profile times
+// the backward in halves: CostModel::split_backward), microbatch size (ascending), depth (1..min(layers,
+// devices, max_depth)), width (ascending, w * d <= devices and b * w dividing the global batch), placement (replicas-inner, then stages-inner when both w > 1 and d > 1). 2bw needs
 // m >= d, and m x d must not pass kMaxReplayedMicrobatches (those left out are summed up in *left_out).
 // Pinned constraints restrict the lists. Work: O(sqrt(global batch) + depths x widths), whatever the
 // device count.

@@ -19,6 +19,7 @@ struct SimStage {
   bool recompute = false;
   double forward_ms = 0;    // per microbatch
   double backward_ms = 0;   // per microbatch
+  double weight_ms = 0;     // per microbatch, zb-h1: the W part of backward_ms (its B takes the rest)
   double recompute_ms = 0;  // per microbatch (the forward again), used only when recompute
   double allreduce_ms = 0;  // per step, 0 for one replica
   double update_ms = 0;     // per step
@@ -26,6 +27,7 @@ struct SimStage {
   int64_t fixed_bytes = 0;          // master + grads + optimizer + comm buffers + reserve
   int64_t stash_bytes = 0;          // kept per in-flight microbatch (its input when recomputing)
   int64_t recompute_stash_bytes = 0;  // one microbatch's full stash, held from Recompute to Backward's end
+  int64_t weight_grad_bytes = 0;      // zb-h1: what one microbatch keeps from the end of its B to its W's
   int64_t limit_bytes = 0;          // device memory
 };
 
@@ -122,8 +124,8 @@ struct PlanModel {
   std::vector<int64_t> bounds;
   std::vector<bool> recompute;
 };
-// Throws UsageError for a zb-h1 plan (not priced yet) and when the plan was not made from this profile
-// (model, layer count or microbatch size differ). The plan itself must already be consistent (parse_plan
+// Throws UsageError when the plan was not made from this profile (model, layer count or microbatch size
+// differ), and for a zb-h1 plan when the profile lacks the split backward. The plan itself must already be consistent (parse_plan
 // checks that).
 PlanModel plan_model(const Profile& profile, const schemas::Plan& plan);
 

@@ -5,6 +5,7 @@
 // pricing, the simulator's memory replay and the executor's host-memory check all read it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -51,17 +52,28 @@ inline int64_t stash_term(int64_t in_flight, bool recompute, int64_t input_bytes
                    : saturating_mul(in_flight, stash_bytes);
 }
 
-// The stash term of a schedule that splits the backward (zb-h1): the larger of the stage's two peaks,
-// just before a B (`in_flight` activations, the recomputed stash when recomputing, `deferred` W stashes
-// of `weight_grad_bytes`) and just after it (one activation fewer, one W stash more). Saturates.
-inline int64_t split_stash_term(int64_t in_flight, int64_t deferred, bool recompute, int64_t input_bytes,
+// The stash term of a schedule that splits the backward (zb-h1), stage `stage` of `depth` with
+// `microbatches` per step: the largest over its B's of the memory just before one (the activations in
+// flight, the recomputed stash when recomputing, the W stashes of `weight_grad_bytes` still deferred) and
+// just after it (one activation fewer, one W stash more). Before the B of microbatch k the stage holds
+// min(d - i, m - k) activations and min(k, i) deferred W's; both are linear in k between k = i and
+// k = m - d + i, so the largest is at one of those, k = 0 or k = m - 1. With m >= d that is the
+// steady state, d - i activations and i W's. Saturates.
+inline int64_t split_stash_term(int64_t depth, int64_t microbatches, int64_t stage, bool recompute, int64_t input_bytes,
                                 int64_t stash_bytes, int64_t weight_grad_bytes) {
   const int64_t activation = recompute ? input_bytes : stash_bytes;
-  const int64_t before = saturating_add(saturating_add(saturating_mul(in_flight, activation), recompute ? stash_bytes : 0),
-                                        saturating_mul(deferred, weight_grad_bytes));
-  const int64_t after = saturating_add(saturating_mul(in_flight - 1, activation),
-                                       saturating_mul(deferred + 1, weight_grad_bytes));
-  return before > after ? before : after;
+  const int64_t ahead = depth - stage, last = microbatches - 1;
+  int64_t most = 0;
+  for (int64_t k : {int64_t{0}, stage, microbatches - ahead, last}) {
+    if (k < 0 || k > last) continue;
+    const int64_t act = ahead < microbatches - k ? ahead : microbatches - k;
+    const int64_t deferred = k < stage ? k : stage;
+    const int64_t before = saturating_add(saturating_add(saturating_mul(act, activation), recompute ? stash_bytes : 0),
+                                          saturating_mul(deferred, weight_grad_bytes));
+    const int64_t after = saturating_add(saturating_mul(act - 1, activation), saturating_mul(deferred + 1, weight_grad_bytes));
+    most = std::max({most, before, after});
+  }
+  return most;
 }
 
 // Send and receive buffers of stage `stage` of `depth`: both directions of the input boundary (activation
@@ -82,10 +94,10 @@ struct StageMemoryInput {
   bool recompute = false;
   int64_t reserve_bytes = 0;  // runtime overhead kept aside
   // A schedule that splits the backward (zb-h1): what one microbatch keeps from its B to its W, over the
-  // stage's layers, and how many W's the stage defers (pipeline::deferred_weight_grads).
+  // stage's layers, and the stage's place (split_stash_term): stage i of d with m microbatches per step.
   bool split_backward = false;
   int64_t weight_grad_bytes = 0;
-  int64_t deferred = 0;
+  int64_t stage = 0, depth = 1, microbatches = 1;
 };
 
 // The same model in the form an event-by-event replay needs (the simulator adds and frees these).
