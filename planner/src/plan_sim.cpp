@@ -55,8 +55,16 @@ int64_t microbatch_index(const Profile& profile, int64_t b) {
 
 PlanModel plan_model(const Profile& profile, const schemas::Plan& plan) {
   check_plan_matches(profile, plan);
+  if (plan.schedule == Schedule::zb_h1)
+    for (const auto& layer : profile.layers)
+      for (const auto& t : layer.per_microbatch)
+        if (!t.split)
+          throw UsageError(fmt::format("the plan runs zb-h1, which is priced from the backward timed in halves, and "
+                                       "the profile's layer '{}' does not have them at microbatch {}",
+                                       layer.name, t.microbatch),
+                           "re-profile with 'pd2bw profile' (it records bwd_input_ms, bwd_weight_ms and "
+                           "bwd_weight_stash_bytes), then plan again");
   Constraints k;
-  if (plan.schedule == Schedule::zb_h1) k.schedule = plan.schedule;  // refused without the split backward
   k.global_batch = plan.global_batch;
   k.optimizer = plan.optimizer;
   k.reserve_bytes = plan.reserve_bytes;

@@ -153,6 +153,7 @@ std::vector<Candidate> enumerate_candidates(const CostModel& model, LeftOut* lef
           if (k.width > 0 && w != k.width) continue;
           const int64_t m = k.global_batch / (b * w);
           if (m < pipeline::min_microbatches(s, d)) continue;
+          if (s == Schedule::zb_h1 && d == 1 && !k.schedule) continue;  // one stage: flush's ops exactly
           if (m > kMaxReplayedMicrobatches / d) {
             if (left_out) {
               left_out->count += w > 1 && d > 1 ? 2 : 1;

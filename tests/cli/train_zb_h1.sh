@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # zb-h1 from a plan: a flush plan with its schedule set to "zb-h1" trains with the same losses as the
 # flush plan (same synchronous math, split backward), with and without recompute and in bf16, and a checkpoint
-# written under zb-h1 resumes bit-identically; `pd2bw plan --schedule zb-h1` is refused for now.
+# written under zb-h1 resumes bit-identically. The planner prices zb-h1 from a profile that times the
+# backward in halves (what `pd2bw profile` writes): it plans, simulates, validates and trains it, and it
+# refuses zb-h1 for a profile without the halves.
 source "$(dirname "$0")/lib.bash"
 PY="${PD2BW_PYTHON:-/usr/bin/python3}"
 P="$TMP/micro.profile.json"
@@ -47,8 +49,28 @@ expect_exit 0 "done: steps 4-6" -- "$PD2BW" train --plan "$TMP/zb.json" --steps 
   --resume --log "$TMP/parts.jsonl"
 same_losses "$TMP/parts.jsonl" "$TMP/zb.jsonl" && ok || fail "the resumed zb-h1 run differs"
 
-expect_exit 2 "the planner does not search zb-h1 yet" -- "$PD2BW" plan --profile "$P" --schedule zb-h1 \
+# The micro profile has no halves: planning or simulating zb-h1 from it is refused, and nothing is written.
+expect_exit 2 "needs the backward timed in halves" -- "$PD2BW" plan --profile "$P" --schedule zb-h1 \
   --global-batch 16 -o "$TMP/refused.json"
 [ ! -e "$TMP/refused.json" ] && ok || fail "a refused plan was written"
-expect_exit 2 "do not price or replay zb-h1" -- "$PD2BW" simulate --plan "$TMP/zb.json" --profile "$P"
+expect_exit 2 "does not have them at microbatch" -- "$PD2BW" simulate --plan "$TMP/zb.json" --profile "$P"
+
+# A measured profile has them: zb-h1 is planned, replayed to its own prediction, checked and trained.
+S="$TMP/split.profile.json"
+expect_exit 0 "" -- "$PD2BW" profile --blocks 2 --d-model 32 --heads 2 --seq 32 --microbatch 1,2,4 -o "$S" -q
+expect_exit 0 "chosen: zb-h1" -- "$PD2BW" plan --profile "$S" --nodes 1 --gpus-per-node 4 --schedule zb-h1 \
+  --depth 2 --width 2 --global-batch 16 -o "$TMP/zb-planned.json"
+expect_exit 0 "" -- "$PD2BW" simulate --plan "$TMP/zb-planned.json" --profile "$S" --json "$TMP/zb-sim.json" -q
+"$PY" - "$TMP" <<'PYEOF' && ok || fail "the zb-h1 plan's prediction is not its replay"
+import json, sys
+t = sys.argv[1]
+plan, sim = json.load(open(f"{t}/zb-planned.json")), json.load(open(f"{t}/zb-sim.json"))
+step = plan["predictions"]["step_ms"]
+assert abs(sim["step_ms"] - step) <= 1e-9 * step, (sim["step_ms"], step)
+# Each stage's planned memory covers its replayed peak.
+for p, s in zip(plan["stages"], sim["stages"]):
+    assert s["peak_bytes"] <= p["memory"]["total_bytes"], (s, p["memory"])
+PYEOF
+expect_exit 0 "" -- "$PD2BW" validate --profile "$S" "$TMP/zb-planned.json"
+expect_exit 0 "zb-h1 b=" -- "$PD2BW" train --plan "$TMP/zb-planned.json" --steps 2 --log "$TMP/zb-planned.jsonl"
 finish

@@ -44,6 +44,7 @@ void for_each_candidate(const planner::CostModel& model, Visit&& visit) {
           if (k.global_batch % (b * w) != 0) continue;
           const int64_t m = k.global_batch / (b * w);
           if (s == Schedule::two_bw && m < d) continue;
+          if (s == Schedule::zb_h1 && d == 1 && !k.schedule) continue;
           if (m * d > planner::kMaxReplayedMicrobatches) continue;
           for (int pl = 0; pl < ((w > 1 && d > 1) ? 2 : 1); ++pl) {
             planner::Candidate c{s, static_cast<int64_t>(bi), b, w, d, m,

@@ -128,10 +128,12 @@ void print_staleness_trade(const planner::SearchResult& result) {
   int64_t version = 0;  // the second weight version: one version of the 2bw plan's largest stage
   for (const auto& st : stale->stages) version = std::max(version, st.memory.weights_bytes / 2);
   const double gain = sync->step_ms / stale->step_ms - 1.0;
+  const std::string verdict = std::abs(gain) < 5e-4 ? std::string("the same: 2bw gains nothing here")
+                              : fmt::format("{} by {:.1f}%", gain > 0 ? "faster" : "slower", 100.0 * std::abs(gain));
   fmt::print(stderr, "\n2bw against the best synchronous plan ({} b={} m={} d={} w={}, {:.2f} ms per step): 2bw steps "
-                     "in {:.2f} ms, {} {:.1f}%",
+                     "in {:.2f} ms, {}",
              schemas::to_string(c.schedule), c.microbatch, c.microbatches, c.depth, c.width, sync->step_ms,
-             stale->step_ms, gain >= 0 ? "faster by" : "slower by", 100.0 * std::abs(gain));
+             stale->step_ms, verdict);
   fmt::print(stderr, "; it costs a second weight version ({:.2f} GiB on its largest stage) and a one-step delay of "
                      "every gradient (the update at step t uses gradients of the weights of step t - 1; "
                      "tools/bench-staleness measures what that does to the loss)\n",

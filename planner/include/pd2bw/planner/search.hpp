@@ -70,10 +70,11 @@ inline constexpr size_t kMaxSearched = 2048;
 
 // Every valid candidate, in a fixed order: schedule (2bw, flush, gpipe, then zb-h1 when the profile times
 // the backward in halves: CostModel::split_backward), microbatch size (ascending), depth (1..min(layers,
-// devices, max_depth)), width (ascending, w * d <= devices and b * w dividing the global batch), placement (replicas-inner, then stages-inner when both w > 1 and d > 1). 2bw needs
-// m >= d, and m x d must not pass kMaxReplayedMicrobatches (those left out are summed up in *left_out).
-// Pinned constraints restrict the lists. Work: O(sqrt(global batch) + depths x widths), whatever the
-// device count.
+// devices, max_depth)), width (ascending, w * d <= devices and b * w dividing the global batch),
+// placement (replicas-inner, then stages-inner when both w > 1 and d > 1). 2bw needs m >= d; zb-h1 on one
+// stage runs flush's ops (nothing to defer) and is left to flush unless zb-h1 is pinned; m x d must not
+// pass kMaxReplayedMicrobatches (those left out are summed up in *left_out). Pinned constraints restrict
+// the lists. Work: O(sqrt(global batch) + depths x widths), whatever the device count.
 std::vector<Candidate> enumerate_candidates(const CostModel& model, LeftOut* left_out = nullptr);
 
 // Prices every stage of `split` for `c`; step_ms and split.step_ms are the split's objective.
