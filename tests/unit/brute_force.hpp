@@ -21,9 +21,10 @@ inline int64_t device_count(const schemas::Cluster& cluster) {
   return n;
 }
 
-// Calls visit(candidate) for every point of the search space, in the planner's documented order.
+// Calls visit(candidate) for every point of the search space, in the planner's documented order. With
+// `one_stage_zb`, zb-h1 on one stage too (the planner enumerates it only when zb-h1 is pinned).
 template <class Visit>
-void for_each_candidate(const planner::CostModel& model, Visit&& visit) {
+void for_each_candidate(const planner::CostModel& model, Visit&& visit, bool one_stage_zb = false) {
   using schemas::Schedule;
   const auto& profile = model.profile();
   const auto& k = model.constraints();
@@ -44,7 +45,7 @@ void for_each_candidate(const planner::CostModel& model, Visit&& visit) {
           if (k.global_batch % (b * w) != 0) continue;
           const int64_t m = k.global_batch / (b * w);
           if (s == Schedule::two_bw && m < d) continue;
-          if (s == Schedule::zb_h1 && d == 1 && !k.schedule) continue;
+          if (s == Schedule::zb_h1 && d == 1 && !k.schedule && !one_stage_zb) continue;
           if (m * d > planner::kMaxReplayedMicrobatches) continue;
           for (int pl = 0; pl < ((w > 1 && d > 1) ? 2 : 1); ++pl) {
             planner::Candidate c{s, static_cast<int64_t>(bi), b, w, d, m,

@@ -53,7 +53,8 @@ struct Replayed {
   bool recompute;
 };
 
-// Every split of every configuration of `model`, replayed as a plan.
+// Every split of every configuration of `model`, replayed as a plan (zb-h1 on one stage too, for the
+// searches that pin zb-h1).
 std::vector<Replayed> replay_everything(const CostModel& model, const RandomInstance& inst) {
   std::vector<Replayed> out;
   pd2bw::testing::for_each_candidate(model, [&](const Candidate& c) {
@@ -63,11 +64,12 @@ std::vector<Replayed> replay_everything(const CostModel& model, const RandomInst
       for (const auto& s : st) recompute = recompute || s.recompute;
       out.push_back({c, bounds, replay_as_plan(model, inst, e), recompute});
     });
-  });
+  }, true);
   return out;
 }
 
 bool matches(const Candidate& c, const Constraints& k) {
+  if (c.schedule == Schedule::zb_h1 && c.depth == 1 && !k.schedule) return false;  // flush's, unless pinned
   return (!k.schedule || c.schedule == *k.schedule) && (!k.microbatch || c.microbatch == *k.microbatch) &&
          (k.depth == 0 || c.depth == k.depth) && (k.width == 0 || c.width == k.width);
 }

@@ -94,6 +94,23 @@ void add_options(CLI::App* cmd, PlanOptions& o) {
   cmd->add_flag("-q,--quiet", o.quiet, "Print nothing but errors");
 }
 
+// The chosen plan, then the exact best of each other schedule the search may use (a search pinned to
+// each; the plan's alternatives may hold only a representative of a schedule): what --explain compares.
+std::vector<planner::Evaluated> best_of_each_schedule(const PlanInputs& in, const planner::CostModel& model,
+                                                      const planner::SearchResult& result, int64_t threads) {
+  using schemas::Schedule;
+  std::vector<planner::Evaluated> out{result.ranked.front()};
+  if (in.constraints.schedule) return out;
+  for (Schedule s : {Schedule::two_bw, Schedule::flush, Schedule::gpipe, Schedule::zb_h1}) {
+    if (s == out.front().candidate.schedule || (s == Schedule::zb_h1 && !model.split_backward())) continue;
+    planner::Constraints k = in.constraints;
+    k.schedule = s;
+    const planner::SearchResult r = planner::search(planner::CostModel(in.profile, in.cluster, k), {0, threads});
+    if (r.feasible()) out.push_back(r.ranked.front());
+  }
+  return out;
+}
+
 void run_plan(const PlanOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   const PlanInputs in = resolve_plan_inputs(o);
@@ -126,7 +143,7 @@ void run_plan(const PlanOptions& o) {
   if (!o.quiet) {
     print_plan_table(plan, model);
     print_alternatives(plan);
-    if (o.explain) print_explain(model, result);
+    if (o.explain) print_explain(model, best_of_each_schedule(in, model, result, o.threads));
     fmt::print(stderr, "searched {} candidates, evaluated {} best splits, replayed {} splits in {:.3f} s\n",
                result.candidates, result.evaluated, result.replayed, seconds);
     if (result.left_out.floor_ms < result.ranked.front().step_ms)

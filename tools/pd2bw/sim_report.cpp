@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <set>
 
 #include "pd2bw/schemas/common.hpp"
 
@@ -116,12 +115,12 @@ namespace {
 
 // 2BW's stale update against the best synchronous schedule (flush, gpipe, zb-h1) in `result`: the speed it
 // buys and what it costs, from the replayed steps and the plans' memory.
-void print_staleness_trade(const planner::SearchResult& result) {
+void print_staleness_trade(const std::vector<planner::Evaluated>& bests) {
   const planner::Evaluated *stale = nullptr, *sync = nullptr;
-  for (const auto& e : result.ranked) {  // best first
+  for (const auto& e : bests) {
     const bool two = e.candidate.schedule == schemas::Schedule::two_bw;
     const planner::Evaluated*& slot = two ? stale : sync;
-    if (!slot) slot = &e;
+    if (!slot || e.step_ms < slot->step_ms) slot = &e;
   }
   if (!stale || !sync) return;
   const auto& c = sync->candidate;
@@ -142,14 +141,12 @@ void print_staleness_trade(const planner::SearchResult& result) {
 
 }  // namespace
 
-void print_explain(const planner::CostModel& model, const planner::SearchResult& result) {
+void print_explain(const planner::CostModel& model, const std::vector<planner::Evaluated>& bests) {
   fmt::print(stderr, "\nwhere the time goes (simulated steady step, ms per rank averaged over stages) and what "
                      "binds memory:\n");
-  std::set<schemas::Schedule> shown;
-  for (size_t k = 0; k < result.ranked.size(); ++k) {
-    const auto& e = result.ranked[k];
+  for (size_t k = 0; k < bests.size(); ++k) {
+    const auto& e = bests[k];
     const auto& c = e.candidate;
-    if (!shown.insert(c.schedule).second) continue;
     std::vector<bool> recompute;
     for (const auto& st : e.stages) recompute.push_back(st.recompute);
     const auto sim = planner::simulate_steady(
@@ -174,7 +171,7 @@ void print_explain(const planner::CostModel& model, const planner::SearchResult&
                              mem.stash_bytes, mem.comm_bytes, mem.reserve_bytes})),
                e.stages[full].recompute ? ", recomputes to fit" : "");
   }
-  print_staleness_trade(result);
+  print_staleness_trade(bests);
 }
 
 }  // namespace pd2bw::cli

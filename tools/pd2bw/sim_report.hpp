@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "pd2bw/planner/search.hpp"
 #include "pd2bw/planner/simulator.hpp"
@@ -19,10 +20,10 @@ std::string memory_warnings(const planner::SimInput& in, const planner::SimResul
 // Machine-readable report of the same numbers (deterministic JSON text).
 std::string sim_report_json(const schemas::Plan& plan, const planner::SimInput& in, const planner::SimResult& sim);
 
-// For the chosen candidate and the best of each other schedule in `result`: where a rank's steady step
-// goes (compute, p2p, allreduce, update, fill/drain bubble, idle on less busy stages; averaged over
-// ranks) and which memory term binds; then how much faster 2bw steps than the best synchronous plan and
-// what its stale update costs (stderr).
-void print_explain(const planner::CostModel& model, const planner::SearchResult& result);
+// For each of `bests` (the chosen plan first, then the best of each other schedule): where a rank's
+// steady step goes (compute, p2p, allreduce, update, fill/drain bubble, idle on less busy stages;
+// averaged over ranks) and which memory term binds; then how much faster 2bw steps than the best
+// synchronous plan among them and what its stale update costs (stderr).
+void print_explain(const planner::CostModel& model, const std::vector<planner::Evaluated>& bests);
 
 }  // namespace pd2bw::cli
