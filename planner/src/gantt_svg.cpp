@@ -20,7 +20,9 @@ constexpr double kBlock = kBar + 3 + kComm + 4 + kMem + kGap;
 const char* colour(OpKind k) {
   switch (k) {
     case OpKind::forward: return "#4c78a8";
-    case OpKind::backward: return "#54a24b";
+    case OpKind::backward:
+    case OpKind::backward_input: return "#54a24b";
+    case OpKind::backward_weight: return "#9ccf8b";
     case OpKind::recompute: return "#f58518";
     case OpKind::allreduce: return "#b279a2";
     case OpKind::update: return "#e45756";
@@ -66,9 +68,13 @@ struct Canvas {
 };
 
 void draw_legend(Canvas& c, double y) {
-  const std::pair<const char*, OpKind> items[] = {{"forward", OpKind::forward},     {"backward", OpKind::backward},
-                                                  {"recompute", OpKind::recompute}, {"send/recv", OpKind::send_activation},
-                                                  {"allreduce", OpKind::allreduce}, {"update", OpKind::update}};
+  const std::pair<const char*, OpKind> items[] = {{"forward", OpKind::forward},
+                                                  {"backward (zb-h1: its B)", OpKind::backward},
+                                                  {"zb-h1's W", OpKind::backward_weight},
+                                                  {"recompute", OpKind::recompute},
+                                                  {"send/recv", OpKind::send_activation},
+                                                  {"allreduce", OpKind::allreduce},
+                                                  {"update", OpKind::update}};
   double x = kLeft;
   for (const auto& [name, kind] : items) {
     c.add(R"(<rect x="{:.1f}" y="{:.1f}" width="14" height="12" fill="{}"/>)", x, y - 10, colour(kind));
