@@ -92,7 +92,7 @@ using FoldState = std::array<double, K>;
 // One policy per schedule: K entries, the state before any stage, and the step that prepends a stage.
 // floor(v, fb, m, n) is a lower bound on the final objective once n stages holding fb ms of fwd + bwd are
 // prepended (the partitioner prunes with it): they add at least fb to every sum, and the busiest of them
-// holds at least fb / n.
+// holds at least fb / n. (zb-h1's sums hold no W's: there fb is the fwd + bwd less the W's.)
 struct TwoBwFold {
   static constexpr int K = 1;
   static FoldState<K> empty() { return {kNoValue}; }
@@ -153,9 +153,9 @@ struct ZbH1Fold {
     const double p = std::max(part, s.u + v[1]);
     return {std::max(v[0], s.h + s.trailing * s.w + p), p, v[2] + s.u};
   }
-  // The W's of the stages to come are not on the drain, so only the busiest stage's lane is certain.
+  // fb: the fwd + bwd less the W's of the stages to come (the partitioner passes that for zb-h1).
   static double floor(const FoldState<K>& v, double fb, double m, double n) {
-    return n > 0 ? std::max(v[0], m * fb / n) : v[0];
+    return std::max({v[0], fb + v[1], n > 0 ? m * fb / n : 0.0});
   }
 };
 

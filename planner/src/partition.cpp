@@ -161,6 +161,11 @@ double stage_floor_of(const CostModel& model, const Candidate& c, int64_t a, int
   const double work = cp[static_cast<size_t>(e)] - cp[static_cast<size_t>(a)];
   if constexpr (std::is_same_v<Fold, detail::FlushFold>) return cp[static_cast<size_t>(a)] + m * work;
   if constexpr (std::is_same_v<Fold, detail::GpipeFold>) return cp.back() + (m - 1.0) * work;
+  if constexpr (std::is_same_v<Fold, detail::ZbH1Fold>) {  // the layers before, and this stage, less their W's
+    const auto& wp = model.weight_prefix(c.microbatch_index);
+    const double before = cp[static_cast<size_t>(a)] - wp[static_cast<size_t>(a)];
+    return std::max(m * work, before + m * (work - (wp[static_cast<size_t>(e)] - wp[static_cast<size_t>(a)])));
+  }
   return m * work;
 }
 
@@ -186,7 +191,12 @@ void solve(const CostModel& model, const detail::PreparedCandidate& prepared, do
         return terms_of(q, m, i, c.depth);
       },
       [&](int64_t, int64_t a, int64_t e) { return stage_floor_of<Fold>(model, c, a, e); },
-      [&](int64_t a) { return cp[static_cast<size_t>(a)]; }, max_work);
+      [&](int64_t a) {  // what layers [0, a) add to the drain and refill: zb-h1's W's are not on it
+        const double fb = cp[static_cast<size_t>(a)];
+        if constexpr (std::is_same_v<Fold, detail::ZbH1Fold>)
+          return fb - model.weight_prefix(c.microbatch_index)[static_cast<size_t>(a)];
+        return fb;
+      }, max_work);
 }
 
 // A feasible split found greedily (each stage as long as allowed) with every stage's busy time <= t, or

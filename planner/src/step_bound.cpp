@@ -18,6 +18,12 @@
 // stage k's part adds (m - 1) more of its forwards or of its backwards, at least (m - 1) max(F, B) / d of
 // the model's forwards F and backwards B: T >= h_0 + C + redo + 2 (d - 1) p + (m - 1) max(F, B) / d.
 //
+// ZB-H1's cycle through stage 0 and stage k (objective.hpp) is at least m x_k - n_k W_k + sum_{j<k}
+// (x_j - W_j), with n_k = min(k + 1, m) W's after stage k's last B. Every layer's W is at most r (its
+// fwd + bwd) plus its excess over that, r the model's W share and E the excesses summed, so
+// T + (m + 1) E >= (m - n_k r) x_k + (1 - r) X_{<k} for every k; as for flush, taking each x_k as large
+// as that allows holds the most, g (T + (m + 1) E) in all, so T >= C / g - (m + 1) E.
+//
 // Crowding: d stages over L layers put ceil(L / d) layers on some stage, so its busy time is at least m
 // times the least fwd + bwd of that many consecutive layers.
 //
@@ -36,7 +42,7 @@
 // 2 X_{>k} <= T (its first and last microbatches' round trips below it; X the compute of the stages
 // before or after), where stage k's own term counts its recompute once its stash cannot hold x_k (the
 // capacity above). Both caps on x_k grow with X_{<k}, so taking each x_k as large as they allow reaches
-// the furthest; T is feasible only if that reaches C.
+// the furthest; T is feasible only if that reaches C. zb-h1 likewise, with its cycle bound's caps.
 #include "step_bound.hpp"
 
 #include <algorithm>
@@ -87,6 +93,15 @@ StepLowerBound::StepLowerBound(const CostModel& model) : model_(model), forced_r
     total_bwd_ms_.push_back(bwd);
     min_out_.push_back(n > 1 ? small_out : 0);
     min_in_.push_back(n > 1 ? small_in : 0);
+  }
+  for (size_t bi = 0; bi < p.microbatch_sizes.size(); ++bi) {
+    const auto& cp = model.compute_prefix(static_cast<int64_t>(bi));
+    const auto& wp = model.weight_prefix(static_cast<int64_t>(bi));
+    const double share = cp.back() > 0.0 ? wp.back() / cp.back() : 0.0;
+    double excess = 0.0;
+    for (size_t j = 0; j < n; ++j) excess += std::max(0.0, (wp[j + 1] - wp[j]) - share * (cp[j + 1] - cp[j]));
+    weight_share_.push_back(share);
+    weight_excess_ms_.push_back(excess);
   }
   for (Schedule s : {Schedule::two_bw, Schedule::flush, Schedule::gpipe, Schedule::zb_h1})
     for (int64_t j = 0; j < model.num_layers(); ++j) {
@@ -193,7 +208,21 @@ double StepLowerBound::average_bound(const Candidate& c, double redo) const {
   double bound = std::max(sum / d, m * max_layer_ms_[bi]);
   if (c.schedule == Schedule::flush) bound = std::max(bound, all / (1.0 - std::pow(1.0 - 1.0 / m, d)));
   if (c.schedule == Schedule::gpipe) bound = std::max(bound, all * (m + d - 1.0) / d);
+  if (c.schedule == Schedule::zb_h1) bound = std::max(bound, zb_cycle_bound(c));
   return bound;
+}
+
+double StepLowerBound::zb_cycle_bound(const Candidate& c) const {
+  const auto bi = static_cast<size_t>(c.microbatch_index);
+  const double r = weight_share_[bi], m = static_cast<double>(c.microbatches);
+  if (!(r < 1.0)) return 0.0;
+  double held = 0.0;  // X_{<k} at T + (m + 1) E = 1
+  for (int64_t k = 0; k < c.depth; ++k) {
+    const double after = std::min(static_cast<double>(k + 1), m);
+    held += std::max(0.0, 1.0 - (1.0 - r) * held) / (m - after * r);
+  }
+  const double all = model_.compute_prefix(c.microbatch_index).back();
+  return held > 0.0 ? all / held - (m + 1.0) * weight_excess_ms_[bi] : 0.0;
 }
 
 std::shared_ptr<const StepLowerBound::PlacementLevels> StepLowerBound::placement_levels(const Candidate& c) const {
@@ -299,8 +328,36 @@ bool StepLowerBound::rules_out(const Candidate& c, double limit) const {
     }
     return false;
   };
+  // zb-h1: the cycle through stage 0 and each stage k (zb_cycle_bound), with each stage's own links and
+  // whole layers: stage k starting at layer a holds at most its cap at X_{<k} = the fwd + bwd of layers
+  // [0, a), so it ends at the furthest layer within it. Reaching further leaves every later stage a later
+  // start and a cap smaller by less than the extra compute ((1 - r) / (m - n r) < 1), so each stage
+  // taking the furthest end reaches the furthest; T is feasible only if that reaches the last layer.
+  const double r = weight_share_[static_cast<size_t>(c.microbatch_index)];
+  const double excess = weight_excess_ms_[static_cast<size_t>(c.microbatch_index)];
+  const auto& cp = model_.compute_prefix(c.microbatch_index);
+  auto zb_reaches = [&](double t0) {
+    if (!(r < 1.0)) return true;
+    const double t = t0 - h0 + (m + 1.0) * excess;
+    double ins_before = 0.0;
+    size_t a = 0;
+    for (int64_t k = 0; k < c.depth; ++k) {
+      const auto& l = links[static_cast<size_t>(k)];
+      const double after = std::min(static_cast<double>(k + 1), m);
+      const double x = hold(k, (t - (1.0 - r) * cp[a] - ins_before - m * l.lane) / (m - after * r));
+      if (x < 0.0) return false;
+      const auto e = static_cast<size_t>(std::upper_bound(cp.begin() + static_cast<std::ptrdiff_t>(a), cp.end(),
+                                                          cp[a] + x * (1.0 + 1e-12)) - cp.begin()) - 1;
+      if (e == a) return false;  // not one whole layer
+      a = e;
+      ins_before += 2.0 * l.in_fast;
+      if (a + 1 >= cp.size()) return true;
+    }
+    return false;
+  };
   const double t = limit * (1.0 + 1e-9);  // rounding must not rule out a split at the limit itself
-  return too_few_layers(c, t / m) || !lanes_hold(t) || (c.schedule == Schedule::flush && !flush_reaches(t));
+  return too_few_layers(c, t / m) || !lanes_hold(t) || (c.schedule == Schedule::flush && !flush_reaches(t)) ||
+         (c.schedule == Schedule::zb_h1 && !zb_reaches(t));
 }
 
 // Whole layers: stage i holds a run of layers whose fwd + bwd, plus the redo where its in-flight stashes

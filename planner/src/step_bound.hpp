@@ -68,6 +68,11 @@ class StepLowerBound {
   int64_t cap_bytes_ = 0;                       // device memory minus the reserve
   std::vector<double> max_layer_ms_;            // per microbatch index: largest fwd + bwd
   std::vector<double> total_fwd_ms_, total_bwd_ms_;  // per microbatch index: all layers, no recompute
+  // zb-h1, per microbatch index: the model's W share of its fwd + bwd, and the W of each layer above that
+  // share of its own fwd + bwd, summed (see zb_cycle_bound).
+  std::vector<double> weight_share_, weight_excess_ms_;
+  // ZB-H1's cycles through stage 0 (step_bound.cpp).
+  double zb_cycle_bound(const Candidate& c) const;
   std::vector<int64_t> min_out_, min_in_;       // per microbatch index: smallest boundary tensors
   std::array<int64_t, kSchedules> max_layer_static_{};   // per schedule
   int64_t total_grad_bytes_ = 0, first_grad_bytes_ = 0;  // fp32 gradients of all layers / of layer 0
