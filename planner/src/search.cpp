@@ -235,6 +235,21 @@ std::pair<std::vector<size_t>, std::vector<Evaluated>> search_objective(const Co
   order.resize(candidates.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return lb[a] < lb[b]; });
+  // The candidates that would be searched get their finer bounds (a few); those rise and others move up,
+  // until the first kMaxSearched are all refined.
+  std::vector<char> refined(candidates.size(), 0);
+  for (bool again = true; again;) {
+    again = false;
+    for (size_t pos = 0; pos < std::min(order.size(), kMaxSearched); ++pos) {
+      const size_t idx = order[pos];
+      if (refined[idx] || !lower_bound.refinable(candidates[idx])) continue;
+      refined[idx] = 1;
+      const double finer = lower_bound.refined(candidates[idx]);
+      again = again || finer > lb[idx];
+      lb[idx] = finer;
+    }
+    if (again) std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return lb[a] < lb[b]; });
+  }
   space.known.resize(candidates.size());
   // Memoised as the interval of limits not yet decided; a candidate is tested by one worker at a time (the
   // one evaluating it), so no lock is needed.

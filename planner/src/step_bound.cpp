@@ -22,7 +22,8 @@
 // (x_j - W_j), with n_k = min(k + 1, m) W's after stage k's last B. Every layer's W is at most r (its
 // fwd + bwd) plus its excess over that, r the model's W share and E the excesses summed, so
 // T + (m + 1) E >= (m - n_k r) x_k + (1 - r) X_{<k} for every k; as for flush, taking each x_k as large
-// as that allows holds the most, g (T + (m + 1) E) in all, so T >= C / g - (m + 1) E.
+// as that allows holds the most, g (T + (m + 1) E) in all, so T >= C / g - (m + 1) E. And flush's two
+// round trips below a stage k with m >= w_k + 2 give T >= 2 Y - Y_{<k}, Y the fwd + bwd less the W's.
 //
 // Crowding: d stages over L layers put ceil(L / d) layers on some stage, so its busy time is at least m
 // times the least fwd + bwd of that many consecutive layers.
@@ -208,21 +209,33 @@ double StepLowerBound::average_bound(const Candidate& c, double redo) const {
   double bound = std::max(sum / d, m * max_layer_ms_[bi]);
   if (c.schedule == Schedule::flush) bound = std::max(bound, all / (1.0 - std::pow(1.0 - 1.0 / m, d)));
   if (c.schedule == Schedule::gpipe) bound = std::max(bound, all * (m + d - 1.0) / d);
-  if (c.schedule == Schedule::zb_h1) bound = std::max(bound, zb_cycle_bound(c));
   return bound;
 }
 
-double StepLowerBound::zb_cycle_bound(const Candidate& c) const {
+double StepLowerBound::zb_cycle_bound(const Candidate& c, double transfers) {
   const auto bi = static_cast<size_t>(c.microbatch_index);
   const double r = weight_share_[bi], m = static_cast<double>(c.microbatches);
   if (!(r < 1.0)) return 0.0;
-  double held = 0.0;  // X_{<k} at T + (m + 1) E = 1
-  for (int64_t k = 0; k < c.depth; ++k) {
+  // held[d - 1]: X_{<d} at T + (m + 1) E = 1, grown on demand (a prefix of the same recursion for every d).
+  auto& held = zb_held_[{bi, c.microbatches}];
+  for (auto k = static_cast<int64_t>(held.size()); k < c.depth; ++k) {
+    const double before = k > 0 ? held.back() : 0.0;
     const double after = std::min(static_cast<double>(k + 1), m);
-    held += std::max(0.0, 1.0 - (1.0 - r) * held) / (m - after * r);
+    held.push_back(before + std::max(0.0, 1.0 - (1.0 - r) * before) / (m - after * r));
   }
+  const double g = held[static_cast<size_t>(c.depth - 1)], excess = (m + 1.0) * weight_excess_ms_[bi];
   const double all = model_.compute_prefix(c.microbatch_index).back();
-  return held > 0.0 ? all / held - (m + 1.0) * weight_excess_ms_[bi] : 0.0;
+  double bound = g > 0.0 ? all / g - excess : 0.0;
+  // The round trips: the first stage k with m >= w_k + 2 (k = max(1, d - m + 1)) has
+  // T >= 2 Y_all - Y_{<k}, Y the fwd + bwd less W, and Y_{<k} <= X_{<k} <= held[k - 1] (T + (m + 1) E);
+  // refined() adds the transfers of those round trips.
+  const int64_t k = std::max<int64_t>(1, c.depth - c.microbatches + 1);
+  if (k < c.depth) {
+    const double all_y = all - model_.weight_prefix(c.microbatch_index).back();
+    const double h = held[static_cast<size_t>(k - 1)];
+    bound = std::max(bound, (2.0 * all_y + transfers - h * excess) / (1.0 + h));
+  }
+  return bound;
 }
 
 std::shared_ptr<const StepLowerBound::PlacementLevels> StepLowerBound::placement_levels(const Candidate& c) const {
@@ -330,24 +343,45 @@ bool StepLowerBound::rules_out(const Candidate& c, double limit) const {
   };
   // zb-h1: the cycle through stage 0 and each stage k (zb_cycle_bound), with each stage's own links and
   // whole layers: stage k starting at layer a holds at most its cap at X_{<k} = the fwd + bwd of layers
-  // [0, a), so it ends at the furthest layer within it. Reaching further leaves every later stage a later
-  // start and a cap smaller by less than the extra compute ((1 - r) / (m - n r) < 1), so each stage
-  // taking the furthest end reaches the furthest; T is feasible only if that reaches the last layer.
+  // [0, a), so it ends at the furthest layer within it. And flush's round trips with Y = fwd + bwd less
+  // W (exact per layer): when m >= w_k + 2, (m - 2 - w_k) Y_k <= T - h_0 - 2 Y_all + Y_{<k} - transfers.
+  // Both caps on a stage's end only grow with its start, so each stage taking the furthest end reaches
+  // the furthest; T is feasible only if that reaches the last layer.
   const double r = weight_share_[static_cast<size_t>(c.microbatch_index)];
   const double excess = weight_excess_ms_[static_cast<size_t>(c.microbatch_index)];
   const auto& cp = model_.compute_prefix(c.microbatch_index);
+  const auto& wp = model_.weight_prefix(c.microbatch_index);
+  auto furthest = [&](size_t a, double most, auto&& value) {  // the last e >= a with value(e) <= most
+    size_t lo = a, hi = cp.size() - 1;
+    while (lo < hi) {
+      const size_t mid = lo + (hi - lo + 1) / 2;
+      if (value(mid) <= most)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    return lo;
+  };
   auto zb_reaches = [&](double t0) {
     if (!(r < 1.0)) return true;
-    const double t = t0 - h0 + (m + 1.0) * excess;
+    const double t = t0 - h0, all_y = cp.back() - wp.back();
+    auto y = [&](size_t e) { return cp[e] - wp[e]; };
     double ins_before = 0.0;
     size_t a = 0;
     for (int64_t k = 0; k < c.depth; ++k) {
       const auto& l = links[static_cast<size_t>(k)];
       const double after = std::min(static_cast<double>(k + 1), m);
-      const double x = hold(k, (t - (1.0 - r) * cp[a] - ins_before - m * l.lane) / (m - after * r));
+      const double x = hold(k, (t + (m + 1.0) * excess - (1.0 - r) * cp[a] - ins_before - m * l.lane) / (m - after * r));
       if (x < 0.0) return false;
-      const auto e = static_cast<size_t>(std::upper_bound(cp.begin() + static_cast<std::ptrdiff_t>(a), cp.end(),
-                                                          cp[a] + x * (1.0 + 1e-12)) - cp.begin()) - 1;
+      size_t e = furthest(a, cp[a] + x * (1.0 + 1e-12), [&](size_t j) { return cp[j]; });
+      const double w = std::min(d - 1.0 - static_cast<double>(k), m);
+      if (m >= w + 2.0) {
+        const double slack = t - 2.0 * all_y + y(a) -
+                             (2.0 * l.in_fast + 2.0 * ins_after[static_cast<size_t>(k + 1)] + (m - 2.0 - w) * l.lane +
+                              ins_before);
+        if (slack < -1e-12 * t) return false;
+        if (m > w + 2.0) e = std::min(e, furthest(a, y(a) + std::max(0.0, slack) / (m - w - 2.0) * (1.0 + 1e-12) + 1e-12 * t, y));
+      }
       if (e == a) return false;  // not one whole layer
       a = e;
       ins_before += 2.0 * l.in_fast;
@@ -440,9 +474,26 @@ double StepLowerBound::operator()(const Candidate& c) {
   const int64_t most = (model_.num_layers() + c.depth - 1) / c.depth;
   const double crowded = static_cast<double>(c.microbatches) * least_window_ms(static_cast<size_t>(c.microbatch_index), most);
   const double redo = forced_redo_(c);
-  const double fill = c.schedule == Schedule::flush ? fill_bound(c, redo) : 0.0;
+  const double fill = c.schedule == Schedule::flush   ? fill_bound(c, redo)
+                     : c.schedule == Schedule::zb_h1 ? zb_cycle_bound(c, 0.0)
+                                                     : 0.0;
   // Scaled down so that rounding never lifts the bound above an exact cost.
   return std::max({average_bound(c, redo), capacity_bound(c, redo), crowded, fill}) * (1.0 - 1e-9);
+}
+
+bool StepLowerBound::refinable(const Candidate& c) const {
+  return c.schedule == Schedule::zb_h1 && std::max<int64_t>(1, c.depth - c.microbatches + 1) < c.depth;
+}
+
+double StepLowerBound::refined(const Candidate& c) {
+  if (!refinable(c)) return (*this)(c);
+  // The round trips below stage k cross its input boundary twice and each boundary below it four times,
+  // and the stages above it pass their inputs twice (on the fastest replica of each boundary).
+  const int64_t k = std::max<int64_t>(1, c.depth - c.microbatches + 1);
+  const auto links = stage_links(c);
+  double transfers = 0.0;
+  for (int64_t j = 0; j < c.depth; ++j) transfers += (j > k ? 4.0 : 2.0) * links[static_cast<size_t>(j)].in_fast;
+  return std::max((*this)(c), zb_cycle_bound(c, transfers) * (1.0 - 1e-9));
 }
 
 }  // namespace pd2bw::planner

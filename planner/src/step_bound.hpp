@@ -24,6 +24,10 @@ class StepLowerBound {
 
   // Never above the least step time of any split of `c`; infinity when no split can fit in memory.
   double operator()(const Candidate& c);
+  // Whether refined(c) can be above operator()(c), and that finer bound (with the links each stage's
+  // replicas really cross; O(d x w) for the first candidate of a depth, width and placement).
+  bool refinable(const Candidate& c) const;
+  double refined(const Candidate& c);
 
   // A finer test for a candidate about to be evaluated: true when no split of `c` has an objective <=
   // `limit` because the d stages, each with the links and allreduce latency its replicas really have,
@@ -71,8 +75,10 @@ class StepLowerBound {
   // zb-h1, per microbatch index: the model's W share of its fwd + bwd, and the W of each layer above that
   // share of its own fwd + bwd, summed (see zb_cycle_bound).
   std::vector<double> weight_share_, weight_excess_ms_;
-  // ZB-H1's cycles through stage 0 (step_bound.cpp).
-  double zb_cycle_bound(const Candidate& c) const;
+  // ZB-H1's cycles through stage 0 and its round trips with `transfers` ms of boundary transfers on them
+  // (step_bound.cpp); memoised per microbatch index and m.
+  double zb_cycle_bound(const Candidate& c, double transfers);
+  std::map<std::pair<size_t, int64_t>, std::vector<double>> zb_held_;
   std::vector<int64_t> min_out_, min_in_;       // per microbatch index: smallest boundary tensors
   std::array<int64_t, kSchedules> max_layer_static_{};   // per schedule
   int64_t total_grad_bytes_ = 0, first_grad_bytes_ = 0;  // fp32 gradients of all layers / of layer 0

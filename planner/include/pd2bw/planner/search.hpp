@@ -66,7 +66,7 @@ inline constexpr int64_t kMaxReplayedMicrobatches = int64_t{1} << 22;
 // The search looks at most at this many candidates, the most promising by their lower bounds; the rest
 // are summed up in SearchResult::unsearched (and counted in its proven_gap). Only spaces where thousands
 // of candidates come within a few percent of each other reach it.
-inline constexpr size_t kMaxSearched = 4096;
+inline constexpr size_t kMaxSearched = 2048;
 
 // Every valid candidate, in a fixed order: schedule (2bw, flush, gpipe, then zb-h1 when the profile times
 // the backward in halves: CostModel::split_backward), microbatch size (ascending), depth (1..min(layers,
