@@ -54,7 +54,8 @@ bool realistic(const schemas::Profile& p) {
     if (l.param_bytes > kBytes || l.optimizer_bytes > kBytes || l.update_ms > kMs) return false;
     for (const auto& t : l.per_microbatch)
       if (t.input_bytes > kBytes || t.output_bytes > kBytes || t.stash_bytes > kBytes || t.fwd_ms > kMs ||
-          t.bwd_ms > kMs || t.recompute_ms > kMs || t.stash_bytes_computed > kBytes)
+          t.bwd_ms > kMs || t.recompute_ms > kMs || t.stash_bytes_computed > kBytes || t.bwd_input_ms > kMs ||
+          t.bwd_weight_ms > kMs || t.bwd_weight_stash_bytes > kBytes)
         return false;
   }
   for (const int64_t b : p.microbatch_sizes)
@@ -135,6 +136,16 @@ schemas::Profile drawn_profile(Draw& d, int64_t cap) {
     }
     p.layers.push_back(std::move(layer));
   }
+  // Drawn last, so the bytes above keep their meaning: a profile that times the backward in halves has
+  // zb-h1 searched beside the other schedules.
+  if (d.in(0, 1))
+    for (auto& layer : p.layers)
+      for (auto& t : layer.per_microbatch) {
+        t.split = true;
+        t.bwd_input_ms = d.ms();
+        t.bwd_weight_ms = d.ms();
+        t.bwd_weight_stash_bytes = d.bytes(cap);
+      }
   return p;
 }
 
