@@ -154,28 +154,36 @@ void CostModel::prepare_split() {
   const size_t n = profile_.layers.size(), nb = profile_.microbatch_sizes.size();
   weight_prefix_.assign(nb, std::vector<double>(n + 1, 0.0));
   weight_stash_prefix_.assign(nb, std::vector<int64_t>(n + 1, 0));
-  split_backward_ = n > 0;
+  split_backward_ = n > 0 && std::all_of(profile_.layers.begin(), profile_.layers.end(), [](const auto& layer) {
+    return std::all_of(layer.per_microbatch.begin(), layer.per_microbatch.end(), [](const auto& t) { return t.split; });
+  });
+  if (constraints_.schedule == Schedule::zb_h1) require_split_backward("--schedule zb-h1");
+  if (!split_backward_) return;  // zb-h1 cannot be priced: the tables stay 0
   double halves = 0.0, fused = 0.0;
   for (size_t j = 0; j < n; ++j)
     for (size_t bi = 0; bi < nb; ++bi) {
       const auto& t = profile_.layers[j].per_microbatch[bi];
-      split_backward_ = split_backward_ && t.split;
       const double measured = t.bwd_input_ms + t.bwd_weight_ms;
-      const double w = t.split && measured > 0 ? t.bwd_ms * (t.bwd_weight_ms / measured) : 0.0;
-      weight_prefix_[bi][j + 1] = weight_prefix_[bi][j] + std::min(w, t.bwd_ms);
-      weight_stash_prefix_[bi][j + 1] = saturating_add(weight_stash_prefix_[bi][j], t.split ? t.bwd_weight_stash_bytes : 0);
+      const double w = measured > 0 ? t.bwd_ms * (t.bwd_weight_ms / measured) : 0.0;
+      weight_prefix_[bi][j + 1] = weight_prefix_[bi][j] + w;
+      weight_stash_prefix_[bi][j + 1] = saturating_add(weight_stash_prefix_[bi][j], t.bwd_weight_stash_bytes);
       halves += measured;
       fused += t.bwd_ms;
     }
-  if (split_backward_ && fused > 0) split_overhead_ = halves / fused;
-  if (!split_backward_) {  // zb-h1 cannot be priced: no halves are used anywhere
-    for (auto& p : weight_prefix_) std::fill(p.begin(), p.end(), 0.0);
-    for (auto& p : weight_stash_prefix_) std::fill(p.begin(), p.end(), 0);
-  }
-  if (constraints_.schedule == Schedule::zb_h1 && !split_backward_)
-    throw UsageError("--schedule zb-h1 needs the backward timed in halves, and this profile does not have them",
-                     "re-profile with 'pd2bw profile' (it records bwd_input_ms, bwd_weight_ms and "
-                     "bwd_weight_stash_bytes for every layer), or plan another schedule");
+  if (fused > 0) split_overhead_ = halves / fused;
+}
+
+void CostModel::require_split_backward(std::string_view what) const {
+  if (split_backward_) return;
+  for (const auto& layer : profile_.layers)
+    for (const auto& t : layer.per_microbatch)
+      if (!t.split)
+        throw UsageError(fmt::format("{} needs the backward timed in halves, and the profile's layer '{}' does not "
+                                     "have them at microbatch {}",
+                                     what, layer.name, t.microbatch),
+                         "re-profile with 'pd2bw profile' (it records bwd_input_ms, bwd_weight_ms and "
+                         "bwd_weight_stash_bytes for every layer), or plan another schedule");
+  throw UsageError(fmt::format("{} needs the backward timed in halves, and the profile has no layers", what));
 }
 
 void CostModel::prepare_curves() {

@@ -55,21 +55,13 @@ int64_t microbatch_index(const Profile& profile, int64_t b) {
 
 PlanModel plan_model(const Profile& profile, const schemas::Plan& plan) {
   check_plan_matches(profile, plan);
-  if (plan.schedule == Schedule::zb_h1)
-    for (const auto& layer : profile.layers)
-      for (const auto& t : layer.per_microbatch)
-        if (!t.split)
-          throw UsageError(fmt::format("the plan runs zb-h1, which is priced from the backward timed in halves, and "
-                                       "the profile's layer '{}' does not have them at microbatch {}",
-                                       layer.name, t.microbatch),
-                           "re-profile with 'pd2bw profile' (it records bwd_input_ms, bwd_weight_ms and "
-                           "bwd_weight_stash_bytes), then plan again");
   Constraints k;
   k.global_batch = plan.global_batch;
   k.optimizer = plan.optimizer;
   k.reserve_bytes = plan.reserve_bytes;
   pipeline::PipelineShape shape = pipeline::shape_of(plan);
   PlanModel pm{CostModel(profile, plan.cluster, k), {}, std::move(shape.bounds), std::move(shape.recompute)};
+  if (plan.schedule == Schedule::zb_h1) pm.model.require_split_backward("the plan runs zb-h1, which");
   pm.candidate = {shape.schedule, microbatch_index(profile, shape.microbatch_size), shape.microbatch_size,
                   shape.width, shape.depth, shape.microbatches, plan.placement};
   return pm;

@@ -15,7 +15,6 @@ namespace pd2bw::planner::detail {
 struct PreparedStage {
   int64_t ar_level = -1;  // level the stage's replicas span (-1: width 1)
   int64_t in_flight = 0;
-  int64_t stage = 0;  // its index
   // The p2p tables (CostModel::output_p2p_ms) of the distinct levels the stage's input and output
   // boundaries cross over its replicas (empty at the pipeline's ends), and the distinct (input, output)
   // pairs the replicas use, as indices into them (-1 at an end). The slowest pair sets the stage's busy
@@ -33,11 +32,11 @@ struct PreparedCandidate {
   // The profile's per-layer arrays at the candidate's microbatch size.
   const double *compute = nullptr, *fwd = nullptr, *redo = nullptr, *update = nullptr;
   const int64_t *stash = nullptr, *params = nullptr, *in_bytes = nullptr, *out_bytes = nullptr;
-  // zb-h1 (split_backward): the W part of the backward and what W keeps, per layer (prefix sums).
-  bool split_backward = false;
+  // zb-h1 (split_backward()): the W part of the backward and what W keeps, per layer (prefix sums).
   const double* weight = nullptr;
   const int64_t* weight_stash = nullptr;
   std::vector<PreparedStage> stages;
+  bool split_backward() const { return candidate.schedule == Schedule::zb_h1; }
 };
 
 PreparedCandidate prepare(const CostModel& model, const Candidate& c);
@@ -57,12 +56,12 @@ struct QuickCost {
   int64_t weight_stash = 0;  // zb-h1: what one microbatch keeps from its B to its W, whole stage
 };
 
-// The stash term of stage `st` (pipeline::stash_term, or split_stash_term for zb-h1).
-inline int64_t stash_of(const PreparedCandidate& pc, const PreparedStage& st, bool recompute, const QuickCost& q) {
-  if (pc.split_backward)
-    return pipeline::split_stash_term(pc.candidate.depth, pc.candidate.microbatches, st.stage, recompute, q.in_bytes,
+// The stash term of stage `stage` (pipeline::stash_term, or split_stash_term for zb-h1).
+inline int64_t stash_of(const PreparedCandidate& pc, int64_t stage, bool recompute, const QuickCost& q) {
+  if (pc.split_backward())
+    return pipeline::split_stash_term(pc.candidate.depth, pc.candidate.microbatches, stage, recompute, q.in_bytes,
                                       q.stash_one, q.weight_stash);
-  return pipeline::stash_term(st.in_flight, recompute, q.in_bytes, q.stash_one);
+  return pipeline::stash_term(pc.stages[static_cast<size_t>(stage)].in_flight, recompute, q.in_bytes, q.stash_one);
 }
 
 // The boundary transfers of layers [b, e) on stage `st`: the slowest replica's per-microbatch p2p time
@@ -92,13 +91,13 @@ inline QuickCost quick_price(const CostModel& model, const PreparedCandidate& pc
   q.out_bytes = pc.out_bytes[e - 1];
   q.param_bytes = pc.params[e] - pc.params[b];
   q.stash_one = pc.stash[e] - pc.stash[b];
-  if (pc.split_backward) q.weight_stash = pc.weight_stash[e] - pc.weight_stash[b];
+  if (pc.split_backward()) q.weight_stash = pc.weight_stash[e] - pc.weight_stash[b];
   price_links(st, b, e, q);
   q.comm_bytes = pipeline::comm_buffer_bytes(stage, c.depth, q.in_bytes, q.out_bytes);
   // pipeline::stage_memory's total, without building the breakdown.
   const int64_t base = saturating_add(pc.statics.total(q.param_bytes), saturating_add(q.comm_bytes, pc.reserve_bytes));
-  q.plain_bytes = saturating_add(base, stash_of(pc, st, false, q));
-  q.redo_bytes = saturating_add(base, stash_of(pc, st, true, q));
+  q.plain_bytes = saturating_add(base, stash_of(pc, stage, false, q));
+  q.redo_bytes = saturating_add(base, stash_of(pc, stage, true, q));
   const int64_t limit = pc.limit_bytes;
   switch (pc.policy) {
     case RecomputePolicy::never: q.feasible = q.plain_bytes <= limit; break;
@@ -117,7 +116,7 @@ inline QuickCost quick_price(const CostModel& model, const PreparedCandidate& pc
   q.compute_ms = pc.compute[e] - pc.compute[b];
   if (q.recompute) q.compute_ms += pc.redo[e] - pc.redo[b];
   q.backward_ms = q.compute_ms - q.forward_ms;
-  if (pc.split_backward) q.weight_ms = pc.weight[e] - pc.weight[b];
+  if (pc.split_backward()) q.weight_ms = pc.weight[e] - pc.weight[b];
   const int64_t grad_bytes = pc.statics.grads(q.param_bytes);
   q.allreduce_ms = st.ar_level >= 0 ? model.allreduce_ms(grad_bytes, c.width, st.ar_level) : 0.0;
   q.update_ms = pc.update[e] - pc.update[b];

@@ -4,8 +4,6 @@
 
 #include <algorithm>
 
-#include "pd2bw/error.hpp"
-
 namespace pd2bw::planner::detail {
 
 namespace {
@@ -40,7 +38,6 @@ PreparedCandidate prepare(const CostModel& model, const Candidate& c) {
   for (int64_t i = 0; i < c.depth; ++i) {
     auto& st = pc.stages[static_cast<size_t>(i)];
     st.in_flight = CostModel::in_flight(c, i);
-    st.stage = i;
     if (c.width > 1) st.ar_level = model.allreduce_level(c, i);
     std::vector<int> out_index;
     if (i + 1 < c.depth)
@@ -65,11 +62,7 @@ PreparedCandidate prepare(const CostModel& model, const Candidate& c) {
   pc.params = model.param_prefix().data();
   pc.in_bytes = model.input_bytes(c.microbatch_index).data();
   pc.out_bytes = model.output_bytes(c.microbatch_index).data();
-  pc.split_backward = c.schedule == Schedule::zb_h1;
-  if (pc.split_backward && !model.split_backward())
-    throw UsageError("zb-h1 needs the backward timed in halves, and the profile does not have them",
-                     "re-profile with 'pd2bw profile' (it records bwd_input_ms, bwd_weight_ms and "
-                     "bwd_weight_stash_bytes), or use another schedule");
+  if (pc.split_backward()) model.require_split_backward("zb-h1");
   pc.weight = model.weight_prefix(c.microbatch_index).data();
   pc.weight_stash = model.weight_stash_prefix(c.microbatch_index).data();
   return pc;
@@ -96,8 +89,8 @@ StageCost price_stage(const CostModel& model, const PreparedCandidate& pc, int64
   sc.out_ms = q.out_ms;
   sc.memory = pipeline::stage_memory(pc.statics,
                                      {q.param_bytes, q.stash_one, q.in_bytes, q.comm_bytes, st.in_flight,
-                                      q.recompute, pc.reserve_bytes, pc.split_backward, q.weight_stash, stage, c.depth,
-                                      c.microbatches},
+                                      q.recompute, pc.reserve_bytes, pc.split_backward(), q.weight_stash, stage,
+                                      c.depth, c.microbatches},
                                      pc.limit_bytes);
   sc.over_bytes = q.feasible ? 0 : sc.memory.total_bytes - sc.memory.limit_bytes;
   return sc;

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "pd2bw/pipeline/memory.hpp"
@@ -148,6 +149,9 @@ class CostModel {
   // Whether every layer's backward is timed in halves at every microbatch size (LayerTiming::split):
   // zb-h1 can be priced only then.
   bool split_backward() const { return split_backward_; }
+  // Throws UsageError, naming `what` (e.g. "--schedule zb-h1") and the first layer without the halves,
+  // unless split_backward().
+  void require_split_backward(std::string_view what) const;
   // zb-h1's pricing of the halves, prefix-summed over layers [0, j) at microbatch index bi: the W part of
   // each layer's bwd_ms, bwd_ms x bwd_weight_ms / (bwd_input_ms + bwd_weight_ms) (the fused backward's
   // time divided in the measured ratio, so every schedule is priced with the same total compute), and
@@ -228,7 +232,7 @@ class CostModel {
   // an allreduce curve without allreduce_ranks >= 2 (clusters built in code skip the readers' checks).
   void prepare_curves();
   // Fills the split-backward tables (weight_prefix_, ...); throws UsageError when zb-h1 is pinned and the
-  // profile lacks the halves.
+  // profile lacks the halves (require_split_backward).
   void prepare_split();
   // Throws UsageError when the whole model's weights and optimizer state overflow 64-bit bytes.
   void check_state_bytes() const;
