@@ -20,15 +20,14 @@
 
 namespace pd2bw::planner {
 
-namespace {
-
-// zb-h1 is searched when the profile times the backward in halves (CostModel::split_backward).
-std::vector<Schedule> schedules_of(const CostModel& model) {
+std::vector<Schedule> searched_schedules(const CostModel& model) {
   const auto& k = model.constraints();
   if (k.schedule) return {*k.schedule};
   if (model.split_backward()) return {Schedule::two_bw, Schedule::flush, Schedule::gpipe, Schedule::zb_h1};
   return {Schedule::two_bw, Schedule::flush, Schedule::gpipe};
 }
+
+namespace {
 
 // The kept set: the best `keep` overall, and of the other entries the best of each schedule.
 class Leaderboard {
@@ -139,7 +138,7 @@ std::vector<Candidate> enumerate_candidates(const CostModel& model, LeftOut* lef
     return model.compute_prefix(static_cast<int64_t>(bi)).back() / static_cast<double>(d);
   };
   std::vector<Candidate> out;
-  for (Schedule s : schedules_of(model)) {
+  for (Schedule s : searched_schedules(model)) {
     for (size_t bi = 0; bi < sizes.size(); ++bi) {
       const int64_t b = sizes[bi];
       if (k.microbatch && *k.microbatch != b) continue;
@@ -198,7 +197,7 @@ std::vector<Evaluated> representatives(const CostModel& model, const detail::Sea
                                        const Leaderboard& board) {
   constexpr int kRepresentatives = 3;
   std::vector<Evaluated> out;
-  for (Schedule s : schedules_of(model)) {
+  for (Schedule s : searched_schedules(model)) {
     if (board.has(s)) continue;
     std::optional<Evaluated> best;
     int tried = 0;
@@ -245,8 +244,10 @@ std::pair<std::vector<size_t>, std::vector<Evaluated>> search_objective(const Co
       if (refined[idx] || !lower_bound.refinable(candidates[idx])) continue;
       refined[idx] = 1;
       const double finer = lower_bound.refined(candidates[idx]);
-      again = again || finer > lb[idx];
-      lb[idx] = finer;
+      if (finer > lb[idx]) {
+        lb[idx] = finer;
+        again = true;
+      }
     }
     if (again) std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return lb[a] < lb[b]; });
   }

@@ -229,7 +229,7 @@ double StepLowerBound::zb_cycle_bound(const Candidate& c, double transfers) {
   // The round trips: the first stage k with m >= w_k + 2 (k = max(1, d - m + 1)) has
   // T >= 2 Y_all - Y_{<k}, Y the fwd + bwd less W, and Y_{<k} <= X_{<k} <= held[k - 1] (T + (m + 1) E);
   // refined() adds the transfers of those round trips.
-  const int64_t k = std::max<int64_t>(1, c.depth - c.microbatches + 1);
+  const int64_t k = zb_round_trip_stage(c);
   if (k < c.depth) {
     const double all_y = all - model_.weight_prefix(c.microbatch_index).back();
     const double h = held[static_cast<size_t>(k - 1)];
@@ -481,19 +481,23 @@ double StepLowerBound::operator()(const Candidate& c) {
   return std::max({average_bound(c, redo), capacity_bound(c, redo), crowded, fill}) * (1.0 - 1e-9);
 }
 
+int64_t StepLowerBound::zb_round_trip_stage(const Candidate& c) {
+  return std::max<int64_t>(1, c.depth - c.microbatches + 1);
+}
+
 bool StepLowerBound::refinable(const Candidate& c) const {
-  return c.schedule == Schedule::zb_h1 && std::max<int64_t>(1, c.depth - c.microbatches + 1) < c.depth;
+  return c.schedule == Schedule::zb_h1 && zb_round_trip_stage(c) < c.depth;
 }
 
 double StepLowerBound::refined(const Candidate& c) {
-  if (!refinable(c)) return (*this)(c);
+  if (!refinable(c)) return 0.0;
   // The round trips below stage k cross its input boundary twice and each boundary below it four times,
   // and the stages above it pass their inputs twice (on the fastest replica of each boundary).
-  const int64_t k = std::max<int64_t>(1, c.depth - c.microbatches + 1);
+  const int64_t k = zb_round_trip_stage(c);
   const auto links = stage_links(c);
   double transfers = 0.0;
   for (int64_t j = 0; j < c.depth; ++j) transfers += (j > k ? 4.0 : 2.0) * links[static_cast<size_t>(j)].in_fast;
-  return std::max((*this)(c), zb_cycle_bound(c, transfers) * (1.0 - 1e-9));
+  return zb_cycle_bound(c, transfers) * (1.0 - 1e-9);
 }
 
 }  // namespace pd2bw::planner

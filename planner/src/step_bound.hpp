@@ -24,8 +24,9 @@ class StepLowerBound {
 
   // Never above the least step time of any split of `c`; infinity when no split can fit in memory.
   double operator()(const Candidate& c);
-  // Whether refined(c) can be above operator()(c), and that finer bound (with the links each stage's
-  // replicas really cross; O(d x w) for the first candidate of a depth, width and placement).
+  // Whether refined(c) can be above operator()(c), and that further bound (with the links each stage's
+  // replicas really cross; O(d x w) for the first candidate of a depth, width and placement; 0 when not
+  // refinable): the larger of the two is a lower bound.
   bool refinable(const Candidate& c) const;
   double refined(const Candidate& c);
 
@@ -78,6 +79,8 @@ class StepLowerBound {
   // ZB-H1's cycles through stage 0 and its round trips with `transfers` ms of boundary transfers on them
   // (step_bound.cpp); memoised per microbatch index and m.
   double zb_cycle_bound(const Candidate& c, double transfers);
+  // The first stage k whose warm-up w_k leaves m >= w_k + 2: max(1, d - m + 1).
+  static int64_t zb_round_trip_stage(const Candidate& c);
   std::map<std::pair<size_t, int64_t>, std::vector<double>> zb_held_;
   std::vector<int64_t> min_out_, min_in_;       // per microbatch index: smallest boundary tensors
   std::array<int64_t, kSchedules> max_layer_static_{};   // per schedule

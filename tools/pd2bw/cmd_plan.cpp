@@ -98,11 +98,10 @@ void add_options(CLI::App* cmd, PlanOptions& o) {
 // each; the plan's alternatives may hold only a representative of a schedule): what --explain compares.
 std::vector<planner::Evaluated> best_of_each_schedule(const PlanInputs& in, const planner::CostModel& model,
                                                       const planner::SearchResult& result, int64_t threads) {
-  using schemas::Schedule;
   std::vector<planner::Evaluated> out{result.ranked.front()};
   if (in.constraints.schedule) return out;
-  for (Schedule s : {Schedule::two_bw, Schedule::flush, Schedule::gpipe, Schedule::zb_h1}) {
-    if (s == out.front().candidate.schedule || (s == Schedule::zb_h1 && !model.split_backward())) continue;
+  for (schemas::Schedule s : planner::searched_schedules(model)) {
+    if (s == out.front().candidate.schedule) continue;
     planner::Constraints k = in.constraints;
     k.schedule = s;
     const planner::SearchResult r = planner::search(planner::CostModel(in.profile, in.cluster, k), {0, threads});

@@ -113,8 +113,8 @@ std::string sim_report_json(const schemas::Plan& plan, const planner::SimInput& 
 
 namespace {
 
-// 2BW's stale update against the best synchronous schedule (flush, gpipe, zb-h1) in `result`: the speed it
-// buys and what it costs, from the replayed steps and the plans' memory.
+// 2BW's stale update against the best synchronous schedule (flush, gpipe, zb-h1) among `bests`: the speed
+// it buys and what it costs, from the replayed steps and the plans' memory.
 void print_staleness_trade(const std::vector<planner::Evaluated>& bests) {
   const planner::Evaluated *stale = nullptr, *sync = nullptr;
   for (const auto& e : bests) {

@@ -68,10 +68,13 @@ inline constexpr int64_t kMaxReplayedMicrobatches = int64_t{1} << 22;
 // of candidates come within a few percent of each other reach it.
 inline constexpr size_t kMaxSearched = 2048;
 
-// Every valid candidate, in a fixed order: schedule (2bw, flush, gpipe, then zb-h1 when the profile times
-// the backward in halves: CostModel::split_backward), microbatch size (ascending), depth (1..min(layers,
-// devices, max_depth)), width (ascending, w * d <= devices and b * w dividing the global batch),
-// placement (replicas-inner, then stages-inner when both w > 1 and d > 1). 2bw needs m >= d; zb-h1 on one
+// The schedules the search tries, in order: the pinned one, else 2bw, flush, gpipe, and zb-h1 when the
+// profile times the backward in halves (CostModel::split_backward).
+std::vector<Schedule> searched_schedules(const CostModel& model);
+
+// Every valid candidate, in a fixed order: schedule (searched_schedules), microbatch size (ascending),
+// depth (1..min(layers, devices, max_depth)), width (ascending, w * d <= devices and b * w dividing the
+// global batch), placement (replicas-inner, then stages-inner when both w > 1 and d > 1). 2bw needs m >= d; zb-h1 on one
 // stage runs flush's ops (nothing to defer) and is left to flush unless zb-h1 is pinned; m x d must not
 // pass kMaxReplayedMicrobatches (those left out are summed up in *left_out). Pinned constraints restrict
 // the lists. Work: O(sqrt(global batch) + depths x widths), whatever the device count.
