@@ -1,5 +1,6 @@
-"""Helpers shared by the Python scripts in tools/ (bench-*, make-*): durable file replacement and the
-provenance stamp (pd2bw version, git sha) that benchmark records carry.
+"""Helpers shared by the Python scripts in tools/ (bench-*, make-*): durable file replacement, the check
+that a pd2bw binary has the flags a script uses, and the provenance stamp (pd2bw version, git sha) that
+benchmark records carry.
 
 Scripts import it with `sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))`.
 """
@@ -7,6 +8,7 @@ Scripts import it with `sys.path.insert(0, os.path.dirname(os.path.abspath(__fil
 import functools
 import os
 import subprocess
+import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -64,6 +66,22 @@ def git_sha(repo=REPO):
         return "unknown"
     sha = r.stdout.strip()
     return sha if r.returncode == 0 and sha else "unknown"
+
+
+def check_cli(tool, binary, flags_by_verb):
+    """Exits with `tool: error: ...` (status 2) unless `binary` is an executable whose `VERB --help` lists
+    every flag in flags_by_verb[VERB], so that a stale or foreign build fails before any benchmark runs."""
+    if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
+        sys.stderr.write("%s: error: %s is not an executable; build it first (cmake --preset default && cmake "
+                         "--build --preset default) or pass --bin\n" % (tool, binary))
+        sys.exit(2)
+    for verb, flags in flags_by_verb.items():
+        text = subprocess.run([binary, verb, "--help"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT).stdout
+        text = text.decode(errors="replace")
+        missing = [f for f in flags if f not in text]
+        if missing:
+            sys.stderr.write("%s: error: `pd2bw %s --help` does not list %s\n" % (tool, verb, ", ".join(missing)))
+            sys.exit(2)
 
 
 def provenance(binary):
