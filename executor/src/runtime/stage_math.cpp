@@ -243,26 +243,18 @@ void StageWorker<T>::Impl::forward(Microbatch& mb, int64_t step, ConstView p, bo
   }
 }
 
-// The same rotation backwards, starting from the received gradient's buffer.
+// The same rotation backwards, starting from the received gradient's buffer (backward_layers).
 template <typename T>
 void StageWorker<T>::Impl::backward(Microbatch& mb, ConstView p) {
-  const int64_t act = activation_numel();
-  Buffer cur = std::move(mb.grad_out), spare;
-  const auto take_spare = [&]() { return spare.empty() ? backend->alloc(compute, act) : std::move(spare); };
-  size_t pos = offsets.size();
-  if (last) {
-    --pos;
-    cur = take_spare();
-    head->backward(layer_params(p, pos), head_wte(p), *mb.head, 1.0 / static_cast<double>(cfg.microbatches), cur.view(),
-                   layer_grads(pos), head_dwte());
-  }
-  for (size_t j = blocks.size(); j-- > 0;) {
-    --pos;
-    Buffer out = take_spare();
-    blocks[j].backward(layer_params(p, pos), mb.blocks[j], cur.cview(), out.view(), layer_grads(pos));
-    spare = std::move(cur);
-    cur = std::move(out);
-  }
+  Buffer cur = backward_layers(
+      mb,
+      [&](size_t pos, View out) {
+        head->backward(layer_params(p, pos), head_wte(p), *mb.head, 1.0 / static_cast<double>(cfg.microbatches), out,
+                       layer_grads(pos), head_dwte());
+      },
+      [&](size_t j, size_t pos, ConstView in, View out) {
+        blocks[j].backward(layer_params(p, pos), mb.blocks[j], in, out, layer_grads(pos));
+      });
   if (first)
     embedding->backward(*mb.embedding, cur.cview(), layer_grads(0));
   else

@@ -5,30 +5,21 @@
 
 namespace pd2bw::executor {
 
-// backward()'s rotation of two activation buffers, with each layer's B in place of its backward. The
-// first stage keeps its embedding's output gradient in mb.grad_in for W (the embedding has no B).
+// backward()'s walk (backward_layers) with each layer's B in place of its backward. The first stage keeps
+// its embedding's output gradient in mb.grad_in for W (the embedding has no B).
 template <typename T>
 void StageWorker<T>::Impl::backward_input(Microbatch& mb, ConstView p) {
-  const int64_t act = activation_numel();
-  Buffer cur = std::move(mb.grad_out), spare;
-  const auto take_spare = [&]() { return spare.empty() ? backend->alloc(compute, act) : std::move(spare); };
-  size_t pos = offsets.size();
-  if (last) {
-    --pos;
-    cur = take_spare();
-    mb.head_w.emplace();
-    head->backward_input(layer_params(p, pos), head_wte(p), *mb.head, 1.0 / static_cast<double>(cfg.microbatches),
-                         cur.view(), *mb.head_w);
-  }
   mb.blocks_w.resize(blocks.size());
-  for (size_t j = blocks.size(); j-- > 0;) {
-    --pos;
-    Buffer out = take_spare();
-    blocks[j].backward_input(layer_params(p, pos), mb.blocks[j], cur.cview(), out.view(), mb.blocks_w[j]);
-    spare = std::move(cur);
-    cur = std::move(out);
-  }
-  mb.grad_in = std::move(cur);
+  mb.grad_in = backward_layers(
+      mb,
+      [&](size_t pos, View out) {
+        mb.head_w.emplace();
+        head->backward_input(layer_params(p, pos), head_wte(p), *mb.head, 1.0 / static_cast<double>(cfg.microbatches),
+                             out, *mb.head_w);
+      },
+      [&](size_t j, size_t pos, ConstView in, View out) {
+        blocks[j].backward_input(layer_params(p, pos), mb.blocks[j], in, out, mb.blocks_w[j]);
+      });
   mb.awaiting_weight = true;
 }
 

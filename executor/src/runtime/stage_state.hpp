@@ -120,6 +120,32 @@ struct StageWorker<T>::Impl {
   // report_loss: the last stage reports this forward's loss at the step's update (report_losses).
   void forward(Microbatch& mb, int64_t step, ConstView params, bool report_loss, int64_t k, bool keep_input);
   void backward(Microbatch& mb, ConstView params);
+  // The backward's walk over the stage's layers from the last, for backward() and backward_input():
+  // the head writes the gradient of its input into a fresh buffer, head_step(pos, out); each block j, from
+  // the last, reads the gradient of its output and writes that of its input, block_step(j, pos, in, out),
+  // two buffers taking turns (mb.grad_out's first). pos is the layer's index in the stage. Returns the
+  // gradient of the last block's input (of the head's when there are no blocks; empty on a stage of only
+  // the embedding).
+  template <class HeadStep, class BlockStep>
+  Buffer backward_layers(Microbatch& mb, HeadStep&& head_step, BlockStep&& block_step) {
+    const int64_t act = activation_numel();
+    Buffer cur = std::move(mb.grad_out), spare;
+    const auto take_spare = [&]() { return spare.empty() ? backend->alloc(compute, act) : std::move(spare); };
+    size_t pos = offsets.size();
+    if (last) {
+      --pos;
+      cur = take_spare();
+      head_step(pos, cur.view());
+    }
+    for (size_t j = blocks.size(); j-- > 0;) {
+      --pos;
+      Buffer out = take_spare();
+      block_step(j, pos, cur.cview(), out.view());
+      spare = std::move(cur);
+      cur = std::move(out);
+    }
+    return cur;
+  }
   // The backward in its two halves (stage_split.cpp): B leaves mb.grad_in and the weight stashes, W
   // accumulates the same parameter gradients backward() would have, and spends the stashes.
   void backward_input(Microbatch& mb, ConstView params);
