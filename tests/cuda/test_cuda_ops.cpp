@@ -71,7 +71,8 @@ TEST_CASE("layer norm forward and backward match the cpu backend") {
   Backends be;
   const std::pair<int64_t, int64_t> cases[] = {{1, 1}, {7, 7}, {63, 32}, {64, 33}, {65, 127}, {257, 256}, {3, 1000}};
   for (DType t : kDtypes)
-    for (const auto& [n, c] : cases) {
+    for (const auto& shape : cases) {
+      const int64_t n = shape.first, c = shape.second;  // not a structured binding: CAPTURE's lambda uses them
       CAPTURE(to_string(t));
       CAPTURE(n);
       CAPTURE(c);
@@ -186,7 +187,8 @@ TEST_CASE("cross-entropy forward and backward match the cpu backend, in place to
   Backends be;
   const std::pair<int64_t, int64_t> cases[] = {{1, 1}, {7, 7}, {65, 127}, {257, 33}, {3, 50257}, {64, 256}};
   for (DType t : kDtypes)
-    for (const auto& [n, v] : cases) {
+    for (const auto& shape : cases) {
+      const int64_t n = shape.first, v = shape.second;
       CAPTURE(to_string(t));
       CAPTURE(n);
       CAPTURE(v);

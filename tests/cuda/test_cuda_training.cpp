@@ -118,7 +118,9 @@ std::unique_ptr<Job> run(const PipelineConfig& c, const MicrobatchSource& data, 
 // Per (step, replica, microbatch) loss within `tolerance` (relative).
 void check_losses(const RecordedLosses& gpu, const RecordedLosses& cpu, double tolerance) {
   REQUIRE(gpu.by_key.size() == cpu.by_key.size());
-  for (const auto& [key, loss] : cpu.by_key) {
+  for (const auto& entry : cpu.by_key) {
+    const auto& key = entry.first;
+    const double loss = entry.second;
     const double other = gpu.by_key.at(key);
     INFO("step " << std::get<0>(key) << " microbatch " << std::get<2>(key) << ": cpu " << loss << ", cuda " << other);
     CHECK(std::abs(other - loss) <= tolerance * std::abs(loss));

@@ -36,7 +36,7 @@ void adamw_step(const AdamWArgs& args, const OptimizerChunk* chunks, int64_t num
                 float* m, float* v, float* p_out, cudaStream_t stream) {
   if (num_chunks < 0 || num_chunks > (int64_t{1} << 31) - 1) throw_usage("adamw_step", "bad chunk count");
   if (num_chunks == 0) return;
-  adamw_kernel<<<static_cast<unsigned>(num_chunks), kThreads, 0, stream>>>(args, chunks, p_in, g, m, v, p_out);
+  launch<adamw_kernel>(static_cast<unsigned>(num_chunks), kThreads, 0, stream, args, chunks, p_in, g, m, v, p_out);
   check_launch("adamw_kernel");
 }
 

@@ -124,8 +124,8 @@ __device__ __forceinline__ Place place(int t, int c, int h, int hd) {
 template <typename T, int TPR>
 static __global__ void __launch_bounds__(kRows * TPR)
     attention_forward_kernel(const T* qkv, T* out, float* lse, int t, int c, int h, int hd, float scale) {
-  __shared__ __align__(16) float ks[kTileFloats<TPR>];
-  __shared__ __align__(16) float vs[kTileFloats<TPR>];
+  PD2BW_SHARED_ARRAY_ALIGNED(float, ks, kTileFloats<TPR>, 16);
+  PD2BW_SHARED_ARRAY_ALIGNED(float, vs, kTileFloats<TPR>, 16);
   const Place at = place<TPR>(t, c, h, hd);
   const int sub = at.sub, i = at.row;
   const int64_t ld = at.ld;
@@ -192,8 +192,8 @@ template <typename T, int TPR>
 static __global__ void __launch_bounds__(kRows * TPR)
     attention_backward_dq_kernel(const T* qkv, const T* dout, const float* lse, const float* dsum, T* dqkv, int t,
                                  int c, int h, int hd, float scale) {
-  __shared__ __align__(16) float ks[kTileFloats<TPR>];
-  __shared__ __align__(16) float vs[kTileFloats<TPR>];
+  PD2BW_SHARED_ARRAY_ALIGNED(float, ks, kTileFloats<TPR>, 16);
+  PD2BW_SHARED_ARRAY_ALIGNED(float, vs, kTileFloats<TPR>, 16);
   const Place at = place<TPR>(t, c, h, hd);
   const int sub = at.sub, i = at.row;
   const int64_t ld = at.ld;
@@ -229,9 +229,10 @@ template <typename T, int TPR>
 static __global__ void __launch_bounds__(kRows * TPR)
     attention_backward_dkdv_kernel(const T* qkv, const T* dout, const float* lse, const float* dsum, T* dqkv, int t,
                                    int c, int h, int hd, float scale) {
-  __shared__ __align__(16) float qs[kTileFloats<TPR>];
-  __shared__ __align__(16) float dos[kTileFloats<TPR>];
-  __shared__ float lse_s[kTile], d_s[kTile];
+  PD2BW_SHARED_ARRAY_ALIGNED(float, qs, kTileFloats<TPR>, 16);
+  PD2BW_SHARED_ARRAY_ALIGNED(float, dos, kTileFloats<TPR>, 16);
+  PD2BW_SHARED_ARRAY(float, lse_s, kTile);
+  PD2BW_SHARED_ARRAY(float, d_s, kTile);
   const Place at = place<TPR>(t, c, h, hd);  // at.row: this thread's key
   const int sub = at.sub, j = at.row;
   const int first_key = static_cast<int>(blockIdx.x) * kRows;
@@ -291,18 +292,16 @@ Shape check_shape(const char* op, int64_t b, int64_t t, int64_t c, int64_t h) {
 
 template <typename T, int TPR>
 void forward_with(const T* qkv, T* out, float* lse, const Shape& s, cudaStream_t stream) {
-  attention_forward_kernel<T, TPR><<<s.grid, kRows * TPR, 0, stream>>>(qkv, out, lse, s.t, s.c, s.h, s.hd, s.scale);
+  launch<attention_forward_kernel<T, TPR>>(s.grid, kRows * TPR, 0, stream, qkv, out, lse, s.t, s.c, s.h, s.hd, s.scale);
   check_launch("attention_forward_kernel");
 }
 
 template <typename T, int TPR>
 void backward_with(const T* qkv, const T* dout, const float* lse, const float* dsum, T* dqkv, const Shape& s,
                    cudaStream_t stream) {
-  attention_backward_dq_kernel<T, TPR>
-      <<<s.grid, kRows * TPR, 0, stream>>>(qkv, dout, lse, dsum, dqkv, s.t, s.c, s.h, s.hd, s.scale);
+  launch<attention_backward_dq_kernel<T, TPR>>(s.grid, kRows * TPR, 0, stream, qkv, dout, lse, dsum, dqkv, s.t, s.c, s.h, s.hd, s.scale);
   check_launch("attention_backward_dq_kernel");
-  attention_backward_dkdv_kernel<T, TPR>
-      <<<s.grid, kRows * TPR, 0, stream>>>(qkv, dout, lse, dsum, dqkv, s.t, s.c, s.h, s.hd, s.scale);
+  launch<attention_backward_dkdv_kernel<T, TPR>>(s.grid, kRows * TPR, 0, stream, qkv, dout, lse, dsum, dqkv, s.t, s.c, s.h, s.hd, s.scale);
   check_launch("attention_backward_dkdv_kernel");
 }
 
@@ -328,7 +327,7 @@ void attention_backward(const T* dout, const T* qkv, const T* out, const float* 
   const Shape s = check_shape("attention_backward", b, t, c, h);
   const int64_t rows = b * h * t;
   constexpr int kThreads = 256;
-  attention_dsum_kernel<T><<<static_cast<unsigned>(ceil_div(rows * 32, kThreads)), kThreads, 0, stream>>>(
+  launch<attention_dsum_kernel<T>>(static_cast<unsigned>(ceil_div(rows * 32, kThreads)), kThreads, 0, stream, 
       dout, out, scratch, rows, s.t, s.c, s.h, s.hd);
   check_launch("attention_dsum_kernel");
   if (s.hd <= 32)

@@ -36,7 +36,7 @@ template <typename From, typename To>
 void cast(const From* src, To* dst, int64_t n, cudaStream_t stream) {
   if (n < 0) throw_usage("cast", "negative length " + std::to_string(n));
   if (n == 0) return;
-  cast_kernel<From, To><<<grid_for(n, kThreads), kThreads, 0, stream>>>(src, dst, n);
+  launch<cast_kernel<From, To>>(grid_for(n, kThreads), kThreads, 0, stream, src, dst, n);
   check_launch("cast_kernel");
 }
 

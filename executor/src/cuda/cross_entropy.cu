@@ -34,7 +34,7 @@ template <typename T>
 static __global__ void __launch_bounds__(kThreads)
     cross_entropy_row_kernel(const T* logits, const int32_t* targets, float* lse, double* row_loss, int64_t v,
                              unsigned long long* bad) {
-  __shared__ float shared[kThreads];
+  PD2BW_SHARED_ARRAY(float, shared, kThreads);
   const int64_t row = blockIdx.x;
   const T* x = logits + row * v;
   float mx = -INFINITY;
@@ -57,7 +57,7 @@ static __global__ void __launch_bounds__(kThreads)
 
 // loss[0] = the mean of row_loss: (n), summed by one block in a fixed order.
 static __global__ void __launch_bounds__(kThreads) mean_kernel(const double* row_loss, double* loss, int64_t n) {
-  __shared__ double shared[kThreads];
+  PD2BW_SHARED_ARRAY(double, shared, kThreads);
   double s = 0.0;
   for (int64_t i = threadIdx.x; i < n; i += kThreads) s += row_loss[i];
   s = block_reduce<double, false>(shared, s);
@@ -86,9 +86,9 @@ template <typename T>
 void cross_entropy_forward(const T* logits, const int32_t* targets, float* lse, double* loss, int64_t n, int64_t v,
                            double* scratch, unsigned long long* bad, cudaStream_t stream) {
   if (n <= 0 || v <= 0 || n > INT_MAX || v > INT_MAX) throw_usage("cross_entropy_forward", "bad shape");
-  cross_entropy_row_kernel<T><<<static_cast<unsigned>(n), kThreads, 0, stream>>>(logits, targets, lse, scratch, v, bad);
+  launch<cross_entropy_row_kernel<T>>(static_cast<unsigned>(n), kThreads, 0, stream, logits, targets, lse, scratch, v, bad);
   check_launch("cross_entropy_row_kernel");
-  mean_kernel<<<1, kThreads, 0, stream>>>(scratch, loss, n);
+  launch<mean_kernel>(1, kThreads, 0, stream, scratch, loss, n);
   check_launch("mean_kernel");
 }
 
@@ -96,7 +96,7 @@ template <typename T>
 void cross_entropy_backward(const T* logits, const int32_t* targets, const float* lse, T* dlogits, int64_t n, int64_t v,
                             double scale, cudaStream_t stream) {
   if (n <= 0 || v <= 0) throw_usage("cross_entropy_backward", "bad shape");
-  cross_entropy_backward_kernel<T><<<grid_for(n * v, kThreads), kThreads, 0, stream>>>(logits, targets, lse, dlogits, n,
+  launch<cross_entropy_backward_kernel<T>>(grid_for(n * v, kThreads), kThreads, 0, stream, logits, targets, lse, dlogits, n,
                                                                                      v, static_cast<float>(scale));
   check_launch("cross_entropy_backward_kernel");
 }

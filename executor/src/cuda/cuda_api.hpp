@@ -17,6 +17,28 @@ namespace pd2bw::executor::cuda {
 
 using bf16_t = __nv_bfloat16;
 
+// ---- the seams of the emulated device (emu/; the cuda-emu preset compiles this backend as host C++) ---
+// Kernel<<<grid, block, shared_bytes, stream>>>(args...); the caller checks the launch (check_launch).
+template <auto Kernel, typename... A>
+void launch(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream, A&&... args) {
+#if defined(PD2BW_CUDA_EMULATED)
+  (void)::pd2bw_emu::launch<Kernel>(grid, block, shared_bytes, stream, std::forward<A>(args)...);
+#else
+  Kernel<<<grid, block, shared_bytes, stream>>>(std::forward<A>(args)...);
+#endif
+}
+
+// A static __shared__ array T name[n] of the block (ALIGNED: with __align__(a)).
+#if defined(PD2BW_CUDA_EMULATED)
+#define PD2BW_SHARED_ARRAY_ALIGNED(T, name, n, a) \
+  static const char name##_site = 0;              \
+  T(&name)[n] = *static_cast<T(*)[n]>(::pd2bw_emu::shared_array(&name##_site, sizeof(T[n]), a))
+#define PD2BW_SHARED_ARRAY(T, name, n) PD2BW_SHARED_ARRAY_ALIGNED(T, name, n, alignof(T))
+#else
+#define PD2BW_SHARED_ARRAY_ALIGNED(T, name, n, a) __shared__ __align__(a) T name[n]
+#define PD2BW_SHARED_ARRAY(T, name, n) __shared__ T name[n]
+#endif
+
 // Throws Error("CUDA error in <what>: <name>: <description>").
 [[noreturn]] void throw_cuda(cudaError_t status, const std::string& what);
 inline void check(cudaError_t status, const char* what) {

@@ -48,7 +48,7 @@ template <typename T>
 void add(const T* a, const T* b, T* out, int64_t n, cudaStream_t stream) {
   check_n("add", n);
   if (n == 0) return;
-  add_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(a, b, out, n);
+  launch<add_kernel<T>>(grid_for(n, kThreads), kThreads, 0, stream, a, b, out, n);
   check_launch("add_kernel");
 }
 
@@ -56,7 +56,7 @@ template <typename T>
 void accumulate(T* acc, const T* x, int64_t n, cudaStream_t stream) {
   check_n("accumulate", n);
   if (n == 0) return;
-  accumulate_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(acc, x, n);
+  launch<accumulate_kernel<T>>(grid_for(n, kThreads), kThreads, 0, stream, acc, x, n);
   check_launch("accumulate_kernel");
 }
 
@@ -64,7 +64,7 @@ template <typename T>
 void add_bias(T* y, const T* bias, int64_t n, int64_t out, cudaStream_t stream) {
   if (n < 0 || out <= 0) throw_usage("add_bias", "bad shape");
   if (n == 0) return;
-  add_bias_kernel<T><<<grid_for(n * out, kThreads), kThreads, 0, stream>>>(y, bias, n * out, out);
+  launch<add_bias_kernel<T>>(grid_for(n * out, kThreads), kThreads, 0, stream, y, bias, n * out, out);
   check_launch("add_bias_kernel");
 }
 
@@ -72,7 +72,7 @@ template <typename T>
 void fill_ones(T* x, int64_t n, cudaStream_t stream) {
   check_n("fill_ones", n);
   if (n == 0) return;
-  fill_ones_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(x, n);
+  launch<fill_ones_kernel<T>>(grid_for(n, kThreads), kThreads, 0, stream, x, n);
   check_launch("fill_ones_kernel");
 }
 

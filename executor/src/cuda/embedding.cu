@@ -108,7 +108,7 @@ void embedding_forward(const int32_t* tokens, const T* wte, const T* wpe, T* out
                        int64_t v, unsigned long long* bad, cudaStream_t stream) {
   if (b <= 0 || t <= 0 || c <= 0 || v <= 0 || t > INT_MAX || c > INT_MAX) throw_usage("embedding_forward", "bad shape");
   const int64_t n = b * t;
-  embedding_forward_kernel<T><<<grid_for(n * c, kThreads), kThreads, 0, stream>>>(
+  launch<embedding_forward_kernel<T>>(grid_for(n * c, kThreads), kThreads, 0, stream, 
       tokens, wte, wpe, out, n, static_cast<int>(t), static_cast<int>(c), v, bad);
   check_launch("embedding_forward_kernel");
 }
@@ -120,17 +120,17 @@ void embedding_backward(const int32_t* tokens, const T* dout, float* dwte, float
   if (b <= 0 || t <= 0 || c <= 0 || v <= 0 || n > INT_MAX || c > INT_MAX || b > INT_MAX)
     throw_usage("embedding_backward", "bad shape");
   if (scratch_bytes < embedding_backward_scratch(n)) throw_usage("embedding_backward", "scratch too small");
-  embedding_dwpe_kernel<T><<<grid_for(t * c, kThreads), kThreads, 0, stream>>>(
+  launch<embedding_dwpe_kernel<T>>(grid_for(t * c, kThreads), kThreads, 0, stream, 
       dout, dwpe, static_cast<int>(b), static_cast<int>(t), static_cast<int>(c));
   check_launch("embedding_dwpe_kernel");
   SortScratch s = carve(scratch, n);
-  iota_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(s.positions_in, n);
+  launch<iota_kernel>(grid_for(n, kThreads), kThreads, 0, stream, s.positions_in, n);
   check_launch("iota_kernel");
   // Ids as unsigned: a negative one sorts last and is skipped like any id >= V.
   check(cub::DeviceRadixSort::SortPairs(s.temp, s.temp_bytes, reinterpret_cast<const uint32_t*>(tokens), s.keys_out,
                                         s.positions_in, s.positions_out, static_cast<int>(n), 0, 32, stream),
         "cub::DeviceRadixSort::SortPairs");
-  embedding_dwte_kernel<T><<<static_cast<unsigned>(n), kRunThreads, 0, stream>>>(s.keys_out, s.positions_out, dout,
+  launch<embedding_dwte_kernel<T>>(static_cast<unsigned>(n), kRunThreads, 0, stream, s.keys_out, s.positions_out, dout,
                                                                                  dwte, n, static_cast<int>(c), v);
   check_launch("embedding_dwte_kernel");
 }

@@ -39,7 +39,7 @@ template <typename T>
 void gelu_forward(const T* x, T* y, int64_t n, cudaStream_t stream) {
   if (n < 0) throw_usage("gelu_forward", "negative length");
   if (n == 0) return;
-  gelu_forward_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(x, y, n);
+  launch<gelu_forward_kernel<T>>(grid_for(n, kThreads), kThreads, 0, stream, x, y, n);
   check_launch("gelu_forward_kernel");
 }
 
@@ -47,7 +47,7 @@ template <typename T>
 void gelu_backward(const T* dy, const T* x, T* dx, int64_t n, cudaStream_t stream) {
   if (n < 0) throw_usage("gelu_backward", "negative length");
   if (n == 0) return;
-  gelu_backward_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream>>>(dy, x, dx, n);
+  launch<gelu_backward_kernel<T>>(grid_for(n, kThreads), kThreads, 0, stream, dy, x, dx, n);
   check_launch("gelu_backward_kernel");
 }
 

@@ -117,7 +117,7 @@ void layernorm_forward(const T* x, const T* gamma, const T* beta, T* y, float* m
   check_shape("layernorm_forward", n, c);
   if (n == 0) return;
   const auto blocks = static_cast<unsigned>(ceil_div(n, kWarpsPerBlock));
-  layernorm_forward_kernel<T><<<blocks, kRowThreads, 0, stream>>>(x, gamma, beta, y, mean, rstd, n, static_cast<int>(c));
+  launch<layernorm_forward_kernel<T>>(blocks, kRowThreads, 0, stream, x, gamma, beta, y, mean, rstd, n, static_cast<int>(c));
   check_launch("layernorm_forward_kernel");
 }
 
@@ -129,16 +129,16 @@ void layernorm_backward(const T* dy, const T* x, const T* gamma, const float* me
   const int ci = static_cast<int>(c);
   const auto row_blocks = static_cast<unsigned>(ceil_div(n, kWarpsPerBlock));
   if (dx != nullptr) {  // either half may be skipped (a split backward runs them apart)
-    layernorm_backward_dx_kernel<T><<<row_blocks, kRowThreads, 0, stream>>>(dy, x, gamma, mean, rstd, dx, n, ci);
+    launch<layernorm_backward_dx_kernel<T>>(row_blocks, kRowThreads, 0, stream, dy, x, gamma, mean, rstd, dx, n, ci);
     check_launch("layernorm_backward_dx_kernel");
   }
   if (dgamma == nullptr) return;
   const int64_t chunks = ceil_div(n, kRowsPerChunk);
-  layernorm_param_partial_kernel<T><<<static_cast<unsigned>(chunks), kColThreads, 0, stream>>>(dy, x, mean, rstd, scratch,
+  launch<layernorm_param_partial_kernel<T>>(static_cast<unsigned>(chunks), kColThreads, 0, stream, dy, x, mean, rstd, scratch,
                                                                                               n, ci);
   check_launch("layernorm_param_partial_kernel");
   const auto col_blocks = static_cast<unsigned>(ceil_div(c, kColThreads));
-  layernorm_param_reduce_kernel<<<col_blocks, kColThreads, 0, stream>>>(scratch, dgamma, dbeta, chunks, ci);
+  launch<layernorm_param_reduce_kernel>(col_blocks, kColThreads, 0, stream, scratch, dgamma, dbeta, chunks, ci);
   check_launch("layernorm_param_reduce_kernel");
 }
 

@@ -28,7 +28,7 @@ void sgd_step(const SgdArgs& args, const OptimizerChunk* chunks, int64_t num_chu
               float* momentum, float* p_out, cudaStream_t stream) {
   if (num_chunks < 0 || num_chunks > (int64_t{1} << 31) - 1) throw_usage("sgd_step", "bad chunk count");
   if (num_chunks == 0) return;
-  sgd_kernel<<<static_cast<unsigned>(num_chunks), kThreads, 0, stream>>>(args, chunks, p_in, g, momentum, p_out);
+  launch<sgd_kernel>(static_cast<unsigned>(num_chunks), kThreads, 0, stream, args, chunks, p_in, g, momentum, p_out);
   check_launch("sgd_kernel");
 }
 

@@ -21,7 +21,7 @@ __device__ double block_sum(double* shared, double mine) {
 
 // x: (n); partial: (gridDim.x).
 static __global__ void __launch_bounds__(kThreads) squares_partial_kernel(const float* x, int64_t n, double* partial) {
-  __shared__ double shared[kThreads];
+  PD2BW_SHARED_ARRAY(double, shared, kThreads);
   double s = 0.0;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
@@ -34,7 +34,7 @@ static __global__ void __launch_bounds__(kThreads) squares_partial_kernel(const 
 
 // out[0] = the sum of partial: (count).
 static __global__ void __launch_bounds__(kThreads) squares_final_kernel(const double* partial, int64_t count, double* out) {
-  __shared__ double shared[kThreads];
+  PD2BW_SHARED_ARRAY(double, shared, kThreads);
   double s = 0.0;
   for (int64_t i = threadIdx.x; i < count; i += kThreads) s += partial[i];
   s = block_sum(shared, s);
@@ -53,9 +53,9 @@ int64_t sum_of_squares_scratch(int64_t n) { return blocks_for(n); }
 void sum_of_squares(const float* x, int64_t n, double* scratch, double* out, cudaStream_t stream) {
   if (n < 0) throw_usage("sum_of_squares", "negative length");
   const int64_t blocks = blocks_for(n);
-  squares_partial_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, n, scratch);
+  launch<squares_partial_kernel>(static_cast<unsigned>(blocks), kThreads, 0, stream, x, n, scratch);
   check_launch("squares_partial_kernel");
-  squares_final_kernel<<<1, kThreads, 0, stream>>>(scratch, blocks, out);
+  launch<squares_final_kernel>(1, kThreads, 0, stream, scratch, blocks, out);
   check_launch("squares_final_kernel");
 }
 

@@ -28,6 +28,16 @@ int64_t ranks_per_node_override() {
   return k;
 }
 
+// pd2bw calls MPI from the main thread only, but in builds with the nccl transport the emulated device's
+// NCCL (cuda-emu builds) runs its operations over MPI on the CUDA streams' worker threads, and refuses
+// to make a communicator below MPI_THREAD_MULTIPLE. Real NCCL makes no MPI call; GPU builds ask for the
+// same level all the same, so that they start MPI as the emulated build that CI tests does.
+#if PD2BW_HAVE_NCCL
+constexpr int kThreadLevel = MPI_THREAD_MULTIPLE;
+#else
+constexpr int kThreadLevel = MPI_THREAD_FUNNELED;
+#endif
+
 class MpiProcessGroup final : public ProcessGroup {
  public:
   MpiProcessGroup() {
@@ -35,7 +45,7 @@ class MpiProcessGroup final : public ProcessGroup {
     MPI_Initialized(&initialized);
     if (initialized) throw Error("MPI was initialised twice in one process");
     int provided = 0;
-    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+    if (MPI_Init_thread(nullptr, nullptr, kThreadLevel, &provided) != MPI_SUCCESS)
       throw Error("MPI_Init_thread failed", "check the launcher (mpirun, srun) and its environment");
     try {
       const Duplicate d = duplicate(MPI_COMM_WORLD);

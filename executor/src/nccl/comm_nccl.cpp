@@ -2,17 +2,25 @@
 // transport. Device messages between two ranks that are neighbours in a group's member order (the
 // stages of a replica, the replicas of a stage) go over NCCL: every such ordered pair has a 2-rank
 // communicator of its own with a stream of its own on each side, so a send that waits for its receiver
-// never holds up another transfer of either rank. Other device messages are staged through host memory.
+// never holds up another transfer of either rank, nor the caller's stream. (On a GPU this relies on the
+// NCCL kernels of a rank's few communicators running side by side, which NCCL does not promise in
+// general: its guide calls concurrent communicators deadlock-prone.) Other device messages are staged
+// through host memory.
 //
-// Ordering with the caller's stream S (Comm's Stream; null: complete before returning):
-// - send: the pair's stream waits for S, copies the message into a stream-ordered staging buffer, S
-//   waits for that copy only (the caller may then reuse its buffer), and ncclSend reads the copy.
+// Ordering with the caller's stream S (Comm's Stream; null: the legacy default stream, and the call
+// completes before returning). The transport never synchronises the whole device, since a pair's
+// stream may be blocked in a transfer that waits for a peer; it waits for S only, and S waits for a
+// pair's stream only where it needs that stream's transfer.
+// - send: S copies the message into a stream-ordered staging buffer (the caller may reuse its buffer
+//   once S is past the copy), the pair's stream waits for S, and ncclSend reads the copy there. S never
+//   waits for the pair's stream, which may still hold an earlier send until its receiver takes it.
 // - recv: a small header (tag, bytes) sent over MPI tells the receiver what comes next on the pair's
 //   communicator; a message for another tag is parked in a buffer of its own until asked for, so
 //   messages of one (source, tag) are delivered in order whatever the order of the receives. The
 //   pair's stream waits for S before ncclRecv writes into the caller's buffer, and S waits for it.
-// - allreduce_sum of device memory: ncclAllReduce over the group's communicator (NCCL's order of
-//   summation, not the fixed order of the default); host memory uses the fixed-order default.
+// - allreduce_sum of device memory: ncclAllReduce on S over the group's communicator (NCCL's order of
+//   summation, not the fixed order of the default; the emulated device's NCCL adds in member order,
+//   which is the default's); host memory uses the fixed-order default.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -46,7 +54,6 @@ struct Pair {
 // What the transport attaches to a group (Group::native): the communicator of its allreduce.
 struct NativeGroup {
   CommHandle all;
-  StreamHandle stream;
 };
 
 // A device message received before its receive was asked for.
@@ -95,23 +102,20 @@ class NcclComm final : public Comm {
  protected:
   void do_send(int64_t dst, int64_t tag, ConstMessageBuffer data, Stream stream) override {
     if (data.memory == MemoryKind::host) return host_.send(dst, tag, data.data, data.bytes);
+    const cudaStream_t s = stream_of(stream);
     Pair* pair = pair_of(rank(), dst);
-    if (pair == nullptr) return staged_send(dst, tag, data, stream_of(stream));
+    if (pair == nullptr) return staged_send(dst, tag, data, s);
     const Header h{tag, static_cast<int64_t>(data.bytes)};
     headers_.send(dst, tag, &h, sizeof h);
     if (data.bytes == 0) return;
-    const cudaStream_t s = stream_of(stream), ps = pair->stream.get();
-    if (s == nullptr) cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    const cudaStream_t ps = pair->stream.get();
     void* copy = nullptr;
+    cuda_check(cudaMallocAsync(&copy, data.bytes, s), "cudaMallocAsync");
+    cuda_check(cudaMemcpyAsync(copy, data.data, data.bytes, cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync");
     order_after(ps, s);
-    cuda_check(cudaMallocAsync(&copy, data.bytes, ps), "cudaMallocAsync");
-    cuda_check(cudaMemcpyAsync(copy, data.data, data.bytes, cudaMemcpyDeviceToDevice, ps), "cudaMemcpyAsync");
-    if (s == nullptr)
-      cuda_check(cudaStreamSynchronize(ps), "cudaStreamSynchronize");
-    else
-      order_after(s, ps);  // the caller's buffer may be reused once it is copied
     nccl_check(ncclSend(copy, data.bytes, ncclUint8, pair->peer, pair->comm.get(), ps), "ncclSend");
     cuda_check(cudaFreeAsync(copy, ps), "cudaFreeAsync");
+    if (s == nullptr) cuda_check(cudaStreamSynchronize(s), "cudaStreamSynchronize");  // the copy is made
   }
 
   void do_recv(int64_t src, int64_t tag, MessageBuffer data, Stream stream) override {
@@ -132,13 +136,10 @@ class NcclComm final : public Comm {
                                 tag, h.bytes, data.bytes));
       if (data.bytes == 0) return;
       const cudaStream_t ps = pair->stream.get();
-      if (s == nullptr) cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
       order_after(ps, s);
       nccl_check(ncclRecv(data.data, data.bytes, ncclUint8, pair->peer, pair->comm.get(), ps), "ncclRecv");
-      if (s == nullptr)
-        cuda_check(cudaStreamSynchronize(ps), "cudaStreamSynchronize");
-      else
-        order_after(s, ps);
+      order_after(s, ps);
+      if (s == nullptr) cuda_check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
       return;
     }
   }
@@ -164,16 +165,11 @@ class NcclComm final : public Comm {
     auto* native = static_cast<NativeGroup*>(group.native().get());
     if (native == nullptr) throw Error("nccl transport: a device allreduce over a group without a communicator");
     const size_t width = type == ScalarType::f32 ? sizeof(float) : sizeof(double);
-    const cudaStream_t s = stream_of(stream), gs = native->stream.get();
-    if (s == nullptr) cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-    order_after(gs, s);
+    const cudaStream_t s = stream_of(stream);
     nccl_check(ncclAllReduce(values.data, values.data, values.bytes / width,
-                             type == ScalarType::f32 ? ncclFloat32 : ncclFloat64, ncclSum, native->all.get(), gs),
+                             type == ScalarType::f32 ? ncclFloat32 : ncclFloat64, ncclSum, native->all.get(), s),
                "ncclAllReduce");
-    if (s == nullptr)
-      cuda_check(cudaStreamSynchronize(gs), "cudaStreamSynchronize");
-    else
-      order_after(s, gs);
+    if (s == nullptr) cuda_check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
   }
 
  private:

@@ -166,7 +166,7 @@ class EmbeddingLayer {
  private:
   GptConfig config_;
   Backend* backend_;
-  DType compute_;
+  [[maybe_unused]] DType compute_;  // the embedding computes in its tables' dtype
 };
 
 // Layers 1..blocks: pre-LN transformer block
