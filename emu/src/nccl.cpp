@@ -113,7 +113,8 @@ std::vector<int> report_to_maker(const CommState& c, int maker, int tag) {
   wait_all(send, "MPI_Isend");
   Backoff backoff;
   MPI_Status status;
-  for (int found = 0; !found; backoff.pause()) mpi_check(MPI_Iprobe(maker, tag + 1, MPI_COMM_WORLD, &found, &status), "MPI_Iprobe");
+  for (int found = 0; !found; backoff.pause())
+    mpi_check(MPI_Iprobe(maker, tag + 1, MPI_COMM_WORLD, &found, &status), "MPI_Iprobe");
   int count = 0;
   MPI_Get_count(&status, MPI_INT, &count);
   std::vector<int> answer(static_cast<size_t>(std::max(count, 1)));
@@ -133,9 +134,10 @@ void connect(CommState& c, const IdFields& id) {
   int level = MPI_THREAD_SINGLE;
   MPI_Query_thread(&level);
   if (level < MPI_THREAD_MULTIPLE)
-    throw std::invalid_argument(std::string("the emulated NCCL calls MPI from the streams' worker threads, so MPI must be "
-                                            "initialised with MPI_THREAD_MULTIPLE; this process has ") +
-                                thread_level_name(level));
+    throw std::invalid_argument(
+        std::string("the emulated NCCL calls MPI from the streams' worker threads, so MPI must be "
+                    "initialised with MPI_THREAD_MULTIPLE; this process has ") +
+        thread_level_name(level));
   if (id.maker < 0) throw std::invalid_argument("the id was made before MPI was initialised");
   const int tag = kFirstTag + static_cast<int>(id.serial % kTagSlots) * 3;
   const std::vector<int> table = world_rank() == id.maker ? collect_members(c, tag) : report_to_maker(c, id.maker, tag);
@@ -212,7 +214,8 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId comm_id
                                            std::to_string(nranks) + " ranks");
   IdFields id;
   std::memcpy(&id, comm_id.internal, sizeof id);
-  if (id.magic != kIdMagic) return report(ncclInvalidArgument, "ncclCommInitRank: the id was not made by ncclGetUniqueId");
+  if (id.magic != kIdMagic)
+    return report(ncclInvalidArgument, "ncclCommInitRank: the id was not made by ncclGetUniqueId");
   auto state = std::make_shared<CommState>();
   state->nranks = nranks;
   state->rank = rank;
@@ -252,7 +255,8 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
 }
 
 ncclResult_t ncclCommCount(ncclComm_t comm, int* count) {
-  if (comm == nullptr || count == nullptr) return pd2bw_emu::nccl::report(ncclInvalidArgument, "ncclCommCount: a null argument");
+  if (comm == nullptr || count == nullptr)
+    return pd2bw_emu::nccl::report(ncclInvalidArgument, "ncclCommCount: a null argument");
   *count = comm->state->nranks;
   return ncclSuccess;
 }

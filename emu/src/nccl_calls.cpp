@@ -116,7 +116,8 @@ ncclResult_t refuse(ncclResult_t result, const std::string& message) {
 std::string check_common(const char* call, ncclComm_t comm, size_t count, ncclDataType_t type, Op& op) {
   if (comm == nullptr) return std::string(call) + ": comm is null";
   const size_t width = type_bytes(type);
-  if (width == 0) return std::string(call) + ": datatype " + std::to_string(static_cast<int>(type)) + " is no NCCL type";
+  if (width == 0)
+    return std::string(call) + ": datatype " + std::to_string(static_cast<int>(type)) + " is no NCCL type";
   if (count > SIZE_MAX / width) return std::string(call) + ": count " + std::to_string(count) + " is too large";
   op.count = count;
   op.bytes = count * width;

@@ -27,10 +27,10 @@ struct CommState {
   std::atomic<int> async_error{ncclSuccess};
 
   std::mutex mu;
-  std::condition_variable idle;           // notified when `queued` drops
-  int64_t queued = 0;                     // operations issued and not yet finished
-  std::vector<uint64_t> sent, received;   // point-to-point operations issued per peer, to tag them
-  uint64_t collectives = 0;               // collectives issued, to tag them
+  std::condition_variable idle;          // notified when `queued` drops
+  int64_t queued = 0;                    // operations issued and not yet finished
+  std::vector<uint64_t> sent, received;  // point-to-point operations issued per peer, to tag them
+  uint64_t collectives = 0;              // collectives issued, to tag them
 
   CommState() = default;
   CommState(const CommState&) = delete;

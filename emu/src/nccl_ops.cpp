@@ -35,8 +35,8 @@ struct Running {
   int stage = 0;
   bool done = false;
   std::vector<MPI_Request> requests;
-  std::vector<int> expected;                     // per request: bytes a receive expects; -1 for a send
-  std::vector<std::vector<std::byte>> buffers;   // an allreduce's contributions and result
+  std::vector<int> expected;                    // per request: bytes a receive expects; -1 for a send
+  std::vector<std::vector<std::byte>> buffers;  // an allreduce's contributions and result
 };
 
 std::string describe(const Op& op) {
@@ -56,7 +56,8 @@ void post_send(Running& r, const void* data, size_t bytes, int peer) {
     const auto n = static_cast<int>(std::min(kPieceBytes, bytes - offset));
     r.requests.push_back(MPI_REQUEST_NULL);
     r.expected.push_back(-1);
-    mpi_check(MPI_Issend(from + offset, n, MPI_BYTE, peer, r.op->tag, r.op->comm->mpi, &r.requests.back()), "MPI_Issend");
+    mpi_check(MPI_Issend(from + offset, n, MPI_BYTE, peer, r.op->tag, r.op->comm->mpi, &r.requests.back()),
+              "MPI_Issend");
     offset += static_cast<size_t>(n);
   } while (offset < bytes);
 }
@@ -201,7 +202,8 @@ bool test(Running& r) {
     MPI_Get_count(&statuses[k], MPI_BYTE, &got);
     if (got != r.expected[k])
       throw Failure(ncclInvalidUsage, describe(op) + ": the peer sent " + std::to_string(got) + " bytes where " +
-                                          std::to_string(r.expected[k]) + " were expected: its count or datatype differs");
+                                          std::to_string(r.expected[k]) +
+                                          " were expected: its count or datatype differs");
   }
   return true;
 }
@@ -271,7 +273,8 @@ void mpi_check(int rc, const char* what) {
   char text[MPI_MAX_ERROR_STRING] = {};
   int length = 0;
   MPI_Error_string(rc, text, &length);
-  throw std::runtime_error(std::string(what) + " failed: " + std::string(text, static_cast<size_t>(std::max(length, 0))));
+  throw std::runtime_error(std::string(what) +
+                           " failed: " + std::string(text, static_cast<size_t>(std::max(length, 0))));
 }
 
 void wait_all(std::vector<MPI_Request>& requests, const char* what) {

@@ -10,6 +10,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -25,10 +26,15 @@ struct CUstream_st {
   std::thread worker;
 };
 
-struct CUevent_st {
+// An event's state lives apart from its handle: work queued on a stream that records or waits for it
+// holds the state, so the handle may be destroyed at once, as CUDA allows.
+struct EventState {
   unsigned flags = 0;
   uint64_t recorded = 0, completed = 0;  // generations: records asked for / records the stream reached
   std::chrono::steady_clock::time_point when{};
+};
+struct CUevent_st {
+  std::shared_ptr<EventState> state = std::make_shared<EventState>();
 };
 
 namespace pd2bw_emu {

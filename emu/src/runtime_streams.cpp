@@ -154,34 +154,32 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags) {
   if (event == nullptr || (flags & ~(cudaEventBlockingSync | cudaEventDisableTiming)) != 0)
     return set_last_error(cudaErrorInvalidValue);
   *event = new CUevent_st;
-  (*event)->flags = flags;
+  (*event)->state->flags = flags;
   return cudaSuccess;
 }
 cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, cudaEventDefault); }
 
+// Queued records and waits keep the event's state; the handle goes at once.
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
   if (event == nullptr) return set_last_error(cudaErrorInvalidResourceHandle);
-  Device& d = device();
-  std::unique_lock lock(d.mu);  // the device releases an event once its pending record is done
-  d.changed.wait(lock, [&] { return event->completed >= event->recorded || d.sticky != cudaSuccess; });
-  lock.unlock();
   delete event;
   return cudaSuccess;
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   if (event == nullptr) return set_last_error(cudaErrorInvalidResourceHandle);
+  std::shared_ptr<EventState> e = event->state;
   uint64_t generation = 0;
   {
     std::lock_guard lock(device().mu);
-    generation = ++event->recorded;
+    generation = ++e->recorded;
   }
-  return pd2bw_emu::enqueue(stream, [event, generation] {
+  return pd2bw_emu::enqueue(stream, [e, generation] {
     Device& d = device();
     std::lock_guard lock(d.mu);
-    if (generation > event->completed) {
-      event->completed = generation;
-      event->when = std::chrono::steady_clock::now();
+    if (generation > e->completed) {
+      e->completed = generation;
+      e->when = std::chrono::steady_clock::now();
     }
     d.changed.notify_all();
     return cudaSuccess;
@@ -193,15 +191,16 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
   Device& d = device();
   std::lock_guard lock(d.mu);
   if (d.sticky != cudaSuccess) return set_last_error(d.sticky);
-  return event->completed >= event->recorded ? cudaSuccess : cudaErrorNotReady;
+  return event->state->completed >= event->state->recorded ? cudaSuccess : cudaErrorNotReady;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (event == nullptr) return set_last_error(cudaErrorInvalidResourceHandle);
   Device& d = device();
+  const std::shared_ptr<EventState> e = event->state;
   std::unique_lock lock(d.mu);
-  const uint64_t target = event->recorded;
-  d.changed.wait(lock, [&] { return event->completed >= target || d.sticky != cudaSuccess; });
+  const uint64_t target = e->recorded;
+  d.changed.wait(lock, [&] { return e->completed >= target || d.sticky != cudaSuccess; });
   return d.sticky == cudaSuccess ? cudaSuccess : set_last_error(d.sticky);
 }
 
@@ -211,25 +210,27 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
   if (start == nullptr || end == nullptr) return set_last_error(cudaErrorInvalidResourceHandle);
   Device& d = device();
   std::lock_guard lock(d.mu);
-  if ((start->flags | end->flags) & cudaEventDisableTiming) return set_last_error(cudaErrorInvalidResourceHandle);
-  if (start->recorded == 0 || end->recorded == 0) return set_last_error(cudaErrorInvalidResourceHandle);
-  if (start->completed < start->recorded || end->completed < end->recorded) return cudaErrorNotReady;
-  *ms = std::chrono::duration<float, std::milli>(end->when - start->when).count();
+  const EventState &a = *start->state, &b = *end->state;
+  if ((a.flags | b.flags) & cudaEventDisableTiming) return set_last_error(cudaErrorInvalidResourceHandle);
+  if (a.recorded == 0 || b.recorded == 0) return set_last_error(cudaErrorInvalidResourceHandle);
+  if (a.completed < a.recorded || b.completed < b.recorded) return cudaErrorNotReady;
+  *ms = std::chrono::duration<float, std::milli>(b.when - a.when).count();
   return cudaSuccess;
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags) {
   if (event == nullptr) return set_last_error(cudaErrorInvalidResourceHandle);
   if (flags != 0) return set_last_error(cudaErrorInvalidValue);
+  std::shared_ptr<EventState> e = event->state;
   uint64_t target = 0;
   {
     std::lock_guard lock(device().mu);
-    target = event->recorded;  // the record most recently asked for; none: nothing to wait for
+    target = e->recorded;  // the record most recently asked for; none: nothing to wait for
   }
-  return pd2bw_emu::enqueue(stream, [event, target] {
+  return pd2bw_emu::enqueue(stream, [e, target] {
     Device& d = device();
     std::unique_lock lock(d.mu);
-    d.changed.wait(lock, [&] { return event->completed >= target || d.sticky != cudaSuccess; });
+    d.changed.wait(lock, [&] { return e->completed >= target || d.sticky != cudaSuccess; });
     return cudaSuccess;
   });
 }

@@ -94,14 +94,15 @@ std::vector<int> iota_from(int first, size_t n) {
   return v;
 }
 
-// Rank r's allreduce contribution: small, large, minus large, so that the sum depends on its order.
+// Rank r's allreduce contribution: large, minus large, small, so that only adding ranks 0 and 1 first
+// keeps the small value.
 template <typename T>
 std::vector<T> contribution(int r, size_t n) {
   const T large = sizeof(T) == 4 ? T(1e8) : T(1e17);  // adding the small value to it rounds the small away
   std::vector<T> v(n);
   for (size_t i = 0; i < n; ++i) {
     const auto k = static_cast<T>(i % 7 + 1);
-    v[i] = r % 3 == 0 ? k : r % 3 == 1 ? large * k : -large * k;
+    v[i] = r % 3 == 0 ? large * k : r % 3 == 1 ? -large * k : k;
   }
   return v;
 }

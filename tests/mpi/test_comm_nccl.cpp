@@ -86,8 +86,9 @@ bool drains(cudaStream_t s) {
   return false;
 }
 
-// Rank r's allreduce contribution. On the emulated device: small, large, minus large, so that the sum
-// depends on its order; on a GPU, values whose sums are exact in any order (NCCL picks its own).
+// Rank r's allreduce contribution. On the emulated device: large, minus large, small, so that only
+// adding ranks 0 and 1 first keeps the small value; on a GPU, values whose sums are exact in any order
+// (NCCL picks its own).
 template <typename T>
 std::vector<T> contribution(int64_t r, size_t n) {
   std::vector<T> v(n);
@@ -95,7 +96,7 @@ std::vector<T> contribution(int64_t r, size_t n) {
     const auto k = static_cast<T>(i % 7 + 1);
 #if PD2BW_CUDA_EMULATED
     const T large = sizeof(T) == 4 ? T(1e8) : T(1e17);
-    v[i] = r == 0 ? k : r == 1 ? large * k : -large * k;
+    v[i] = r == 0 ? large * k : r == 1 ? -large * k : k;
 #else
     v[i] = k * static_cast<T>(0.5) + static_cast<T>(r);
 #endif

@@ -15,6 +15,27 @@ CachingArena::~CachingArena() {
     for (void* p : blocks) put_(p);
 }
 
+// A block from the system (outside the lock: the allocator may be slow). When the system has none left,
+// the cached free blocks of other sizes go back to it and the request is tried once more.
+void* CachingArena::fresh_block(int64_t size) {
+  try {
+    return get_(size);
+  } catch (const Error&) {
+    std::vector<void*> cached;
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      for (auto& [block, blocks] : free_) {
+        for (void* p : blocks) cached.push_back(p);
+        stats_.reserved_bytes -= block * static_cast<int64_t>(blocks.size());
+      }
+      free_.clear();
+    }
+    if (cached.empty()) throw;
+    for (void* p : cached) put_(p);
+    return get_(size);
+  }
+}
+
 Buffer CachingArena::alloc(DType dtype, int64_t numel) {
   if (numel < 0) throw UsageError(fmt::format("cannot allocate {} elements", numel));
   if (numel == 0) return {};
@@ -30,7 +51,7 @@ Buffer CachingArena::alloc(DType dtype, int64_t numel) {
     }
   }
   if (data == nullptr) {
-    data = get_(size);  // outside the lock: the system allocator may be slow
+    data = fresh_block(size);
     const std::lock_guard<std::mutex> lock(mutex_);
     stats_.reserved_bytes += size;
     ++stats_.fresh_allocations;

@@ -17,7 +17,7 @@ namespace pd2bw::executor {
 class CachingArena final : public BufferOwner {
  public:
   // `get` obtains a block of the given byte size from the system (throws Error when it cannot), `put`
-  // gives one back.
+  // gives one back. When `get` throws, the cached free blocks are given back and it is asked once more.
   CachingArena(std::function<void*(int64_t)> get, std::function<void(void*)> put)
       : get_(std::move(get)), put_(std::move(put)) {}
   ~CachingArena();
@@ -31,6 +31,7 @@ class CachingArena final : public BufferOwner {
 
  private:
   static int64_t block_size(int64_t bytes) { return (bytes + 63) / 64 * 64; }
+  void* fresh_block(int64_t size);
   std::function<void*(int64_t)> get_;
   std::function<void(void*)> put_;
   mutable std::mutex mutex_;

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The CLI's cuda path end to end on the emulated device (the cuda-emu preset): `pd2bw profile --device
+# cuda` writes a valid profile whose device says it is emulated; a 2-stage plan trains with `--device
+# cuda` to the cpu backend's fp32 losses within 1e-4 (relative); two cuda runs give the same bits; and
+# under mpirun the nccl transport gives the mpi transport's losses. Sizes are the micro model's (2
+# blocks, d_model 32): every GPU thread is a fiber here. Arguments: the pd2bw binary, the source dir.
+source "$2/tests/cli/lib.bash"
+PY="${PD2BW_PYTHON:-/usr/bin/python3}"
+
+expect_exit 0 "wrote $TMP/profile.json" -- "$PD2BW" profile --device cuda --blocks 2 --d-model 32 --heads 2 --seq 16 \
+  --microbatch 1,2 --warmup 1 --iters 1 --link-ranks 2 --link-max-bytes 64KiB -o "$TMP/profile.json"
+expect_exit 0 "" -- "$PD2BW" validate "$TMP/profile.json"
+if "$PY" - "$TMP/profile.json" <<'PYEOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+dev = d["device"]
+assert "emulated" in dev["name"], dev
+assert dev["memory_bytes"] > 100 * 2**30, dev  # an H200's
+PYEOF
+then ok; else fail "the profile's device does not say it is emulated"; fi
+
+micro_profile "$TMP/micro.json"
+expect_exit 0 "" -- "$PD2BW" plan --profile "$TMP/micro.json" --nodes 1 --gpus-per-node 2 --depth 2 --width 1 \
+  --global-batch 4 --schedule flush -o "$TMP/plan.json" -q
+train() {  # train NAME ARGS...: 3 steps of the plan, losses to $TMP/NAME.jsonl
+  local name="$1"
+  shift
+  expect_exit 0 "" -- "$@" --plan "$TMP/plan.json" --steps 3 --log "$TMP/$name.jsonl" -q
+}
+train cpu "$PD2BW" train --device cpu
+train cuda "$PD2BW" train --device cuda
+train cuda2 "$PD2BW" train --device cuda
+losses() { "$PY" -c 'import json,sys; print(" ".join(repr(json.loads(l)["loss"]) for l in open(sys.argv[1])))' "$1"; }
+if "$PY" - "$(losses "$TMP/cpu.jsonl")" "$(losses "$TMP/cuda.jsonl")" <<'PYEOF'
+import sys
+cpu, cuda = ([float(x) for x in a.split()] for a in sys.argv[1:3])
+assert len(cpu) == len(cuda) == 3, (cpu, cuda)
+for a, b in zip(cpu, cuda):
+    assert abs(a - b) <= 1e-4 * abs(a), (cpu, cuda)
+PYEOF
+then ok; else fail "cuda losses $(losses "$TMP/cuda.jsonl") differ from the cpu's $(losses "$TMP/cpu.jsonl")"; fi
+[ "$(losses "$TMP/cuda.jsonl")" = "$(losses "$TMP/cuda2.jsonl")" ] && ok || fail "two cuda runs differ"
+
+if command -v mpirun >/dev/null && "$PD2BW" --version | grep -q "nccl"; then
+  MPI=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2)
+  train mpi "${MPI[@]}" "$PD2BW" train --device cuda --transport mpi
+  train nccl "${MPI[@]}" "$PD2BW" train --device cuda --transport nccl
+  [ -s "$TMP/nccl.jsonl" ] && [ "$(losses "$TMP/nccl.jsonl")" = "$(losses "$TMP/mpi.jsonl")" ] && ok ||
+    fail "nccl losses $(losses "$TMP/nccl.jsonl" 2>/dev/null) differ from mpi's $(losses "$TMP/mpi.jsonl" 2>/dev/null)"
+fi
+finish
