@@ -5,8 +5,11 @@ target_compile_options(pd2bw_warnings INTERFACE
 # CUDA sources: the host compiler's warnings on our code, and nvcc's own (device code) as errors.
 target_compile_options(pd2bw_warnings INTERFACE $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra>)
 if(PD2BW_WERROR)
+  # ptxas too: a kernel that spills registers or uses local memory (a stack frame) fails the build, so the
+  # register budget a kernel's __launch_bounds__ promises is kept without spilling.
   target_compile_options(pd2bw_warnings INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-Werror>
-                                                  $<$<COMPILE_LANGUAGE:CUDA>:--Werror=all-warnings>)
+                                                  $<$<COMPILE_LANGUAGE:CUDA>:--Werror=all-warnings>
+                                                  $<$<COMPILE_LANGUAGE:CUDA>:-Xptxas=-warn-spills,-warn-lmem-usage,-Werror>)
 endif()
 
 option(PD2BW_SANITIZE "Build with AddressSanitizer and UndefinedBehaviorSanitizer" OFF)

@@ -17,9 +17,10 @@
 // (it collects the others); a communicator of more than one rank needs MPI initialised with
 // MPI_THREAD_MULTIPLE (its operations call MPI from the streams' worker threads), and its set-up uses
 // point-to-point messages on MPI_COMM_WORLD with tags in [20000, 32000); a communicator of one rank
-// needs no MPI. A failed call prints why ("pd2bw-emu: NCCL: ...") on stderr and returns an error; a
-// failure while an operation runs (a size mismatch, an MPI error) fails the emulated device, as a
-// faulting kernel does. Float16, bfloat16 and fp8 reductions are not emulated (ncclInvalidArgument).
+// needs no MPI; ncclCommInitRank runs at once, even inside a group. A failed call prints why
+// ("pd2bw-emu: NCCL: ...") on stderr and returns an error; a failure while an operation runs (a size
+// mismatch, an MPI error) fails the emulated device, as a faulting kernel does. Float16, bfloat16 and
+// fp8 reductions are not emulated (ncclInvalidArgument).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -61,15 +61,15 @@ void give_tag(Op& op) {
     op.tag = static_cast<int>(span + c.collectives++ % span);
 }
 
-// Makes `waiter` wait for the work queued on `signaller` so far. The event is destroyed by a task on
-// the waiter, once the wait is over (so that no host thread waits for it).
+// Makes `waiter` wait for the work queued on `signaller` so far.
 cudaError_t order_after(cudaStream_t waiter, cudaStream_t signaller) {
   cudaEvent_t event = nullptr;
   cudaError_t rc = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
-  if (rc == cudaSuccess) rc = cudaEventRecord(event, signaller);
+  if (rc != cudaSuccess) return rc;
+  rc = cudaEventRecord(event, signaller);
   if (rc == cudaSuccess) rc = cudaStreamWaitEvent(waiter, event, 0);
-  if (rc == cudaSuccess) rc = enqueue(waiter, [event] { return cudaEventDestroy(event); });
-  return rc;
+  const cudaError_t destroyed = cudaEventDestroy(event);  // released once the wait is over
+  return rc == cudaSuccess ? destroyed : rc;
 }
 
 // Queues a group's operations as one task: on the stream of the first, after the other streams' work

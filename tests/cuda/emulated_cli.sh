@@ -19,6 +19,9 @@ assert dev["memory_bytes"] > 100 * 2**30, dev  # an H200's
 PYEOF
 then ok; else fail "the profile's device does not say it is emulated"; fi
 
+expect_exit 0 "note: the profile was measured on the emulated CUDA device" -- "$PD2BW" plan --profile "$TMP/profile.json" \
+  --nodes 1 --gpus-per-node 2 --global-batch 4 -o "$TMP/from-emulated.json"
+
 micro_profile "$TMP/micro.json"
 expect_exit 0 "" -- "$PD2BW" plan --profile "$TMP/micro.json" --nodes 1 --gpus-per-node 2 --depth 2 --width 1 \
   --global-batch 4 --schedule flush -o "$TMP/plan.json" -q

@@ -43,6 +43,11 @@ void print_plan_header(const PlanInputs& in, const planner::CostModel& model) {
   }
   fmt::print(stderr, "global batch {} samples; reserve {} per device\n", in.constraints.global_batch,
              schemas::format_bytes(in.constraints.reserve_bytes));
+  // The emulated CUDA device (emu/, a CPU running every GPU thread as a fiber) names itself so.
+  if (in.profile.device.name.find("(emulated)") != std::string::npos)
+    fmt::print(stderr, "note: the profile was measured on the emulated CUDA device '{}': its times are a CPU's, "
+                       "not a GPU's; profile on the GPU itself (pd2bw profile --device cuda) to plan a cluster\n",
+               in.profile.device.name);
   if (!in.constraints.schedule && !model.split_backward())
     fmt::print(stderr, "note: zb-h1 is not searched: the profile does not time every layer's backward in halves "
                        "(bwd_input_ms, bwd_weight_ms); 'pd2bw profile' records them\n");

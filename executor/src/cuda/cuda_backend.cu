@@ -125,6 +125,9 @@ void CudaBackend::check_flags() {
   Flags seen;
   seen.bad_token = mapped->bad_token;
   seen.bad_target = mapped->bad_target;
+  // Kernels queued later may still run and lower a flag: the host writes the flags only when it has seen
+  // one raised (and then ends the run), so no raise can be lost between this read and a reset.
+  if (seen.bad_token == ~0ULL && seen.bad_target == ~0ULL) return;
   mapped->bad_token = ~0ULL;
   mapped->bad_target = ~0ULL;
   if (seen.bad_token != ~0ULL) {

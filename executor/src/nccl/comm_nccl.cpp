@@ -8,9 +8,9 @@
 // through host memory.
 //
 // Ordering with the caller's stream S (Comm's Stream; null: the legacy default stream, and the call
-// completes before returning). The transport never synchronises the whole device, since a pair's
-// stream may be blocked in a transfer that waits for a peer; it waits for S only, and S waits for a
-// pair's stream only where it needs that stream's transfer.
+// completes before returning). No call synchronises the whole device, since a pair's stream may be
+// blocked in a transfer that waits for a peer: a call without a stream waits for S alone, and S waits
+// for a pair's stream only where it needs that stream's transfer (a receive).
 // - send: S copies the message into a stream-ordered staging buffer (the caller may reuse its buffer
 //   once S is past the copy), the pair's stream waits for S, and ncclSend reads the copy there. S never
 //   waits for the pair's stream, which may still hold an earlier send until its receiver takes it.
