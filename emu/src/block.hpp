@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cuda_runtime.h>
-#include <ucontext.h>
 
 #include <cstdint>
 #include <functional>

@@ -1,8 +1,11 @@
 // Kernel launch on the emulated device: the launch checks, then on the stream's worker every block in
-// turn, each GPU thread of a block a fiber (ucontext) that runs until it reaches __syncthreads(), a warp
-// rendezvous or its end. Threads that never block run one after another on one fiber, so a kernel
-// without barriers costs one context switch per block.
+// turn, each GPU thread of a block a fiber that runs until it reaches __syncthreads(), a warp rendezvous
+// or its end. A fiber is a stack of its own, switched in a few instructions (pd2bw_emu_fiber_switch;
+// swapcontext would cost two system calls a switch). Threads that never block run one after another on
+// one fiber, so a kernel without barriers costs one switch per block.
 #include <sys/mman.h>
+
+#include <cstdint>
 
 #include <algorithm>
 #include <cstdio>
@@ -37,8 +40,37 @@ void outside_kernel(const char* what) {
   std::abort();
 }
 
+// fiber_switch(from, to): saves the callee-saved registers on the current stack, stores the stack
+// pointer in *from, loads `to` and resumes what was saved there (System V x86-64: rbx, rbp, r12-r15).
+#if !defined(__x86_64__)
+#error "the emulated device's fiber switch is written for x86-64"
+#endif
+extern "C" void pd2bw_emu_fiber_switch(void** from, void* to);
+asm(R"(
+  .text
+  .globl pd2bw_emu_fiber_switch
+  .type pd2bw_emu_fiber_switch, @function
+pd2bw_emu_fiber_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size pd2bw_emu_fiber_switch, .-pd2bw_emu_fiber_switch
+)");
+
 struct Fiber {
-  ucontext_t context{};
+  void* sp = nullptr;  // saved stack pointer while the fiber is not running
   char* stack = nullptr;
   size_t stack_bytes = 0;
   ThreadRecord* thread = nullptr;  // the thread it runs, null when it is free
@@ -53,7 +85,7 @@ constexpr size_t kStaticSharedLimit = size_t{48} << 10;
 
 // The scheduler's context and fibers of this host thread (a stream's worker), reused from block to block.
 struct Scheduler {
-  ucontext_t context{};
+  void* sp = nullptr;  // the worker's stack pointer while a fiber runs
   const void* stack_bottom = nullptr;
   size_t stack_bytes = 0;
   std::vector<std::unique_ptr<Fiber>> fibers;
@@ -70,10 +102,10 @@ void enter_fiber(Fiber* f) {
 #ifdef PD2BW_EMU_ASAN
   void* fake = nullptr;
   __sanitizer_start_switch_fiber(&fake, f->stack, f->stack_bytes);
-  swapcontext(&s.context, &f->context);
+  pd2bw_emu_fiber_switch(&s.sp, f->sp);
   __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #else
-  swapcontext(&s.context, &f->context);
+  pd2bw_emu_fiber_switch(&s.sp, f->sp);
 #endif
 }
 
@@ -82,11 +114,11 @@ void leave_fiber(Fiber* f, bool done) {
   Scheduler& s = tls_scheduler;
 #ifdef PD2BW_EMU_ASAN
   __sanitizer_start_switch_fiber(done ? nullptr : &f->fake_stack, s.stack_bottom, s.stack_bytes);
-  swapcontext(&f->context, &s.context);
+  pd2bw_emu_fiber_switch(&f->sp, s.sp);
   __sanitizer_finish_switch_fiber(f->fake_stack, &s.stack_bottom, &s.stack_bytes);
 #else
   (void)done;
-  swapcontext(&f->context, &s.context);
+  pd2bw_emu_fiber_switch(&f->sp, s.sp);
 #endif
 }
 
@@ -134,11 +166,15 @@ Fiber* fresh_fiber() {
     f = owned.get();
     s.fibers.push_back(std::move(owned));
   }
-  getcontext(&f->context);
-  f->context.uc_stack.ss_sp = f->stack;
-  f->context.uc_stack.ss_size = f->stack_bytes;
-  f->context.uc_link = nullptr;
-  makecontext(&f->context, fiber_main, 0);
+  // A new fiber's stack as pd2bw_emu_fiber_switch leaves one: six saved registers (zero), then the
+  // address it returns to, fiber_main, 16-byte aligned so that fiber_main starts as if called.
+  auto* top = reinterpret_cast<uintptr_t*>(f->stack + f->stack_bytes);
+  top -= 2;  // fiber_main's own (never used) return address, and alignment
+  top[0] = reinterpret_cast<uintptr_t>(&fiber_main);
+  top[1] = 0;
+  top -= 6;
+  for (int i = 0; i < 6; ++i) top[i] = 0;
+  f->sp = top;
   f->finished = false;
   f->thread = nullptr;
   return f;

@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "bisect.hpp"
 #include "prepared.hpp"
 #include "split_tables.hpp"
 
@@ -27,15 +28,8 @@ StageTerms terms_of(const detail::QuickCost& q, double m, int64_t stage, int64_t
 // The largest parameter bytes whose static memory (weights, master, grads, optimizer) fits `cap` bytes.
 int64_t params_within(const StaticFactors& f, int64_t cap) {
   if (cap < 0) return -1;
-  int64_t lo = 0, hi = cap;  // static bytes are at least the parameter bytes; total() never falls
-  while (lo < hi) {
-    const int64_t mid = lo + (hi - lo + 1) / 2;
-    if (f.total(mid) <= cap)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return lo;
+  // Static bytes are at least the parameter bytes and total() never falls (it saturates at INT64_MAX).
+  return detail::last_true(int64_t{0}, cap, [&](int64_t p) { return f.total(p) <= cap; });
 }
 
 // The least per-microbatch p2p a stage of `pc` can have: each boundary it has moves at least the smallest
@@ -225,15 +219,7 @@ std::vector<int64_t> greedy_split(const CostModel& model, const detail::Prepared
     if (i == d - 1) {
       if (top == L && fits(L)) pick = L;
     } else if (top > a && fits(a + 1)) {
-      int64_t lo = a + 1, hi = top;
-      while (lo < hi) {
-        const int64_t mid = lo + (hi - lo + 1) / 2;
-        if (fits(mid))
-          lo = mid;
-        else
-          hi = mid - 1;
-      }
-      pick = lo;
+      pick = detail::last_true(a + 1, top, fits);
     }
     if (pick < 0) return {};
     bounds.push_back(pick);

@@ -51,6 +51,7 @@
 #include <memory>
 #include <tuple>
 
+#include "bisect.hpp"
 #include "pd2bw/planner/partition.hpp"
 
 namespace pd2bw::planner {
@@ -352,15 +353,7 @@ bool StepLowerBound::rules_out(const Candidate& c, double limit) const {
   const auto& cp = model_.compute_prefix(c.microbatch_index);
   const auto& wp = model_.weight_prefix(c.microbatch_index);
   auto furthest = [&](size_t a, double most, auto&& value) {  // the last e >= a with value(e) <= most
-    size_t lo = a, hi = cp.size() - 1;
-    while (lo < hi) {
-      const size_t mid = lo + (hi - lo + 1) / 2;
-      if (value(mid) <= most)
-        lo = mid;
-      else
-        hi = mid - 1;
-    }
-    return lo;
+    return detail::last_true(a, cp.size() - 1, [&](size_t e) { return value(e) <= most; });
   };
   auto zb_reaches = [&](double t0) {
     if (!(r < 1.0)) return true;

@@ -312,6 +312,7 @@ schemas::Profile run_profile(const ProfileOptions& o, const ProgressFn& progress
   validate_options(o);
   const GptConfig cfg = gpt_config(o);
   cfg.validate();
+  check_profile_memory(o);  // before anything is allocated
   Progress progress(progress_fn, layer_measurements(o) + 2 * static_cast<int64_t>(link_message_sizes(o).size()));
   const auto backend = executor::make_backend(o.device);
   LayerPart layers = measure_layers(o, {*backend, compute_dtype(o)}, cfg, progress);
@@ -325,6 +326,7 @@ std::optional<schemas::Profile> run_profile_in_job(const ProfileOptions& o, cons
   validate_options(o);
   const GptConfig cfg = gpt_config(o);
   cfg.validate();
+  check_profile_memory(o);  // before anything is allocated
   const bool root = group.rank() == 0;
   const ProgressFn none;
   Progress progress(root ? progress_fn : none, layer_measurements(o) + detail::process_link_measurements(o, group));

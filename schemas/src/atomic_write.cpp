@@ -55,13 +55,15 @@ std::string follow_links(const std::string& path) {
 void write_atomic(const std::string& path, const std::vector<std::string_view>& pieces, mode_t mode,
                   bool keep_mode) {
   // The pid keeps two processes that write the same path from sharing a temporary.
+  // A leftover of an earlier process with this pid is removed (a link is removed, never followed), and
+  // the temporary is then created new: whatever appears there meanwhile is refused, not written through.
   const std::string tmp = fmt::format("{}.tmp.{}", path, static_cast<long>(::getpid()));
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, keep_mode ? 0600 : mode);
-  if (fd < 0) {
-    const int err = errno;
-    throw UsageError(fmt::format("cannot write \"{}\": {}", path, std::strerror(err)),
+  ::unlink(tmp.c_str());
+  const WriteFd opened = open_for_writing(tmp, WriteOpen::create_new, keep_mode ? 0600 : mode);
+  if (opened.fd < 0)
+    throw UsageError(fmt::format("cannot write \"{}\": its temporary \"{}\": {}", path, tmp, opened.why),
                      "check that the directory exists and is writable");
-  }
+  const int fd = opened.fd;
   const auto discard_tmp = [&tmp] {
     std::error_code ignored;
     std::filesystem::remove(tmp, ignored);

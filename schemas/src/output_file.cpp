@@ -22,7 +22,8 @@ namespace pd2bw::schemas {
 namespace {
 
 // A device, FIFO or socket: open without creating or truncating, write, check the close. The path is
-// opened as given, so /dev/stdout and /dev/fd/N reach what they name.
+// opened as given, so /dev/stdout and /dev/fd/N reach what they name (the one open of an output that
+// follows links: it creates and truncates nothing, so it cannot damage a file it was not meant for).
 void write_in_place(const std::string& path, const std::vector<std::string_view>& pieces) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY);
   if (fd < 0) {
@@ -50,12 +51,13 @@ std::string parent_of(const std::string& path) {
 // would fail (missing, not a directory, read-only file system, permissions, quota on inodes).
 void probe_directory(const std::string& dir, std::string_view what, const std::string& path) {
   const std::string probe = fmt::format("{}/.pd2bw-probe.{}", dir, static_cast<long>(::getpid()));
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  const WriteFd opened = open_for_writing(probe, WriteOpen::create_new, 0600);
+  const int fd = opened.fd;
   if (fd < 0) {
-    const int err = errno;
+    const int err = opened.err;
     if (err == ENOENT) refuse(what, path, fmt::format("directory \"{}\" does not exist", dir), "create it first");
     if (err == ENOTDIR) refuse(what, path, fmt::format("\"{}\" is not a directory", dir), "give a path in a directory");
-    refuse(what, path, fmt::format("cannot create a file in \"{}\": {}", dir, std::strerror(err)),
+    refuse(what, path, fmt::format("cannot create a file in \"{}\": {}", dir, opened.why),
            "check that the directory is writable and the file system is not read-only");
   }
   ::close(fd);

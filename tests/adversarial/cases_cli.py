@@ -132,6 +132,8 @@ def size_cases(ws, plan):
     for change, fragment in HUGE_MODELS:
         p = json.loads(json.dumps(base))
         p["model"].update(change)
+        # Kept consistent for the plan checks every verb runs, so the sizes themselves are what is refused.
+        p["predictions"]["tokens_per_s"] = p["predictions"]["samples_per_s"] * p["model"]["seq_len"]
         path = ws.write("huge-plan", json.dumps(p))
         cases.append(Case("sizes", f"train a plan with {change}", ["train", "--plan", path, "--steps", "1", "-q"], 2,
                           fragment))

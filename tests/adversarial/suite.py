@@ -2,11 +2,12 @@
 """The adversarial suite: several hundred generated hostile inputs, each with the exit code and the stderr
 fragment pd2bw must give.
 
-Usage: suite.py <pd2bw-binary> <source-dir> [--list]
+Usage: suite.py <pd2bw-binary> <source-dir> [--list] [--area AREA]
 
 Areas: the three formats (cases_formats.py), files given in the wrong place, numeric flags of every
 subcommand, training data files, models too large for int64 sizes, output paths (cases_cli.py) and
-checkpoint directories (cases_checkpoint.py). Besides the exit code and the fragment, every case must: end within its time
+checkpoint directories (cases_checkpoint.py), and the cases of issue 28 (cases_hardening.py: links planted
+where pd2bw writes, device memory at the edge of int64, inputs that would allocate more than the machine). Besides the exit code and the fragment, every case must: end within its time
 limit (no hang), print "pd2bw: error:" when it fails, show no sanitizer report or internal error (the
 asan preset halts on the first UBSan finding), leave no output file behind on failure and change no
 input file. Prints the number of cases per area; exits 1 when any case fails.
@@ -27,6 +28,7 @@ from cases import Workspace  # noqa: E402
 from cases_checkpoint import checkpoint_cases, snapshot  # noqa: E402
 from cases_cli import data_cases, flag_cases, output_cases, size_cases  # noqa: E402
 from cases_formats import format_cases, wrong_place_cases  # noqa: E402
+from cases_hardening import hardening_cases  # noqa: E402
 
 TIMEOUT_S = 120
 FORBIDDEN = re.compile(r"runtime error:|AddressSanitizer|LeakSanitizer|internal error|Segmentation|terminate called")
@@ -62,11 +64,12 @@ def check(ws, case):
     """'' when the case behaved, else what went wrong."""
     before = {p: sha(p) for p in case.unchanged}
     env = dict(os.environ, UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1", PD2BW_FAULT="")
+    limit = getattr(case, "timeout", None) or TIMEOUT_S
     try:
-        r = subprocess.run([ws.pd2bw, *case.argv], capture_output=True, text=True, timeout=TIMEOUT_S, env=env,
+        r = subprocess.run([ws.pd2bw, *case.argv], capture_output=True, text=True, timeout=limit, env=env,
                            input="")
     except subprocess.TimeoutExpired:
-        return f"no answer within {TIMEOUT_S} s (a hang)"
+        return f"no answer within {limit} s (a hang, or work before an error)"
     err = r.stderr
     if r.returncode != case.exit:
         return f"exit {r.returncode}, wanted {case.exit}: {err.strip()[:300]}"
@@ -103,7 +106,10 @@ def main():
                  "pd2bw.plan": plan, "pd2bw.checkpoint": manifest}
         cases = (format_cases(ws, sources) + wrong_place_cases(ws, kinds) + flag_cases(ws, plan) +
                  data_cases(ws, plan) + size_cases(ws, plan) + output_cases(ws, plan) +
-                 checkpoint_cases(ws, plan, good))
+                 checkpoint_cases(ws, plan, good) + hardening_cases(ws, plan, good))
+        if "--area" in sys.argv:
+            area = sys.argv[sys.argv.index("--area") + 1]
+            cases = [c for c in cases if c.area == area]
         if "--list" in sys.argv:
             for c in cases:
                 print(f"{c.area:10} exit {c.exit}  {c.name}")

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "pd2bw/error.hpp"
+#include "pd2bw/schemas/common.hpp"
 #include "pd2bw/schemas/files.hpp"
 #include "temp_dir.hpp"
 
@@ -93,4 +94,47 @@ TEST_CASE("check_output_path refuses directories, missing directories and files 
   int left = 0;
   for (const auto& e : fs::directory_iterator(tmp.path())) left += e.path().filename().string() != "f";
   CHECK(left == 0);  // the probe is removed
+}
+
+// Issue 28: a file pd2bw creates or truncates is never written through a link planted where it writes.
+TEST_CASE("open_for_writing refuses links, hard links and FIFOs and changes nothing") {
+  const TempDir tmp("files-nofollow");
+  write_bytes(tmp.file("victim"), "precious");
+  fs::create_symlink(tmp.file("victim"), tmp.path() / "link");
+  fs::create_symlink(tmp.file("gone"), tmp.path() / "dangling");
+  fs::create_hard_link(tmp.file("victim"), tmp.path() / "hard");
+  REQUIRE(::mkfifo(tmp.file("fifo").c_str(), 0600) == 0);
+  for (const auto how : {s::WriteOpen::create_new, s::WriteOpen::create_or_open, s::WriteOpen::truncate,
+                         s::WriteOpen::existing}) {
+    const s::WriteFd link = s::open_for_writing(tmp.file("link"), how, 0644);
+    CHECK(link.fd < 0);
+    CHECK(contains(link.why, "symbolic link"));
+    const s::WriteFd dangling = s::open_for_writing(tmp.file("dangling"), how, 0644);
+    CHECK(dangling.fd < 0);
+    const s::WriteFd hard = s::open_for_writing(tmp.file("hard"), how, 0644);
+    CHECK(hard.fd < 0);
+    const s::WriteFd fifo = s::open_for_writing(tmp.file("fifo"), how, 0644);  // must not block
+    CHECK(fifo.fd < 0);
+  }
+  CHECK(read_bytes(tmp.file("victim")) == "precious");
+  CHECK(!fs::exists(tmp.path() / "gone"));
+  const s::WriteFd fresh = s::open_for_writing(tmp.file("new"), s::WriteOpen::create_new, 0644);
+  REQUIRE(fresh.fd >= 0);
+  ::close(fresh.fd);
+  write_bytes(tmp.file("old"), "12345");
+  const s::WriteFd cut = s::open_for_writing(tmp.file("old"), s::WriteOpen::truncate, 0644);
+  REQUIRE(cut.fd >= 0);
+  ::close(cut.fd);
+  CHECK(read_bytes(tmp.file("old")).empty());
+}
+
+TEST_CASE("write_file_atomic does not write through a link planted at its temporary's name") {
+  const TempDir tmp("files-tmp-link");
+  write_bytes(tmp.file("victim"), "precious");
+  const std::string out = tmp.file("out.json");
+  fs::create_symlink(tmp.file("victim"), out + ".tmp." + std::to_string(::getpid()));
+  s::write_file_atomic(out, {"new"});
+  CHECK(read_bytes(out) == "new");
+  CHECK(read_bytes(tmp.file("victim")) == "precious");
+  CHECK(!fs::is_symlink(out));
 }

@@ -22,25 +22,13 @@ struct ValidateOptions {
   std::string profile_path;
 };
 
-// Every finding on its own line under one error: the first pointer leads, as in any SchemaError.
-void fail_with(const std::string& path, const std::vector<planner::PlanFinding>& found, std::string_view against,
-               std::string hint) {
-  std::string text = fmt::format("{}: {} number{} of the plan {}:", path, found.size(), found.size() == 1 ? "" : "s",
-                                 against);
-  for (const auto& f : found) text += fmt::format("\n  {}: {}", f.pointer, f.message);
-  throw SchemaError(text, std::move(hint));
-}
-
 void check_plan_file(const std::string& path, const std::string& text, const LoadedProfile* profile) {
   const schemas::Plan plan = schemas::parse_plan(text);
-  const auto own = planner::check_plan_numbers(plan);
-  if (!own.empty())
-    fail_with(path, own, "break the rules every plan follows",
-              "a plan edited by hand cannot be trusted; regenerate it with `pd2bw plan`");
+  check_plan_rules(plan, path);
   if (!profile) return;
   const auto diff = planner::check_plan_against(profile->profile, plan);
   if (!diff.empty())
-    fail_with(path, diff, fmt::format("differ from what {} gives", profile->label),
+    fail_with_findings(path, diff, fmt::format("differ from what {} gives", profile->label),
               "regenerate the plan from this profile with `pd2bw plan --profile ...`");
   if (plan.profile_sha256 != profile->sha256)
     fmt::print(stderr, "note: {} was made from another profile file (its sha256 differs), but every number agrees\n",

@@ -5,6 +5,7 @@
 
 #include "cli.hpp"
 #include "pd2bw/error.hpp"
+#include "pd2bw/planner/plan_audit.hpp"
 #include "pd2bw/schemas/common.hpp"
 #include "pd2bw/schemas/files.hpp"
 
@@ -29,15 +30,33 @@ LoadedProfile load_profile(const std::string& path) {
   return out;
 }
 
+void fail_with_findings(const std::string& path, const std::vector<planner::PlanFinding>& found,
+                        std::string_view against, std::string hint) {
+  std::string text = fmt::format("{}: {} number{} of the plan {}:", path, found.size(), found.size() == 1 ? "" : "s",
+                                 against);
+  for (const auto& f : found) text += fmt::format("\n  {}: {}", f.pointer, f.message);
+  throw SchemaError(text, std::move(hint));
+}
+
+void check_plan_rules(const schemas::Plan& plan, const std::string& path) {
+  const auto found = planner::check_plan_numbers(plan);
+  if (!found.empty())
+    fail_with_findings(path, found, "break the rules every plan follows",
+                       "a plan edited by hand cannot be trusted; regenerate it with `pd2bw plan`");
+}
+
 schemas::Plan load_plan(const std::string& path, std::string* sha256) {
   const std::string text = schemas::read_input_file(path, "plan", schemas::kMaxDocumentBytes);
   if (sha256) *sha256 = schemas::sha256_hex(text);
+  schemas::Plan plan;
   try {
-    return schemas::parse_plan(text);
+    plan = schemas::parse_plan(text);
   } catch (const SchemaError& e) {
     throw SchemaError(fmt::format("{}: {}", path, e.what()),
                       e.hint().empty() ? "regenerate the plan with 'pd2bw plan'" : e.hint());
   }
+  check_plan_rules(plan, path);  // what `validate` checks, before any verb acts on the plan
+  return plan;
 }
 
 void check_plan_profile(const schemas::Plan& plan, const std::string& plan_path, const LoadedProfile& profile) {

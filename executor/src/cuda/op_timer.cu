@@ -1,6 +1,10 @@
 // The per-op GPU times of PD2BW_CUDA_OP_PROFILE (see op_timer.hpp).
 #include "cuda/op_timer.hpp"
 
+#include "pd2bw/schemas/files.hpp"
+
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -47,10 +51,11 @@ OpTimer::~OpTimer() {
   line += "}}\n";
   static std::mutex mutex;  // several stages' backends may end at once
   const std::lock_guard<std::mutex> lock(mutex);
-  if (std::FILE* f = std::fopen(path_.c_str(), "a")) {
-    std::fputs(line.c_str(), f);
-    std::fclose(f);
-  }
+  // Appended without following a link at the path (the one way pd2bw opens a file it writes).
+  const schemas::WriteFd out = schemas::open_for_writing(path_, schemas::WriteOpen::create_or_open, 0644);
+  if (out.fd < 0) return;  // an opt-in trace: a path that cannot be written loses it, as before
+  if (lseek(out.fd, 0, SEEK_END) >= 0) (void)!write(out.fd, line.data(), line.size());
+  close(out.fd);
 }
 
 }  // namespace pd2bw::executor::cuda

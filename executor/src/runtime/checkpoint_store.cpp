@@ -52,6 +52,10 @@ std::vector<Found> list_steps(const std::string& dir) {
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const int64_t step = step_of_name(e.path().filename().string());
     std::error_code ec2;
+    if (step >= 0 && e.is_symlink(ec2))  // a save would write through it, into wherever it points
+      throw UsageError(fmt::format("the checkpoint directory {} has a symbolic link named like a checkpoint: {}", dir,
+                                   e.path().string()),
+                       "remove it: pd2bw makes its step directories itself and never writes through links");
     if (step < 0 || !e.is_directory(ec2)) continue;
     out.push_back({step, e.path().string(), fs::exists(e.path() / std::string(kManifestFileName), ec2)});
   }
@@ -81,12 +85,16 @@ void make_directory(const std::string& dir) {
 // Opens and flocks `dir`/.lock; returns the descriptor. Another trainer holding it is named by its pid.
 int take_lock(const std::string& dir) {
   const std::string path = (fs::path(dir) / std::string(kLockFileName)).string();
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    const int err = errno;
-    throw UsageError(fmt::format("cannot lock the checkpoint directory {}: {}", dir, std::strerror(err)),
-                     "the directory must be writable: give a writable --checkpoint-dir");
+  // Never through a link: pd2bw often runs as root, and a .lock linked to another file would have that
+  // file truncated to a process id.
+  const schemas::WriteFd opened = schemas::open_for_writing(path, schemas::WriteOpen::create_or_open, 0644, true);
+  if (opened.fd < 0) {
+    const bool planted = opened.err == ELOOP || opened.err == EMLINK || opened.err == EINVAL;
+    throw UsageError(fmt::format("cannot lock the checkpoint directory {}: its lock {}: {}", dir, path, opened.why),
+                     planted ? "remove it (pd2bw makes the lock a regular file of its own)"
+                             : "the directory must be writable: give a writable --checkpoint-dir");
   }
+  const int fd = opened.fd;
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     char holder[64] = {};

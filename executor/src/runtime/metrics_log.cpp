@@ -64,19 +64,31 @@ MetricsLog::MetricsLog(const std::string& path, bool resume, int64_t resume_step
   if (exists && S_ISDIR(st.st_mode))
     throw UsageError(fmt::format("the metrics log {} is a directory", path), "give the path of a file");
   regular_ = !exists || S_ISREG(st.st_mode);
-  if (regular_ && resume && exists) {
-    const std::string text = schemas::read_input_file(path, "metrics log", schemas::kMaxDataBytes);
-    const int64_t cut = resume_cut(text, resume_step, path);
-    fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  if (!regular_) {
+    // A device or pipe (/dev/stdout): appended to as named, never created or truncated. O_NONBLOCK so a
+    // FIFO without a reader fails at once instead of waiting; cleared for the writes.
+    fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd_ < 0) open_failed(path, errno);
-    if (::ftruncate(fd_, cut) != 0) open_failed(path, errno);
+    ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
     return;
   }
-  // O_NONBLOCK so a FIFO without a reader fails at once instead of waiting; cleared for the writes.
-  const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | (regular_ && !resume ? O_TRUNC : O_APPEND);
-  fd_ = ::open(path.c_str(), flags, 0666);
-  if (fd_ < 0) open_failed(path, errno);
-  ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
+  // A file: the links the user named are followed explicitly, the file itself is opened without
+  // following one (schemas::open_for_writing).
+  const std::string target = schemas::output_target(path);
+  int64_t cut = 0;
+  if (resume && exists) {
+    const std::string text = schemas::read_input_file(path, "metrics log", schemas::kMaxDataBytes);
+    cut = resume_cut(text, resume_step, path);
+  }
+  const auto how = !resume ? schemas::WriteOpen::truncate
+                           : exists ? schemas::WriteOpen::existing : schemas::WriteOpen::create_or_open;
+  const schemas::WriteFd opened = schemas::open_for_writing(target, how, 0666);
+  if (opened.fd < 0)
+    throw UsageError(fmt::format("cannot write the metrics log {}: {}", path, opened.why),
+                     "check that its directory exists and is writable");
+  fd_ = opened.fd;
+  if (resume && exists && ::ftruncate(fd_, cut) != 0) open_failed(path, errno);
+  if (::lseek(fd_, 0, SEEK_END) < 0) open_failed(path, errno);
 }
 
 MetricsLog::~MetricsLog() {

@@ -48,6 +48,15 @@ struct ProfileOptions {
 // device: ..." or no cuda backend in this build), bf16 on the CPU.
 void validate_options(const ProfileOptions& options);
 
+// Refuses, before anything is allocated, options whose run needs more memory than there is: the
+// profile's records (grow with blocks) against `host_bytes`, and one layer's weights plus the largest
+// microbatch's activations against `device_bytes` (the host's for the cpu). A lower bound, so what it
+// passes may still not fit, but what it refuses cannot. Throws pd2bw::UsageError naming the flags that
+// make it large; a size <= 0 is unknown and checks nothing. Requires options that validate_options passed.
+void check_profile_memory(const ProfileOptions& options, int64_t host_bytes, int64_t device_bytes);
+// The same against this machine (executor::device_info of "cpu" and of options.device).
+void check_profile_memory(const ProfileOptions& options);
+
 // The link message sizes run_profile measures: link_min_bytes, x4, x4, ... while <= link_max_bytes,
 // then link_max_bytes itself (rounded down to a multiple of 4) when the grid missed it. Ascending.
 std::vector<int64_t> link_message_sizes(const ProfileOptions& options);

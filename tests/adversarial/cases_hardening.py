@@ -1,0 +1,100 @@
+"""Adversarial cases of issue 28 (a second hostile-input run): files pd2bw writes must never be written
+through a link planted where it writes, the planner must answer for any device memory, and every verb must
+refuse inputs whose allocations exceed the machine before it allocates them (exit 2 naming the input,
+quickly: these cases have a short time limit, so a verb that allocates gigabytes first fails by timing out).
+"""
+
+import json
+import os
+import shutil
+
+from cases import Case
+
+QUICK_S = 30  # the time limit of a case that must be refused (or answered) at once
+
+
+def quick(case, timeout=QUICK_S):
+    case.timeout = timeout
+    return case
+
+
+def lock_cases(ws, plan, good):
+    """A checkpoint directory whose .lock (or a step directory) is a link: refused, the target unchanged."""
+    cases = []
+
+    def copy_of():
+        d = ws.fresh("ck-link", "")
+        shutil.copytree(good, d, symlinks=True)
+        return d
+
+    resume = ["train", "--plan", plan, "--steps", "3", "-q", "--resume", "--checkpoint-dir"]
+    for label, make, fragment in [
+        ("a symbolic link to another file", lambda lock, victim: os.symlink(victim, lock),
+         "its lock .*: it is a symbolic link"),
+        ("a dangling symbolic link", lambda lock, victim: (os.remove(victim), os.symlink(victim, lock)),
+         "its lock .*: it is a symbolic link"),
+        ("a hard link to another file", lambda lock, victim: os.link(victim, lock), "its lock .*: it has 2 hard links"),
+        ("a FIFO", lambda lock, victim: os.mkfifo(lock), "its lock .*: it is a FIFO"),
+    ]:
+        d = copy_of()
+        victim = ws.write("victim", "precious\n", ".txt")
+        os.remove(os.path.join(d, ".lock"))
+        make(os.path.join(d, ".lock"), victim)
+        c = Case("hardening", f"checkpoint lock {label}", resume + [d], 2, fragment,
+                 absent=[] if os.path.exists(victim) else [victim],
+                 unchanged=[victim] if os.path.exists(victim) else [])
+        cases.append(quick(c))
+    # A step directory that is a link: a save into it would land wherever it points.
+    d = copy_of()
+    elsewhere = ws.fresh("elsewhere", "")
+    os.mkdir(elsewhere)
+    os.symlink(elsewhere, os.path.join(d, "step-000003"))
+    cases.append(quick(Case("hardening", "checkpoint step directory a symbolic link", resume + [d], 2,
+                            "symbolic link named like a checkpoint", absent=[os.path.join(elsewhere, "manifest.json")])))
+    return cases
+
+
+def planner_cases(ws):
+    """Device memories at the edge of int64: the planner answers at once (issue 28: 2^63 - 1 looped)."""
+    cases = []
+    base = json.loads(open(ws.tiny_profile).read())
+    for memory in [2**63 - 1, 2**63 - 2, 2**63 - 2**32, 2**62]:
+        p = json.loads(json.dumps(base))
+        p["device"]["memory_bytes"] = memory
+        path = ws.write("edge-memory", json.dumps(p))
+        for reserve in [[], ["--reserve", "0"]]:  # --reserve 0: the whole memory is the static cap
+            argv = ["plan", "--profile", path, "-q", "-o", ws.fresh("plan"), *reserve]
+            cases.append(quick(Case("hardening", f"plan with device memory {memory} {' '.join(reserve)}", argv, 0, "")))
+    return cases
+
+
+def allocation_cases(ws, plan):
+    """Inputs whose allocations exceed any machine: refused before allocating, naming the input (train: by
+    the plan checks validate runs, which such a hand-edited plan breaks)."""
+    cases = []
+    out = ["-q", "-o", ws.fresh("profile")]
+    for extra, fragment in [
+        (["--blocks", "1000000000"], "--blocks"),
+        (["--d-model", "1048576", "--heads", "1"], "--d-model"),
+        (["--microbatch", "1,2147483648"], "--microbatch"),
+        (["--vocab", "2000000000"], "--vocab"),
+        (["--seq", "1000000000"], "--seq"),
+    ]:
+        argv = ["profile", *extra, *out]
+        cases.append(quick(Case("hardening", f"profile {' '.join(extra)}", argv, 2, fragment)))
+    base = json.loads(open(plan).read())
+    for label, change, fragment in [
+        ("10^9 microbatches", {"microbatches_per_step": 10**9}, "break the rules every plan follows"),
+        ("microbatch 2^31", {"microbatch_size": 2**31}, "break the rules every plan follows"),
+    ]:
+        p = json.loads(json.dumps(base))
+        p.update(change)
+        p["global_batch"] = p["microbatch_size"] * p["microbatches_per_step"] * p["width"]
+        path = ws.write("huge-batch-plan", json.dumps(p))
+        argv = ["train", "--plan", path, "--steps", "1", "-q"]
+        cases.append(quick(Case("hardening", f"train a plan with {label}", argv, 2, fragment)))
+    return cases
+
+
+def hardening_cases(ws, plan, good):
+    return lock_cases(ws, plan, good) + planner_cases(ws) + allocation_cases(ws, plan)
