@@ -299,9 +299,11 @@ void forward_with(const T* qkv, T* out, float* lse, const Shape& s, cudaStream_t
 template <typename T, int TPR>
 void backward_with(const T* qkv, const T* dout, const float* lse, const float* dsum, T* dqkv, const Shape& s,
                    cudaStream_t stream) {
-  launch<attention_backward_dq_kernel<T, TPR>>(s.grid, kRows * TPR, 0, stream, qkv, dout, lse, dsum, dqkv, s.t, s.c, s.h, s.hd, s.scale);
+  launch<attention_backward_dq_kernel<T, TPR>>(s.grid, kRows * TPR, 0, stream,
+         qkv, dout, lse, dsum, dqkv, s.t, s.c, s.h, s.hd, s.scale);
   check_launch("attention_backward_dq_kernel");
-  launch<attention_backward_dkdv_kernel<T, TPR>>(s.grid, kRows * TPR, 0, stream, qkv, dout, lse, dsum, dqkv, s.t, s.c, s.h, s.hd, s.scale);
+  launch<attention_backward_dkdv_kernel<T, TPR>>(s.grid, kRows * TPR, 0, stream,
+         qkv, dout, lse, dsum, dqkv, s.t, s.c, s.h, s.hd, s.scale);
   check_launch("attention_backward_dkdv_kernel");
 }
 

@@ -86,7 +86,8 @@ template <typename T>
 void cross_entropy_forward(const T* logits, const int32_t* targets, float* lse, double* loss, int64_t n, int64_t v,
                            double* scratch, unsigned long long* bad, cudaStream_t stream) {
   if (n <= 0 || v <= 0 || n > INT_MAX || v > INT_MAX) throw_usage("cross_entropy_forward", "bad shape");
-  launch<cross_entropy_row_kernel<T>>(static_cast<unsigned>(n), kThreads, 0, stream, logits, targets, lse, scratch, v, bad);
+  launch<cross_entropy_row_kernel<T>>(static_cast<unsigned>(n), kThreads, 0, stream,
+         logits, targets, lse, scratch, v, bad);
   check_launch("cross_entropy_row_kernel");
   launch<mean_kernel>(1, kThreads, 0, stream, scratch, loss, n);
   check_launch("mean_kernel");
@@ -96,7 +97,8 @@ template <typename T>
 void cross_entropy_backward(const T* logits, const int32_t* targets, const float* lse, T* dlogits, int64_t n, int64_t v,
                             double scale, cudaStream_t stream) {
   if (n <= 0 || v <= 0) throw_usage("cross_entropy_backward", "bad shape");
-  launch<cross_entropy_backward_kernel<T>>(grid_for(n * v, kThreads), kThreads, 0, stream, logits, targets, lse, dlogits, n,
+  launch<cross_entropy_backward_kernel<T>>(grid_for(n * v, kThreads), kThreads, 0, stream,
+         logits, targets, lse, dlogits, n,
                                                                                      v, static_cast<float>(scale));
   check_launch("cross_entropy_backward_kernel");
 }

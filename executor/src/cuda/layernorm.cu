@@ -117,7 +117,8 @@ void layernorm_forward(const T* x, const T* gamma, const T* beta, T* y, float* m
   check_shape("layernorm_forward", n, c);
   if (n == 0) return;
   const auto blocks = static_cast<unsigned>(ceil_div(n, kWarpsPerBlock));
-  launch<layernorm_forward_kernel<T>>(blocks, kRowThreads, 0, stream, x, gamma, beta, y, mean, rstd, n, static_cast<int>(c));
+  launch<layernorm_forward_kernel<T>>(blocks, kRowThreads, 0, stream,
+         x, gamma, beta, y, mean, rstd, n, static_cast<int>(c));
   check_launch("layernorm_forward_kernel");
 }
 
@@ -134,7 +135,8 @@ void layernorm_backward(const T* dy, const T* x, const T* gamma, const float* me
   }
   if (dgamma == nullptr) return;
   const int64_t chunks = ceil_div(n, kRowsPerChunk);
-  launch<layernorm_param_partial_kernel<T>>(static_cast<unsigned>(chunks), kColThreads, 0, stream, dy, x, mean, rstd, scratch,
+  launch<layernorm_param_partial_kernel<T>>(static_cast<unsigned>(chunks), kColThreads, 0, stream,
+         dy, x, mean, rstd, scratch,
                                                                                               n, ci);
   check_launch("layernorm_param_partial_kernel");
   const auto col_blocks = static_cast<unsigned>(ceil_div(c, kColThreads));
