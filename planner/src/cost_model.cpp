@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <limits>
 
 #include "pd2bw/checked.hpp"
@@ -59,6 +60,43 @@ void check_constraints(const Profile& profile, const Cluster& cluster, const Con
   }
 }
 
+// The planner prices a layer's optimizer state as AdamW's two fp32 moments of its parameters
+// (MemoryFactors); a profile that records another optimizer_bytes would be silently ignored, so it is refused.
+void check_optimizer_bytes(const Profile& profile) {
+  const int64_t size = schemas::dtype_bytes(profile.model.dtype);
+  for (size_t j = 0; j < profile.layers.size(); ++j) {
+    const auto& l = profile.layers[j];
+    if (l.optimizer_bytes == 0) continue;
+    const int64_t priced = saturating_mul(l.param_bytes / size, 8);
+    if (l.optimizer_bytes != priced)
+      throw SchemaError(fmt::format("/layers/{}/optimizer_bytes: is {} but the planner prices this layer's optimizer "
+                                    "state as two fp32 moments of its {} parameters ({} param_bytes / {} bytes): {}",
+                                    j, l.optimizer_bytes, l.param_bytes / size, l.param_bytes, size, priced),
+                        "re-profile with `pd2bw profile`, or drop optimizer_bytes (the planner computes it from "
+                        "param_bytes)");
+  }
+}
+
+// Step times are sums of the layers' times over the microbatches of a step: a profile whose sums do not fit
+// a double at any microbatch size is refused here, instead of every plan looking infeasible (issue 28).
+void check_time_sums(const Profile& profile, int64_t global_batch) {
+  double least = std::numeric_limits<double>::infinity();
+  for (size_t bi = 0; bi < profile.microbatch_sizes.size(); ++bi) {
+    double sum = 0;
+    for (const auto& l : profile.layers) {
+      const auto& t = l.per_microbatch[bi];
+      sum += t.fwd_ms + t.bwd_ms + std::max(t.recompute_ms, t.fwd_ms) + l.update_ms;
+    }
+    const int64_t b = profile.microbatch_sizes[bi];
+    least = std::min(least, sum * static_cast<double>(std::max<int64_t>(1, global_batch / b)));
+  }
+  if (!std::isfinite(least))
+    throw SchemaError(fmt::format("/layers: the layers' times (fwd_ms + bwd_ms + recompute) summed over a step of "
+                                  "global batch {} do not fit a double at any microbatch size: time overflows",
+                                  global_batch),
+                      "check the profile's times (milliseconds per microbatch), or re-profile with `pd2bw profile`");
+}
+
 }  // namespace
 
 CostModel::CostModel(const Profile& profile, const Cluster& cluster, const Constraints& constraints)
@@ -94,6 +132,8 @@ CostModel::CostModel(const Profile& profile, const Cluster& cluster, const Const
     }
   }
   check_state_bytes();
+  check_optimizer_bytes(profile_);
+  check_time_sums(profile_, constraints_.global_batch);
   prepare_split();
   input_bytes_.assign(nb, {});
   output_bytes_.assign(nb, {});

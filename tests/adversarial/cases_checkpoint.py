@@ -180,7 +180,9 @@ def checkpoint_cases(ws, plan, good):
         damage(d)
         add(label, d, fragment)
     d = copy_of("at the end")
-    add("resume at --steps", d, re.escape("the checkpoint is at step 2, not before --steps 2"), steps="2")
+    add("resume at --steps (a finished run)", d, "the run is complete", exit_code=0, steps="2")
+    d = copy_of("past the end")
+    add("resume past --steps", d, re.escape("the checkpoint is at step 2, past --steps 1"), steps="1")
     # Not errors: what `latest` says never keeps the newest complete checkpoint from resuming.
     for label, text in [("latest garbled", "\x00garbage"), ("latest names a missing step", "step-000999\n"),
                         ("latest empty", "")]:

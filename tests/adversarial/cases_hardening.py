@@ -96,5 +96,57 @@ def allocation_cases(ws, plan):
     return cases
 
 
+def profile_field_cases(ws):
+    """Profile values the planner cannot price: said so, naming the field (not "no plan fits in memory"),
+    and a field the planner would ignore refused instead of a plan that silently differs."""
+    base = json.loads(open(ws.tiny_profile).read())
+    slow = json.loads(json.dumps(base))
+    for layer in slow["layers"]:
+        for t in layer["per_microbatch"]:
+            t["fwd_ms"] = t["bwd_ms"] = 1e308
+    opt = json.loads(json.dumps(base))
+    opt["layers"][1]["optimizer_bytes"] = 2**63 - 1
+    cases = []
+    for label, profile, extra, fragment in [
+        ("layer times of 1e308", slow, ["--device-memory", "4MiB", "--reserve", "0"], "time overflows"),
+        ("optimizer_bytes 2^63 - 1", opt, [], r"/layers/1/optimizer_bytes: is 9223372036854775807"),
+    ]:
+        path = ws.write("profile-field", json.dumps(profile))
+        out = ws.fresh("plan")
+        argv = ["plan", "--profile", path, "-q", "-o", out, *extra]
+        cases.append(quick(Case("hardening", f"plan a profile with {label}", argv, 2, fragment, absent=[out])))
+    return cases
+
+
+def plan_rule_cases(ws, plan):
+    """One set of plan checks for every verb: a plan whose model.blocks disagrees with its layers."""
+    p = json.loads(open(plan).read())
+    p["model"]["blocks"] += 3
+    path = ws.write("blocks-plan", json.dumps(p))
+    fragment = r"/model/blocks: is 7 but a gpt model of /num_layers 6 layers"
+    return [quick(Case("hardening", f"{verb} a plan whose model.blocks disagrees with its layers", argv, 2, fragment))
+            for verb, argv in [("validate", ["validate", path]),
+                               ("train", ["train", "--plan", path, "--steps", "1", "-q"]),
+                               ("simulate", ["simulate", "--plan", path, "--profile", str(ws.tiny_profile), "-q"])]]
+
+
+def training_cases(ws, plan, good):
+    """A finished run resumed again exits 0 (a job script resumes until 0); a loss that diverges while
+    staying finite stops training unless --no-divergence-guard."""
+    d = ws.fresh("ck-done", "")
+    shutil.copytree(good, d, symlinks=True)
+    manifest = os.path.join(d, "step-000002", "manifest.json")
+    cases = [quick(Case("hardening", "resume a finished run", ["train", "--plan", plan, "--steps", "2", "--resume",
+                                                               "--checkpoint-dir", d], 0, "the run is complete",
+                        unchanged=[manifest]), 60)]
+    diverge = ["train", "--plan", plan, "--lr", "1e6"]
+    cases.append(quick(Case("hardening", "train with --lr 1e6 (a finite divergence)", diverge + ["--steps", "8", "-q"],
+                            1, "training diverged and was stopped"), 60))
+    cases.append(quick(Case("hardening", "train with --lr 1e6 --no-divergence-guard",
+                            diverge + ["--steps", "3", "-q", "--no-divergence-guard"], 0, ""), 60))
+    return cases
+
+
 def hardening_cases(ws, plan, good):
-    return lock_cases(ws, plan, good) + planner_cases(ws) + allocation_cases(ws, plan)
+    return (lock_cases(ws, plan, good) + planner_cases(ws) + allocation_cases(ws, plan) + profile_field_cases(ws) +
+            plan_rule_cases(ws, plan) + training_cases(ws, plan, good))

@@ -63,7 +63,7 @@ expect_exit 0 "done: steps 1-3" -- "$PD2BW" train --plan "$TMP/tied.plan.json" -
 # Bad input: errors before the first step, exit 2, nothing overwritten.
 cp "$TMP/ck/step-000006/manifest.json" "$TMP/manifest.before"
 expect_exit 2 "already holds a checkpoint" -- "$PD2BW" train --plan "$PLAN" --steps 9 --checkpoint-dir "$TMP/ck"
-expect_exit 2 "not before --steps" -- "$PD2BW" train --plan "$PLAN" --steps 6 --checkpoint-dir "$TMP/ck" --resume
+expect_exit 0 "the run is complete" -- "$PD2BW" train --plan "$PLAN" --steps 6 --checkpoint-dir "$TMP/ck" --resume
 expect_exit 2 "dtype" -- "$PD2BW" train --plan "$PLAN" --steps 9 --checkpoint-dir "$TMP/ck" --resume --dtype double
 expect_exit 2 "seed" -- "$PD2BW" train --plan "$PLAN" --steps 9 --checkpoint-dir "$TMP/ck" --resume --seed 7
 "$PD2BW" plan --profile "$P" --nodes 1 --gpus-per-node 2 --device-memory 4MiB --reserve 0 --global-batch 16 \
@@ -79,7 +79,7 @@ p = json.load(open(sys.argv[1]))
 p["model"]["blocks"] = 5
 json.dump(p, open(sys.argv[2], "w"))
 PYEOF
-expect_exit 2 "splits 6 layers but the model has 7" -- "$PD2BW" train --plan "$TMP/blocks.plan.json" --steps 1
+expect_exit 2 "/model/blocks: is 5 but a gpt model of /num_layers 6" -- "$PD2BW" train --plan "$TMP/blocks.plan.json" --steps 1
 printf 'short' >"$TMP/short.txt"
 expect_exit 2 "tokens" -- "$PD2BW" train --plan "$PLAN" --data "$TMP/short.txt" --steps 1
 expect_exit 2 "error:" -- "$PD2BW" train --plan "$PLAN" --steps 0

@@ -114,7 +114,13 @@ void run_plan(const PlanOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   const PlanInputs in = resolve_plan_inputs(o);
   schemas::check_output_path(o.output, "-o");
-  const planner::CostModel model(in.profile, in.cluster, in.constraints);
+  const planner::CostModel model = [&in] {
+    try {
+      return planner::CostModel(in.profile, in.cluster, in.constraints);
+    } catch (const SchemaError& e) {  // a field of the profile the planner cannot price: name the file
+      throw SchemaError(fmt::format("{}: {}", in.profile_label, e.what()), e.hint());
+    }
+  }();
   if (!o.quiet) print_plan_header(in, model);
   planner::SearchOptions so;
   so.top_k = o.top;

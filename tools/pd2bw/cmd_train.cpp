@@ -232,6 +232,9 @@ void add_train_command(CLI::App& app, Runner& run) {
   cmd->add_flag("--resume", o.resume, "Continue bit-identically from the newest complete checkpoint in --checkpoint-dir");
   cmd->add_flag("--skip-nonfinite", o.skip_nonfinite,
                 "Skip a step whose loss or gradient is not finite (its update is not applied) instead of stopping");
+  cmd->add_flag("--no-divergence-guard{false}", o.divergence_guard,
+                "Train on when the loss diverges; by default a step whose loss is over 1000 x the first step's "
+                "stops training (exit 1, no checkpoint of that step)");
   cmd->add_option("--report", f->report_path,
                   "Write a JSON summary: tokens/s, losses, per-stage peak memory next to the plan's prediction");
   cmd->add_option("--transport", f->transport,

@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -50,6 +52,9 @@ class TrainProgress final : public LossSink {
 
   // Adds "MFU x%" to each line: model FLOPs per token (6 x parameters + 12 x layers x width x sequence)
   // times tokens per second over the device's peak FLOP/s. Off (the cpu's line) while peak_flops is 0.
+  // Stops training (throws Error) when a step's loss passes kDivergenceFactor x the first step's.
+  void set_divergence_guard(bool on) { guard_ = on; }
+
   void set_mfu(double flops_per_token, double peak_flops) {
     flops_per_token_ = flops_per_token;
     peak_flops_ = peak_flops;
@@ -65,6 +70,7 @@ class TrainProgress final : public LossSink {
     losses_.push_back(loss);
     const auto skip = skipped_.find(step);
     const bool skipped = skip != skipped_.end();
+    if (guard_ && !skipped) check_divergence(step, loss);
     if (skipped) skipped_list_.push_back(step + 1);
     const double elapsed = seconds();
     const auto done = static_cast<double>(losses_.size());
@@ -86,7 +92,25 @@ class TrainProgress final : public LossSink {
     if (skipped) skipped_.erase(skip);
   }
 
- private:
+  // The first finite loss sets the bound; a later one past it (a finite divergence: non-finite losses
+  // stop the step earlier, or are skipped by --skip-nonfinite) stops the run before its line is printed.
+  void check_divergence(int64_t step, double loss) {
+    if (!std::isfinite(loss)) return;
+    if (!first_loss_) {
+      first_loss_ = loss;
+      return;
+    }
+    const double bound = kDivergenceFactor * std::max(*first_loss_, 1e-6);
+    if (loss <= bound) return;
+    throw Error(fmt::format("step {}: the loss {:.4g} is over {:g} x the first step's ({:.4g}): training diverged and "
+                            "was stopped; no checkpoint holds this step",
+                            step + 1, loss, kDivergenceFactor, *first_loss_),
+                "lower --lr (or keep --clip on), then --resume from the last checkpoint; pass --no-divergence-guard "
+                "to train on regardless");
+  }
+
+  bool guard_ = true;
+  std::optional<double> first_loss_;
   std::mutex mutex_;
   int64_t per_step_, tokens_, first_, total_;
   LrSchedule lr_;

@@ -249,8 +249,15 @@ Status start_job(Comm& comm, const TrainSetup& s, std::unique_ptr<CheckpointStor
       store = std::make_unique<CheckpointStore>(o.checkpoint_dir, s.id, o.resume, o.keep, s.checkpoint_bytes);
     if (o.resume) {
       const ResumePoint& p = store->resume_point();
-      if (p.step >= o.steps)
-        throw UsageError(fmt::format("the checkpoint is at step {}, not before --steps {}", p.step, o.steps),
+      if (p.step == o.steps) {  // a finished run: resuming it again (a job script's retry) has nothing to do
+        if (s.progress && !o.quiet)
+          fmt::print(s.progress, "the run is complete: the newest checkpoint in {} is at step {} = --steps\n",
+                     o.checkpoint_dir, p.step);
+        broadcast_status(comm, {0, 0, 0});
+        return {0, p.step, 0};
+      }
+      if (p.step > o.steps)
+        throw UsageError(fmt::format("the checkpoint is at step {}, past --steps {}", p.step, o.steps),
                          "raise --steps to train further");
       st = {1, p.step, p.legacy ? 1 : 0};
     }
@@ -310,7 +317,12 @@ std::optional<TrainResult> train_rank(Comm& comm, const TrainSetup& s) {
   std::unique_ptr<CheckpointStore> store;
   std::unique_ptr<MetricsLog> log;
   const Status start = start_job(comm, s, store, log);
-  if (!start.go) return std::nullopt;
+  if (!start.go) {  // rank 0 returns here only for a finished run (start_job throws on everything else)
+    if (!root) return std::nullopt;
+    TrainResult complete;
+    complete.first_step = start.step;
+    return complete;
+  }
   StageWorker<T> worker(c, comm.rank(), comm);
   int64_t done = o.resume ? load_checkpoint(comm, worker, s, start) : 0;
   std::unique_ptr<TrainProgress> progress;
@@ -318,6 +330,7 @@ std::optional<TrainResult> train_rank(Comm& comm, const TrainSetup& s) {
     progress = std::make_unique<TrainProgress>(c.microbatches * c.width, s.tokens_per_step, done, o.steps, c.optimizer.lr,
                                                o.quiet ? nullptr : s.progress, log.get());
     progress->set_mfu(s.flops_per_token, s.peak_flops);
+    progress->set_divergence_guard(o.divergence_guard);
   }
   RankLosses losses(comm, c, progress.get());
   Gathered gathered;

@@ -33,6 +33,8 @@ struct TrainOptions {
   bool resume = false;         // continue from the newest complete checkpoint in checkpoint_dir
   bool skip_nonfinite = false;  // skip a step whose loss or gradient is not finite instead of stopping
                                 // (OptimizerOptions::skip_nonfinite says exactly what a skip does)
+  bool divergence_guard = true;  // stop (Error, no checkpoint of that step) when a step's loss exceeds
+                                 // kDivergenceFactor x the first step's loss of this run
   int64_t stop_after = 0;      // run at most this many steps now, then stop (0: run to `steps`); the
                                // learning-rate schedule still spans `steps`, so a later --resume continues
                                // exactly as one uninterrupted run
@@ -41,6 +43,11 @@ struct TrainOptions {
                                       // this process is one rank of a ProcessGroup (process_group.hpp)
   std::string device;                 // backend: "cpu" or "cuda"; empty: the plan's (resolve_train_device)
 };
+
+// The divergence guard's bound: a step whose mean loss exceeds this many times the first step's (of this
+// run; the first resumed step on --resume) stops training. Cross-entropy starts near log(vocab) and a
+// training run that works never comes near it; SGD with a huge learning rate does within a few steps.
+inline constexpr double kDivergenceFactor = 1e3;
 
 struct TrainResult {
   std::vector<double> losses;         // mean loss of each step run now (from the first step run)
