@@ -119,14 +119,30 @@ def damage_file(step_dir, how):
         os.symlink("stage-000.safetensors", shard)
     elif how == "empty":
         open(shard, "w").close()
+    elif how == "a link to /dev/zero":
+        os.remove(shard)
+        os.symlink("/dev/zero", shard)
+    elif how == "a shard of another step":
+        # The same bytes but for the step the file records, with the manifest's sha256 made to match:
+        # only the cross-check of the stage file's own record against the manifest can see it.
+        data = open(shard, "rb").read()
+        assert b'"step":"2"' in data
+        data = data.replace(b'"step":"2"', b'"step":"1"', 1)
+        open(shard, "wb").write(data)
+        manifest_path = os.path.join(step_dir, "manifest.json")
+        m = json.load(open(manifest_path))
+        m["stages"][1]["sha256"] = hashlib.sha256(data).hexdigest()
+        json.dump(m, open(manifest_path, "w"), indent=2)
 
 
 SHARD_DAMAGE = {
     "missing": "lacks the file of stage 1",
     "truncated": "corrupt checkpoint",
     "flipped": "corrupt checkpoint",
-    "a directory": "lacks the file of stage 1",
-    "a FIFO": "lacks the file of stage 1",
+    "a directory": "has as the file of stage 1 (stage-001.safetensors) a directory",
+    "a FIFO": "has as the file of stage 1 (stage-001.safetensors) a FIFO",
+    "a link to /dev/zero": "a symbolic link to /dev/zero, which is a device",
+    "a shard of another step": "the stage file says it holds stage 1 at step 1, but the manifest puts it at stage 1, step 2",
     "a link to stage 0": "corrupt checkpoint",
     "empty": "corrupt checkpoint",
 }

@@ -147,6 +147,18 @@ def training_cases(ws, plan, good):
     return cases
 
 
+def long_input_cases(ws, plan):
+    """An error quotes at most a few hundred characters of an input: a 10 MiB string comes back cut, with the
+    count of what was left out, on an error line of a few thousand characters at most."""
+    p = json.loads(open(plan).read())
+    p["schedule"] = "x" * (10 << 20)
+    path = ws.write("long-string-plan", json.dumps(p))
+    fragment = r"(?m)^pd2bw: error: [^\n]{0,4500}characters\][^\n]{0,1000}$"
+    return [quick(Case("hardening", f"{verb} a plan with a 10 MiB schedule string", argv, 2, fragment))
+            for verb, argv in [("validate", ["validate", path]), ("train", ["train", "--plan", path, "-q"]),
+                               ("simulate", ["simulate", "--plan", path, "-q"])]]
+
+
 def hardening_cases(ws, plan, good):
     return (lock_cases(ws, plan, good) + planner_cases(ws) + allocation_cases(ws, plan) + profile_field_cases(ws) +
-            plan_rule_cases(ws, plan) + training_cases(ws, plan, good))
+            plan_rule_cases(ws, plan) + training_cases(ws, plan, good) + long_input_cases(ws, plan))

@@ -14,7 +14,11 @@ namespace pd2bw::cli {
 // The command line as typed, for provenance.
 std::string command_line();
 
-// Prints "pd2bw: error: <context><message>" and its hint on stderr; returns the error's exit code.
+// `text` with every input it quotes cut to a few hundred characters (long runs without a space, and the
+// whole text past 4,000 characters, keep their ends and say how much was left out).
+std::string bounded(std::string_view text);
+
+// Prints "pd2bw: error: <context><message>" and its hint on stderr, bounded; returns the error's exit code.
 int report_error(const Error& e);
 // Text put before every error message from now on, e.g. "rank 2: " in a multi-process job.
 void set_error_context(std::string context);

@@ -24,9 +24,34 @@ std::string command_line() { return g_command_line; }
 
 void set_error_context(std::string context) { g_error_context = std::move(context); }
 
+// A message as printed: inputs quoted in it are cut to a few hundred characters (a 10 MiB string in a
+// file must not come back as a 10 MiB error line). Every run of more than 240 characters without a
+// space keeps its first 160 and last 40; a message still over 4,000 characters keeps its first 3,000 and
+// last 800. What is left out is counted in the text.
+std::string bounded(std::string_view text) {
+  constexpr size_t kRun = 240, kRunHead = 160, kRunTail = 40, kAll = 4000, kHead = 3000, kTail = 800;
+  std::string out;
+  size_t i = 0;
+  while (i < text.size()) {
+    size_t j = i;
+    while (j < text.size() && text[j] != ' ' && text[j] != '\n') ++j;
+    const std::string_view run = text.substr(i, j - i);
+    if (run.size() > kRun)
+      out += fmt::format("{}...[{} characters]...{}", run.substr(0, kRunHead), run.size() - kRunHead - kRunTail,
+                         run.substr(run.size() - kRunTail));
+    else
+      out += run;
+    if (j < text.size()) out += text[j];
+    i = j + 1;
+  }
+  if (out.size() <= kAll) return out;
+  return fmt::format("{} ...[{} characters]... {}", out.substr(0, kHead), out.size() - kHead - kTail,
+                     out.substr(out.size() - kTail));
+}
+
 int report_error(const Error& e) {
-  fmt::print(stderr, "pd2bw: error: {}{}\n", g_error_context, e.what());
-  if (!e.hint().empty()) fmt::print(stderr, "hint: {}\n", e.hint());
+  fmt::print(stderr, "pd2bw: error: {}{}\n", bounded(g_error_context), bounded(e.what()));
+  if (!e.hint().empty()) fmt::print(stderr, "hint: {}\n", bounded(e.hint()));
   std::fflush(stderr);
   return static_cast<int>(e.code());
 }
@@ -72,7 +97,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     fmt::print(stderr, "pd2bw: error: {}\nhint: run 'pd2bw --help' or 'pd2bw <command> --help'\n",
-               e.what());
+               pd2bw::cli::bounded(e.what()));
     return static_cast<int>(pd2bw::ExitCode::usage);
   }
   try {

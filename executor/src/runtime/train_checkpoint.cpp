@@ -15,6 +15,41 @@ namespace pd2bw::executor {
 
 namespace {
 
+// Empty when `path` is (or links to) a regular file; else what it is: "missing", "a directory", "a FIFO",
+// "a device", "a socket", or "a symbolic link to T, which is ..." (a message must not call a FIFO missing).
+std::string not_a_stage_file(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status own = fs::symlink_status(path, ec);
+  if (ec || !fs::exists(own)) return "missing";
+  const fs::file_status target = fs::status(path, ec);
+  if (!ec && fs::is_regular_file(target)) return "";
+  auto kind = [](const fs::file_status& s) -> std::string {
+    if (!fs::exists(s)) return "missing";
+    if (fs::is_directory(s)) return "a directory";
+    if (fs::is_fifo(s)) return "a FIFO";
+    if (fs::is_character_file(s) || fs::is_block_file(s)) return "a device";
+    if (fs::is_socket(s)) return "a socket";
+    return "not a regular file";
+  };
+  if (!fs::is_symlink(own)) return kind(own);
+  const std::string to = fs::read_symlink(path, ec).string();
+  return "a symbolic link to " + to + ", which is " + (ec ? std::string("unreadable") : kind(target));
+}
+
+// The stage file records the stage and step it holds (save_stage_shard): both must be the manifest's.
+void check_shard_identity(const SafetensorsFile& f, int64_t stage, int64_t step) {
+  const auto recorded = [&](const char* key) {
+    const auto it = f.metadata.find(key);
+    return it == f.metadata.end() ? std::string("nothing") : it->second;
+  };
+  if (recorded("stage") == std::to_string(stage) && recorded("step") == std::to_string(step)) return;
+  throw SchemaError(fmt::format("{}: the stage file says it holds stage {} at step {}, but the manifest puts it at "
+                                "stage {}, step {}",
+                                f.path, recorded("stage"), recorded("step"), stage, step),
+                    "the files of two checkpoints were mixed; resume from a checkpoint directory as pd2bw wrote it");
+}
+
 template <typename T>
 void add_tensors(std::vector<TensorView>& out, const ParamLayout& layout, const std::string& prefix,
                  std::span<const T> buffer) {
@@ -104,11 +139,14 @@ int64_t check_checkpoint(const CheckpointIdentity& id, const std::string& dir) {
   const CheckpointManifest m = read_checkpoint_manifest(dir);
   check_identity(m, id, dir);
   for (const CheckpointStage& st : m.stages) {
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(stage_file_path(dir, st), ec))
-      throw UsageError(fmt::format("the checkpoint in {} lacks the file of stage {} ({})", dir, st.stage, st.file),
-                       "the checkpoint was damaged after it was written; remove that directory to resume from an "
-                       "older checkpoint");
+    const std::string what = not_a_stage_file(stage_file_path(dir, st));
+    if (what.empty()) continue;
+    const std::string damage = what == "missing" ? fmt::format("lacks the file of stage {} ({})", st.stage, st.file)
+                                                 : fmt::format("has as the file of stage {} ({}) {}, not a regular file",
+                                                               st.stage, st.file, what);
+    throw UsageError(fmt::format("the checkpoint in {} {}", dir, damage),
+                     "the checkpoint was damaged after it was written; remove that directory to resume from an "
+                     "older checkpoint");
   }
   return m.step;
 }
@@ -119,6 +157,7 @@ void load_stage_shard(StageWorker<T>& w, const PipelineConfig& config, const std
   const auto& st = m.stages.at(static_cast<size_t>(w.stage()));
   verify_stage_file(dir, st);
   const SafetensorsFile f = read_safetensors(stage_file_path(dir, st));
+  check_shard_identity(f, w.stage(), m.step);
   const auto& layout = w.layout();
   std::vector<T> prev, m2;
   const std::vector<T> cur = read_tensors<T>(f, layout, "");
