@@ -26,7 +26,7 @@ cudaError_t allocate(void** ptr, size_t bytes, bool pinned) {
   *ptr = nullptr;
   if (bytes == 0) return cudaSuccess;
   Device& d = device();
-  if (d.sticky != cudaSuccess) return set_last_error(d.sticky);
+  if (const cudaError_t sticky = pd2bw_emu::sticky_error(); sticky != cudaSuccess) return set_last_error(sticky);
   {
     std::lock_guard lock(d.mu);
     if (!pinned && (bytes > pd2bw_emu::device_memory_bytes() - d.allocated || bytes > host_memory() / 2))

@@ -5,13 +5,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <map>
 #include <mutex>
 #include <optional>
-#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -50,11 +50,11 @@ class TrainProgress final : public LossSink {
     finish_step(step, sum / static_cast<double>(per_step_));
   }
 
-  // Adds "MFU x%" to each line: model FLOPs per token (6 x parameters + 12 x layers x width x sequence)
-  // times tokens per second over the device's peak FLOP/s. Off (the cpu's line) while peak_flops is 0.
   // Stops training (throws Error) when a step's loss passes kDivergenceFactor x the first step's.
   void set_divergence_guard(bool on) { guard_ = on; }
 
+  // Adds "MFU x%" to each line: model FLOPs per token (6 x parameters + 12 x layers x width x sequence)
+  // times tokens per second over the device's peak FLOP/s. Off (the cpu's line) while peak_flops is 0.
   void set_mfu(double flops_per_token, double peak_flops) {
     flops_per_token_ = flops_per_token;
     peak_flops_ = peak_flops;
@@ -92,6 +92,7 @@ class TrainProgress final : public LossSink {
     if (skipped) skipped_.erase(skip);
   }
 
+ private:
   // The first finite loss sets the bound; a later one past it (a finite divergence: non-finite losses
   // stop the step earlier, or are skipped by --skip-nonfinite) stops the run before its line is printed.
   void check_divergence(int64_t step, double loss) {
