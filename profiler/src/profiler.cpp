@@ -1,6 +1,5 @@
 // run_profile: checks the options, measures every distinct layer kind at every microbatch size and the
 // in-process links, and assembles the Profile with its provenance.
-#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -83,12 +82,6 @@ schemas::DeviceDesc gpu_device() {
   d.device_copy_gbps = copies.device_to_device_gbps;
   d.host_to_device_gbps = copies.host_to_device_gbps;
   return d;
-}
-
-int64_t physical_memory_bytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
 }
 
 // Calls the caller's progress function with done / total, never going backwards.
@@ -238,7 +231,7 @@ schemas::Profile assemble(const ProfileOptions& o, LayerPart layers, std::vector
   p.model = {"gpt", model_name(o), o.blocks, o.d_model, o.heads, o.seq_len, o.vocab,
              o.dtype == "bf16" ? schemas::DType::bf16 : schemas::DType::fp32, o.tie_embeddings};
   p.device.name = "cpu";
-  p.device.memory_bytes = physical_memory_bytes();
+  p.device.memory_bytes = executor::device_info("cpu").memory_bytes;
   if (gpu) p.device = gpu_device();
   p.microbatch_sizes = o.microbatches;
   p.layers = std::move(layers.layers);
