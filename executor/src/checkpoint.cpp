@@ -127,6 +127,7 @@ OrderedJson manifest_json(const CheckpointManifest& m) {
   out["step"] = m.step;
   out["seed"] = m.seed;
   out["data_label"] = m.data_label;
+  if (!m.model.empty()) out["model"] = m.model;
   OrderedJson stages = OrderedJson::array();
   for (const CheckpointStage& s : m.stages) {
     OrderedJson e = OrderedJson::object();
@@ -163,7 +164,7 @@ CheckpointManifest parse_manifest(std::string_view json, const std::string& labe
   const Json doc = detail::parse_json_strict(json, label);
   const JsonObject root(doc, label, "",
                         {"schema", "schema_version", "plan_sha256", "profile_sha256", "schedule", "dtype", "depth",
-                         "width", "step", "seed", "data_label", "stages", "provenance"});
+                         "width", "step", "seed", "data_label", "model", "stages", "provenance"});
   check_header(root, label);
   CheckpointManifest m;
   m.plan_sha256 = root.string("plan_sha256");
@@ -175,6 +176,7 @@ CheckpointManifest parse_manifest(std::string_view json, const std::string& labe
   m.step = root.integer("step", 0);
   m.seed = root.uint64("seed");
   m.data_label = root.string("data_label");
+  if (root.has("model")) m.model = root.string("model");
   m.stages = read_stages(root, label);
   m.provenance = read_provenance(root, label);
   check_rules(m, [&label](const std::string& pointer, const std::string& what) {

@@ -41,6 +41,7 @@ class JsonObject {
              std::initializer_list<std::string_view> allowed);
   std::string at(std::string_view key) const { return json_child(pointer_, key); }
   const Json& get(std::string_view key) const;
+  bool has(std::string_view key) const { return value_.contains(key); }
   std::string string(std::string_view key) const { return json_string(get(key), label_, at(key)); }
   int64_t integer(std::string_view key, int64_t min_value) const {
     return json_int(get(key), label_, at(key), min_value);

@@ -123,11 +123,13 @@ schemas::Plan recomputed_plan(const schemas::Profile& profile, const schemas::Pl
 
 std::vector<PlanFinding> check_plan_numbers(const schemas::Plan& plan) {
   Findings f;
-  // A gpt model's layers are its embedding, its blocks and its head (what `train` builds from /model).
-  if (plan.model.kind == "gpt" && plan.num_layers - 2 != plan.model.blocks)
-    f.add("/model/blocks", fmt::format("is {} but a gpt model of /num_layers {} layers (embedding, blocks, head) has {} "
+  // A gpt or bert model's layers are its embedding, its blocks and its head (what `train` builds from
+  // /model); other kinds are planned from their profile's layers alone.
+  const std::string& kind = plan.model.kind;
+  if ((kind == "gpt" || kind == "bert") && plan.num_layers - 2 != plan.model.blocks)
+    f.add("/model/blocks", fmt::format("is {} but a {} model of /num_layers {} layers (embedding, blocks, head) has {} "
                                        "blocks",
-                                       plan.model.blocks, plan.num_layers, plan.num_layers - 2));
+                                       plan.model.blocks, kind, plan.num_layers, plan.num_layers - 2));
   for (size_t i = 0; i < plan.stages.size(); ++i) {
     check_stage_memory(plan, i, f);
     check_stage_times(plan, i, f);

@@ -14,6 +14,14 @@ namespace pd2bw::planner {
 
 namespace {
 
+// Where the blocks put their layer norms: the file's "ln", or when absent its kind's own.
+std::string layer_norm(const schemas::ModelDesc& m) {
+  if (!m.ln.empty()) return m.ln;
+  if (m.kind == "gpt") return "pre";
+  if (m.kind == "bert") return "post";
+  return "unset";
+}
+
 // Names every model field on which the plan and the profile differ ("blocks 24 vs 26").
 std::string model_differences(const schemas::ModelDesc& plan, const schemas::ModelDesc& profile) {
   std::vector<std::string> out;
@@ -28,6 +36,8 @@ std::string model_differences(const schemas::ModelDesc& plan, const schemas::Mod
   field("seq_len", plan.seq_len, profile.seq_len);
   field("vocab", plan.vocab, profile.vocab);
   field("dtype", schemas::to_string(plan.dtype), schemas::to_string(profile.dtype));
+  field("tie_embeddings", plan.tie_embeddings, profile.tie_embeddings);
+  field("ln", layer_norm(plan), layer_norm(profile));
   return fmt::format("{}", fmt::join(out, "; "));
 }
 

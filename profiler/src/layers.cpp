@@ -21,8 +21,8 @@ namespace {
 using executor::Buffer;
 using executor::ConstView;
 using executor::DType;
-using executor::GptConfig;
-using executor::GptLayerKind;
+using executor::ModelConfig;
+using executor::LayerKind;
 using executor::View;
 using Clock = std::chrono::steady_clock;
 
@@ -76,10 +76,10 @@ class LayerBench {
   int64_t param_bytes = 0;                  // growth of the arena when the weights were allocated
 };
 
-// Allocates the layer's weights (init_gpt_layer) in the compute dtype and records their bytes.
-Buffer layer_weights(const Target& target, const GptConfig& cfg, int64_t layer, uint64_t seed, int64_t* bytes) {
-  std::vector<float> init(static_cast<size_t>(executor::layout_numel(executor::gpt_layer_layout(cfg, layer))));
-  executor::init_gpt_layer<float>(cfg, layer, seed, std::span<float>(init));
+// Allocates the layer's weights (init_layer) in the compute dtype and records their bytes.
+Buffer layer_weights(const Target& target, const ModelConfig& cfg, int64_t layer, uint64_t seed, int64_t* bytes) {
+  std::vector<float> init(static_cast<size_t>(executor::layout_numel(executor::layer_layout(cfg, layer))));
+  executor::init_layer<float>(cfg, layer, seed, std::span<float>(init));
   const int64_t before = target.backend.memory().current_bytes;
   Buffer w = target.backend.alloc(target.compute, static_cast<int64_t>(init.size()));
   *bytes = target.backend.memory().current_bytes - before;
@@ -90,19 +90,25 @@ Buffer layer_weights(const Target& target, const GptConfig& cfg, int64_t layer, 
 
 class EmbeddingBench final : public LayerBench {
  public:
-  EmbeddingBench(const Target& t, const GptConfig& cfg, int64_t b, uint64_t seed, std::mt19937_64& rng)
+  EmbeddingBench(const Target& t, const ModelConfig& cfg, int64_t b, uint64_t seed, std::mt19937_64& rng)
       : layer_(cfg, t.backend, t.compute), b_(b), s_(cfg.seq_len), params_(layer_weights(t, cfg, 0, seed, &param_bytes)),
         grads_(zeros(t, executor::accumulate_dtype(t.compute), params_.numel())), tokens_(t.backend.alloc(DType::i32, b * s_)),
         out_(t.backend.alloc(t.compute, b * s_ * cfg.d_model)),
         grad_out_(upload(t, t.compute, random_floats(rng, b * s_ * cfg.d_model))) {
     const auto ids = random_tokens(rng, b * s_, cfg.vocab);
     t.backend.from_host(ids.data(), tokens_.view());
+    if (cfg.is_bert()) {  // segments A and B, half and half
+      std::vector<int32_t> types(static_cast<size_t>(b * s_));
+      for (size_t i = 0; i < types.size(); ++i) types[i] = static_cast<int64_t>(i % static_cast<size_t>(s_)) * 2 >= s_ ? 1 : 0;
+      types_ = t.backend.alloc(DType::i32, b * s_);
+      t.backend.from_host(types.data(), types_.view());
+    }
   }
   void forward() override {
     stash_.emplace();
-    layer_.forward(params_.view(), tokens_.view(), b_, s_, *stash_, out_.view());
+    layer_.forward(params_.view(), tokens_.view(), b_, s_, *stash_, out_.view(), types_.view());
   }
-  void recompute() override { forward(); }  // the embedding keeps only its tokens: recompute = forward
+  void recompute() override { forward(); }  // the embedding keeps only its inputs: recompute = forward
   void backward() override { layer_.backward(*stash_, grad_out_.view(), grads_.view()); }
   void backward_input() override {}
   void backward_weight() override { backward(); }
@@ -113,13 +119,13 @@ class EmbeddingBench final : public LayerBench {
  private:
   executor::EmbeddingLayer layer_;
   int64_t b_, s_;
-  Buffer params_, grads_, tokens_, out_, grad_out_;
+  Buffer params_, grads_, tokens_, out_, grad_out_, types_;
   std::optional<executor::EmbeddingStash> stash_;
 };
 
 class BlockBench final : public LayerBench {
  public:
-  BlockBench(const Target& t, const GptConfig& cfg, int64_t b, uint64_t seed, std::mt19937_64& rng)
+  BlockBench(const Target& t, const ModelConfig& cfg, int64_t b, uint64_t seed, std::mt19937_64& rng)
       : layer_(cfg, 0, t.backend, t.compute), b_(b), s_(cfg.seq_len), params_(layer_weights(t, cfg, 1, seed, &param_bytes)),
         grads_(zeros(t, executor::accumulate_dtype(t.compute), params_.numel())),
         in_(upload(t, t.compute, random_floats(rng, b * s_ * cfg.d_model))), out_(t.backend.alloc(t.compute, in_.numel())),
@@ -156,7 +162,7 @@ class BlockBench final : public LayerBench {
 // here, as the head's stage keeps a copy when the two layers sit on different stages.
 class HeadBench final : public LayerBench {
  public:
-  HeadBench(const Target& t, const GptConfig& cfg, int64_t b, uint64_t seed, std::mt19937_64& rng)
+  HeadBench(const Target& t, const ModelConfig& cfg, int64_t b, uint64_t seed, std::mt19937_64& rng)
       : layer_(cfg, t.backend, t.compute), tied_(cfg.tie_embeddings), b_(b), s_(cfg.seq_len),
         params_(layer_weights(t, cfg, cfg.blocks + 1, seed, &param_bytes)),
         grads_(zeros(t, executor::accumulate_dtype(t.compute), params_.numel())),
@@ -199,13 +205,13 @@ class HeadBench final : public LayerBench {
   executor::HeadWeightStash w_;
 };
 
-std::unique_ptr<LayerBench> make_bench(const Target& t, const GptConfig& cfg, GptLayerKind kind, int64_t b,
+std::unique_ptr<LayerBench> make_bench(const Target& t, const ModelConfig& cfg, LayerKind kind, int64_t b,
                                        uint64_t seed) {
   std::mt19937_64 rng(seed ^ (static_cast<uint64_t>(b) << 32) ^ static_cast<uint64_t>(kind));
   switch (kind) {
-    case GptLayerKind::embedding: return std::make_unique<EmbeddingBench>(t, cfg, b, seed, rng);
-    case GptLayerKind::block: return std::make_unique<BlockBench>(t, cfg, b, seed, rng);
-    case GptLayerKind::head: return std::make_unique<HeadBench>(t, cfg, b, seed, rng);
+    case LayerKind::embedding: return std::make_unique<EmbeddingBench>(t, cfg, b, seed, rng);
+    case LayerKind::block: return std::make_unique<BlockBench>(t, cfg, b, seed, rng);
+    case LayerKind::head: return std::make_unique<HeadBench>(t, cfg, b, seed, rng);
   }
   throw Error("profiler: unknown layer kind");
 }
@@ -261,7 +267,7 @@ double time_ms(const Target& target, const std::function<void()>& f) {
   return std::max(1e-6, target.backend.elapsed_ms(t0, target.backend.mark()));
 }
 
-LayerMeasurement measure_layer(const Target& target, const GptConfig& config, GptLayerKind kind, int64_t microbatch,
+LayerMeasurement measure_layer(const Target& target, const ModelConfig& config, LayerKind kind, int64_t microbatch,
                                int64_t warmup, int64_t iters, uint64_t seed) {
   const std::unique_ptr<LayerBench> bench = make_bench(target, config, kind, microbatch, seed);
   for (int64_t i = 0; i < warmup; ++i) {
@@ -296,8 +302,8 @@ LayerMeasurement measure_layer(const Target& target, const GptConfig& config, Gp
   m.timing.recompute_ms = r.median;
   const int64_t tokens = microbatch * config.seq_len;
   const int64_t activation = tokens * config.d_model * executor::dtype_bytes(target.compute);
-  m.timing.input_bytes = kind == GptLayerKind::embedding ? tokens * static_cast<int64_t>(sizeof(int32_t)) : activation;
-  m.timing.output_bytes = kind == GptLayerKind::head ? static_cast<int64_t>(sizeof(float)) : activation;
+  m.timing.input_bytes = kind == LayerKind::embedding ? tokens * static_cast<int64_t>(sizeof(int32_t)) : activation;
+  m.timing.output_bytes = kind == LayerKind::head ? static_cast<int64_t>(sizeof(float)) : activation;
   return m;
 }
 

@@ -10,7 +10,7 @@
 
 #include "pd2bw/executor/backend.hpp"
 #include "pd2bw/executor/comm.hpp"
-#include "pd2bw/executor/gpt.hpp"
+#include "pd2bw/executor/layers.hpp"
 #include "pd2bw/executor/process_group.hpp"
 #include "pd2bw/profiler/profiler.hpp"
 #include "pd2bw/schemas/profile.hpp"
@@ -49,7 +49,7 @@ struct LayerMeasurement {
 // recomputes, and `iters` of the backward's halves apart (timing.split: bwd_input_ms, bwd_weight_ms and
 // bwd_weight_stash_bytes, the arena's growth from before a forward to the end of its B). Throws pd2bw::Error from the
 // layer's ops.
-LayerMeasurement measure_layer(const Target& target, const executor::GptConfig& config, executor::GptLayerKind kind,
+LayerMeasurement measure_layer(const Target& target, const executor::ModelConfig& config, executor::LayerKind kind,
                                int64_t microbatch, int64_t warmup, int64_t iters, uint64_t seed);
 
 // Median time in ms of the runtime's update over `layout`'s parameters (AdamW, the trainer's default;

@@ -16,8 +16,8 @@
 namespace pd2bw::profiler {
 namespace {
 
-using executor::GptConfig;
-using executor::GptLayerKind;
+using executor::ModelConfig;
+using executor::LayerKind;
 
 // The threads transport keeps a copy per message in flight and per rank; beyond this a run could
 // exhaust a small machine's memory.
@@ -55,17 +55,25 @@ void validate_links(const ProfileOptions& o) {
                      "pd2bw's messages are far smaller; the default is 16 MiB");
 }
 
-GptConfig gpt_config(const ProfileOptions& o) {
-  return GptConfig{o.vocab, o.seq_len, o.d_model, o.heads, o.blocks, o.tie_embeddings};
+ModelConfig model_config(const ProfileOptions& o) {
+  ModelConfig c = ModelConfig::of(executor::parse_model_family(o.model));
+  c.vocab = o.vocab;
+  c.seq_len = o.seq_len;
+  c.d_model = o.d_model;
+  c.heads = o.heads;
+  c.blocks = o.blocks;
+  c.tie_embeddings = c.tie_embeddings || o.tie_embeddings;
+  if (!o.ln.empty()) c.ln = executor::parse_ln_placement(o.ln);
+  return c;
 }
 
 std::string model_name(const ProfileOptions& o) {
   if (!o.name.empty()) return o.name;
   const ProfileOptions tiny;
-  if (o.blocks == tiny.blocks && o.d_model == tiny.d_model && o.heads == tiny.heads && o.seq_len == tiny.seq_len &&
-      o.vocab == tiny.vocab && !o.tie_embeddings)
+  if (o.model == "gpt" && o.blocks == tiny.blocks && o.d_model == tiny.d_model && o.heads == tiny.heads &&
+      o.seq_len == tiny.seq_len && o.vocab == tiny.vocab && !o.tie_embeddings)
     return "gpt-tiny";  // the model of schemas/examples/gpt-tiny.profile.json
-  return fmt::format("gpt-L{}-C{}", o.blocks, o.d_model);
+  return fmt::format("{}-L{}-C{}", o.model, o.blocks, o.d_model);
 }
 
 // The GPU the profile ran on, with its copy bandwidths (256 MiB, median of 5).
@@ -108,21 +116,21 @@ struct LayerPart {
 };
 
 // param_bytes comes from the arena when the layer is measured.
-schemas::LayerProfile kind_profile(const GptConfig& cfg, int64_t layer) {
+schemas::LayerProfile kind_profile(const ModelConfig& cfg, int64_t layer) {
   schemas::LayerProfile p;
-  p.name = executor::gpt_layer_name(cfg, layer);
-  const GptLayerKind kind = executor::gpt_layer_kind(cfg, layer);
-  p.kind = kind == GptLayerKind::embedding ? "embedding" : kind == GptLayerKind::block ? "block" : "head";
-  int64_t numel = executor::layout_numel(executor::gpt_layer_layout(cfg, layer));
+  p.name = executor::layer_name(cfg, layer);
+  const LayerKind kind = executor::layer_kind(cfg, layer);
+  p.kind = kind == LayerKind::embedding ? "embedding" : kind == LayerKind::block ? "block" : "head";
+  int64_t numel = executor::layout_numel(executor::layer_layout(cfg, layer));
   // A tied head keeps its own copy of the token table when it sits apart from the embedding; the
   // format asks for that copy in the head's parameters.
-  if (kind == GptLayerKind::head && cfg.tie_embeddings) numel += cfg.vocab * cfg.d_model;
+  if (kind == LayerKind::head && cfg.tie_embeddings) numel += cfg.vocab * cfg.d_model;
   p.optimizer_bytes = numel * static_cast<int64_t>(sizeof(float)) * 2;  // AdamW's two fp32 moments
   return p;
 }
 
 // Times layers 0 (embedding), 1 (the first block) and the head, then lists every layer.
-LayerPart measure_layers(const ProfileOptions& o, const detail::Target& target, const GptConfig& cfg,
+LayerPart measure_layers(const ProfileOptions& o, const detail::Target& target, const ModelConfig& cfg,
                          Progress& progress) {
   const int64_t distinct[] = {0, 1, cfg.layer_count() - 1};
   std::vector<schemas::LayerProfile> measured;
@@ -132,7 +140,7 @@ LayerPart measure_layers(const ProfileOptions& o, const detail::Target& target, 
     for (const int64_t b : o.microbatches) {
       progress.step(fmt::format("{} b={}", p.kind, b));
       const detail::LayerMeasurement m =
-          detail::measure_layer(target, cfg, executor::gpt_layer_kind(cfg, layer), b, o.warmup, o.iters, o.seed);
+          detail::measure_layer(target, cfg, executor::layer_kind(cfg, layer), b, o.warmup, o.iters, o.seed);
       p.param_bytes = m.param_bytes;
       const auto measured_bytes = static_cast<double>(m.timing.stash_bytes);
       const auto computed_bytes = static_cast<double>(m.timing.stash_bytes_computed);
@@ -143,15 +151,15 @@ LayerPart measure_layers(const ProfileOptions& o, const detail::Target& target, 
       p.per_microbatch.push_back(m.timing);
     }
     progress.step(fmt::format("{} optimizer step", p.kind));
-    p.update_ms = detail::measure_update_ms(target, executor::gpt_layer_layout(cfg, layer), o.warmup, o.iters);
+    p.update_ms = detail::measure_update_ms(target, executor::layer_layout(cfg, layer), o.warmup, o.iters);
     measured.push_back(std::move(p));
   }
   LayerPart part;
   part.notes = notes;
   for (int64_t layer = 0; layer < cfg.layer_count(); ++layer) {
-    const GptLayerKind kind = executor::gpt_layer_kind(cfg, layer);
-    schemas::LayerProfile p = measured[kind == GptLayerKind::embedding ? 0 : kind == GptLayerKind::block ? 1 : 2];
-    p.name = executor::gpt_layer_name(cfg, layer);
+    const LayerKind kind = executor::layer_kind(cfg, layer);
+    schemas::LayerProfile p = measured[kind == LayerKind::embedding ? 0 : kind == LayerKind::block ? 1 : 2];
+    p.name = executor::layer_name(cfg, layer);
     part.layers.push_back(std::move(p));
   }
   return part;
@@ -228,8 +236,10 @@ schemas::Profile assemble(const ProfileOptions& o, LayerPart layers, std::vector
                           const std::string& link_notes) {
   const bool gpu = o.device == "cuda";
   schemas::Profile p;
-  p.model = {"gpt", model_name(o), o.blocks, o.d_model, o.heads, o.seq_len, o.vocab,
-             o.dtype == "bf16" ? schemas::DType::bf16 : schemas::DType::fp32, o.tie_embeddings};
+  const ModelConfig cfg = model_config(o);
+  p.model = {o.model, model_name(o), o.blocks, o.d_model, o.heads, o.seq_len, o.vocab,
+             o.dtype == "bf16" ? schemas::DType::bf16 : schemas::DType::fp32, cfg.tie_embeddings,
+             cfg.is_bert() ? std::string(executor::to_string(cfg.ln)) : std::string()};
   p.device.name = "cpu";
   p.device.memory_bytes = executor::device_info("cpu").memory_bytes;
   if (gpu) p.device = gpu_device();
@@ -241,7 +251,7 @@ schemas::Profile assemble(const ProfileOptions& o, LayerPart layers, std::vector
   p.provenance.git_sha = std::string(schemas::pd2bw_git_sha());
   p.provenance.command_line = o.command_line.empty() ? "pd2bw profile" : o.command_line;
   p.provenance.notes = (gpu ? cuda_notes(o, p.device) : method_notes(o)) + link_notes + layers.notes;
-  if (o.tie_embeddings)
+  if (cfg.tie_embeddings)
     p.provenance.notes += " Tied embeddings: the head's param_bytes counts its copy of the token table.";
   return p;
 }
@@ -271,6 +281,11 @@ void derive_link_scalars(schemas::LinkLevel& level) {
 }  // namespace detail
 
 void validate_options(const ProfileOptions& o) {
+  (void)executor::parse_model_family(o.model);
+  if (!o.ln.empty()) {
+    (void)executor::parse_ln_placement(o.ln);
+    if (o.model != "bert") throw UsageError("--ln is bert's option: a gpt's blocks are pre-LN", "drop --ln, or pass --model bert");
+  }
   validate_device(o);
   require_positive(o.blocks, "--blocks");
   require_positive(o.d_model, "--d-model");
@@ -303,7 +318,7 @@ std::vector<int64_t> link_message_sizes(const ProfileOptions& o) {
 
 schemas::Profile run_profile(const ProfileOptions& o, const ProgressFn& progress_fn) {
   validate_options(o);
-  const GptConfig cfg = gpt_config(o);
+  const ModelConfig cfg = model_config(o);
   cfg.validate();
   check_profile_memory(o);  // before anything is allocated
   Progress progress(progress_fn, layer_measurements(o) + 2 * static_cast<int64_t>(link_message_sizes(o).size()));
@@ -317,7 +332,7 @@ schemas::Profile run_profile(const ProfileOptions& o, const ProgressFn& progress
 std::optional<schemas::Profile> run_profile_in_job(const ProfileOptions& o, const ProgressFn& progress_fn,
                                                    executor::ProcessGroup& group) {
   validate_options(o);
-  const GptConfig cfg = gpt_config(o);
+  const ModelConfig cfg = model_config(o);
   cfg.validate();
   check_profile_memory(o);  // before anything is allocated
   const bool root = group.rank() == 0;

@@ -104,7 +104,7 @@ OrderedJson provenance_json(const Provenance& p) {
 
 ModelDesc read_model(const ObjectReader& parent, std::string_view key) {
   const ObjectReader r =
-      parent.object(key, {"kind", "name", "blocks", "d_model", "heads", "seq_len", "vocab", "dtype", "tie_embeddings"});
+      parent.object(key, {"kind", "name", "blocks", "d_model", "heads", "seq_len", "vocab", "dtype", "tie_embeddings", "ln"});
   ModelDesc m;
   m.kind = r.string("kind");
   m.name = r.string("name");
@@ -115,6 +115,13 @@ ModelDesc read_model(const ObjectReader& parent, std::string_view key) {
   m.vocab = r.integer("vocab", Min::positive);
   m.dtype = parse_dtype(r.string("dtype"), r.at("dtype"));
   m.tie_embeddings = r.has("tie_embeddings") && r.boolean("tie_embeddings");
+  if (r.has("ln")) {
+    m.ln = r.string("ln");
+    if (m.ln != "pre" && m.ln != "post")
+      detail::fail(r.at("ln"), "is neither \"pre\" nor \"post\"",
+                   "write \"pre\" (layer norms before attention and MLP, as GPT) or \"post\" (after each "
+                   "residual add, as BERT)");
+  }
   return m;
 }
 
@@ -129,6 +136,7 @@ OrderedJson model_json(const ModelDesc& m) {
   out["vocab"] = m.vocab;
   out["dtype"] = to_string(m.dtype);
   if (m.tie_embeddings) out["tie_embeddings"] = true;
+  if (!m.ln.empty()) out["ln"] = m.ln;
   return out;
 }
 

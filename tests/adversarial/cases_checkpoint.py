@@ -16,6 +16,10 @@ import shutil
 
 from cases import Case, get_at, pattern_of, pointer_fragment, rotate, set_at, walk
 
+# Keys a manifest may lack (older writers did not record them): "model", the model family, which a resume
+# compares only when present.
+OPTIONAL_MANIFEST_KEYS = ("model",)
+
 
 def hostile_manifest_values(value):
     """Values the manifest reader can never accept (its strings are free text except a few)."""
@@ -66,6 +70,8 @@ def manifest_mutations(manifest):
                 del get_at(m, pointer)[key]
                 yield f"manifest {pattern}/{key} removed", re.escape(f"{pointer}/{key}: missing"), m
     for key in manifest:
+        if key in OPTIONAL_MANIFEST_KEYS:
+            continue
         m = copy.deepcopy(manifest)
         del m[key]
         yield f"manifest /{key} removed", re.escape(f"/{key}: missing"), m
@@ -79,6 +85,7 @@ def manifest_mutations(manifest):
         ("data_label", "other.txt", "was written with data other.txt"),
         ("width", 1, "was written with shape 2bw d=2 w=1"),
         ("schedule", "flush", "was written with shape flush"),
+        ("model", "bert", "holds a bert model, but this plan's model is gpt"),
         ("step", 1, "says it holds step 1"),
         ("step", 9, "says it holds step 9"),
         ("schema_version", "2.0.0", "/schema_version: unsupported version"),

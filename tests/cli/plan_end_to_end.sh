@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# `pd2bw plan` and `pd2bw validate` end to end: plans for every example profile are written, pass the
-# C++ reader and the JSON Schema validator, are byte-identical across runs, and '-o -' writes stdout.
+# `pd2bw plan` and `pd2bw validate` end to end: plans for every example profile (GPT and BERT) are
+# written, pass the C++ reader and the JSON Schema validator, are byte-identical across runs, and '-o -'
+# writes stdout. The 3.8B GPT and BERT on the paper's cluster (8 x 8 GPUs, 16 GiB) plan alike.
 source "$(dirname "$0")/lib.bash"
 PY="${PD2BW_PYTHON:-/usr/bin/python3}"
 EX="$SRC/schemas/examples"
 
-for prof in "$EX"/gpt-*.profile.json; do
+for prof in "$EX"/gpt-*.profile.json "$EX"/bert-*.profile.json; do
   name="$(basename "$prof" .profile.json)"
   expect_exit 0 "chosen:" -- "$PD2BW" plan --profile "$prof" --nodes 8 --gpus-per-node 8 \
     --device-memory 16GiB -o "$TMP/$name.plan.json"
@@ -15,6 +16,39 @@ for prof in "$EX"/gpt-*.profile.json; do
   # The command line differs only in the output path, which provenance records.
   if diff <(grep -v command_line "$TMP/$name.plan.json") <(grep -v command_line "$TMP/$name.again.json") >/dev/null; then ok; else fail "$name: plan not deterministic"; fi
 done
+
+# The paper's finding, 3.8B BERT "similar to GPT" on 64 x 16 GiB (README, "BERT on 64 GPUs"): both 2bw
+# at depth 8 x width 8, recomputing on the same early stages.
+if "$PY" - "$TMP/gpt-3.8b.plan.json" "$TMP/bert-3.8b.plan.json" <<'EOF'
+import json, sys
+g, b = (json.load(open(p)) for p in sys.argv[1:])
+shape = lambda p: (p["schedule"], p["depth"], p["width"], [s["recompute"] for s in p["stages"]])
+ok = (shape(g) == shape(b) and shape(b)[:3] == ("2bw", 8, 8) and b["model"]["kind"] == "bert"
+      and b["num_layers"] == 34 and b["model"]["ln"] == "post")
+sys.exit(0 if ok else 1)
+EOF
+then ok; else fail "3.8B BERT and GPT plans on 64 x 16 GiB differ in schedule, depth, width or recompute"; fi
+# GPipe stashing every microbatch (no recompute) fits a global batch of 128 for the 3.8B BERT (512
+# tokens a sample) but not for the GPT (1024); both fit 64.
+gpipe() { "$PD2BW" plan --profile "$EX/$1.profile.json" --nodes 8 --gpus-per-node 8 --device-memory 16GiB \
+  --schedule gpipe --recompute never --global-batch "$2" -q -o "$TMP/gpipe.json"; }
+for case in "bert-3.8b 64 0" "bert-3.8b 128 0" "bert-3.8b 256 3" "gpt-3.8b 64 0" "gpt-3.8b 128 3"; do
+  read -r model batch want <<<"$case"
+  gpipe "$model" "$batch" 2>/dev/null
+  rc=$?
+  [ "$rc" = "$want" ] && ok || fail "gpipe --recompute never $model global batch $batch: exit $rc, wanted $want"
+done
+# A bert plan's layers are its embedding, blocks and head; its model's ln must be the profile's.
+json_edit "$TMP/bert-3.8b.plan.json" "$TMP/bert-blocks.json" 'd["model"]["blocks"] = 31'
+expect_exit 2 "/model/blocks: is 31 but a bert model of /num_layers 34 layers" -- "$PD2BW" validate "$TMP/bert-blocks.json"
+json_edit "$EX/bert-3.8b.profile.json" "$TMP/bert-pre.json" 'd["model"]["ln"] = "pre"'
+expect_exit 2 "ln post in the plan, pre in the profile" -- \
+  "$PD2BW" validate --profile "$TMP/bert-pre.json" "$TMP/bert-3.8b.plan.json"
+json_edit "$EX/bert-3.8b.profile.json" "$TMP/bert-untied.json" 'del d["model"]["tie_embeddings"]'
+expect_exit 2 "tie_embeddings true in the plan, false in the profile" -- \
+  "$PD2BW" validate --profile "$TMP/bert-untied.json" "$TMP/bert-3.8b.plan.json"
+json_edit "$EX/bert-3.8b.profile.json" "$TMP/bert-default.json" 'del d["model"]["ln"]'
+expect_exit 0 "" -- "$PD2BW" validate --profile "$TMP/bert-default.json" "$TMP/bert-3.8b.plan.json"
 
 # Identical command lines give byte-identical files.
 (cd "$TMP" && "$PD2BW" plan --cluster "$EX/cluster-8x8-h200.json" -q -o same.json && cp same.json first.json &&

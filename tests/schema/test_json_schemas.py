@@ -93,7 +93,9 @@ MUTATIONS = {
                 ("/links/0/p2p_curve", [], False), ("/links/0/p2p_curve/0/ms", 0, False),
                 ("/links/0/allreduce_curve/0/bytes", 0, False), ("/links/0/allreduce_ranks", 1, False),
                 ("/links/0/allreduce_ranks", None, True), ("/device/multiprocessors", 0, False),
-                ("/device/device_copy_gbps", -1.0, False), ("/device/driver_version", 580, False)],
+                ("/device/device_copy_gbps", -1.0, False), ("/device/driver_version", 580, False),
+                ("/model/ln", "sideways", False), ("/model/ln", "Post", False), ("/model/ln", 1, False),
+                ("/model/tie_embeddings", "yes", False)],
     "cluster": [("/surprise", 1, False), ("/levels/0/size", 0, False), ("/levels/0/p2p_latency_ms", -1, False),
                 ("/device", None, True), ("/levels", [], False), ("/levels/0/bogus", True, False),
                 ("/device/memory_bytes", "16GiB", False), ("/levels/0/p2p_curve/0/extra", 1, False),
@@ -102,7 +104,8 @@ MUTATIONS = {
     "plan": [("/surprise", 1, False), ("/microbatch_size", -2, False), ("/stages/0/memory/dominant", None, True),
              ("/schedule", "1f1b", False), ("/profile_sha256", "ABC", False), ("/cluster/schema", "x", False),
              ("/predictions/bubble_fraction", 1.5, False), ("/stages/0/recompute", 1, False),
-             ("/ranks/0/extra", 0, False), ("/alternatives/0/step_ms", 0, False)],
+             ("/ranks/0/extra", 0, False), ("/alternatives/0/step_ms", 0, False),
+             ("/model/ln", "sideways", False), ("/model/ln", None, False)],
 }
 
 # Edits every document of a kind must still satisfy: the optional measurement keys (the plan embeds its
@@ -112,11 +115,32 @@ ACCEPTED = {
     "profile": [("/layers/0/optimizer_bytes", 4096), ("/links/0/p2p_curve", CURVE),
                 ("/device/driver_version", "580.159.04"), ("/device/cuda_version", "13.0"),
                 ("/device/compute_capability", "9.0"), ("/device/multiprocessors", 132),
-                ("/device/device_copy_gbps", 2072.7), ("/device/host_to_device_gbps", 55.5)],
+                ("/device/device_copy_gbps", 2072.7), ("/device/host_to_device_gbps", 55.5),
+                ("/model/ln", "pre")],
     "cluster": [("/levels/0/p2p_curve", CURVE), ("/levels/0/allreduce_curve", CURVE), ("/levels/0/allreduce_ranks", 8)],
     "plan": [("/cluster/levels/0/p2p_curve", CURVE), ("/cluster/levels/0/allreduce_curve", CURVE),
-             ("/cluster/levels/0/allreduce_ranks", 8)],
+             ("/cluster/levels/0/allreduce_ranks", 8), ("/model/ln", "post")],
 }
+
+# A bert model block, written into the writer fixtures' profile and plan: it must validate with each
+# "ln" and without one, and fail with any other value.
+BERT_MODEL = {"kind": "bert", "name": "bert-tiny", "blocks": 2, "d_model": 64, "heads": 4, "seq_len": 32,
+              "vocab": 128, "dtype": "bf16", "tie_embeddings": True}
+BAD_LN = ["mid", "PRE", "", None, True, ["post"]]
+
+
+def check_bert_model(tally, source):
+    for name in ("writer.profile.json", "writer.plan.json"):
+        doc = json.loads((source / "tests" / "schema" / "fixtures" / name).read_text())
+        for ln in ("pre", "post", "absent"):
+            model = dict(BERT_MODEL)
+            if ln != "absent":
+                model["ln"] = ln
+            errors = validate_document(mutate(doc, "/model", model))
+            tally.check(not errors, f"{name} with a bert model, ln {ln}, validates", "; ".join(errors))
+        for ln in BAD_LN:
+            bad = mutate(doc, "/model", dict(BERT_MODEL, ln=ln))
+            tally.check(bool(validate_document(bad)), f"{name} with a bert model, ln {ln!r}, is rejected")
 
 
 class Tally:
@@ -185,6 +209,7 @@ def main(argv):
             errors = validate_document(good)
             tally.check(not errors, f"{path.name} with the optional keys added validates", "; ".join(errors))
     tally.check(kinds_seen >= set(KINDS.values()), "every kind has a document", str(sorted(map(str, kinds_seen))))
+    check_bert_model(tally, SOURCE_DIR)
 
     print(f"{tally.passed} passed, {tally.failed} failed")
     return 1 if tally.failed else 0

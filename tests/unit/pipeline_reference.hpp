@@ -6,13 +6,18 @@
 // the embedding's part after the replicas are summed, as the two stages do.
 #pragma once
 
+#include <doctest/doctest.h>
+
 #include <algorithm>
+#include <cstring>
+#include <span>
 #include <map>
 #include <mutex>
 #include <tuple>
 #include <vector>
 
-#include "pd2bw/executor/gpt.hpp"
+#include "pd2bw/executor/data.hpp"
+#include "pd2bw/executor/layers.hpp"
 #include "pd2bw/executor/optimizer.hpp"
 #include "pd2bw/executor/pipeline.hpp"
 
@@ -20,10 +25,14 @@ namespace pd2bw::testing {
 
 using executor::PipelineConfig;
 
-// Pseudo-random tokens that depend only on (step, microbatch, replica).
+// Pseudo-random tokens that depend only on (step, microbatch, replica). With `segments` (a bert model's
+// data), also token types (segment B from the middle of each row), key lengths that differ between
+// rows (down to seq - 2, so rows are padded), and targets that a masked-LM loss ignores: every position
+// past a row's length and one in three of the others.
 class HashSource final : public executor::MicrobatchSource {
  public:
-  HashSource(int64_t vocab, int64_t b, int64_t seq) : vocab_(vocab), b_(b), seq_(seq) {}
+  HashSource(int64_t vocab, int64_t b, int64_t seq, bool segments = false)
+      : vocab_(vocab), b_(b), seq_(seq), segments_(segments) {}
   void fill(int64_t step, int64_t microbatch, int64_t replica, int32_t* tokens, int32_t* targets) const override {
     uint64_t x = static_cast<uint64_t>(step * 1000003 + microbatch * 7919 + replica * 104729 + 17);
     for (int64_t i = 0; i < b_ * (seq_ + 1); ++i) {
@@ -33,10 +42,27 @@ class HashSource final : public executor::MicrobatchSource {
       if (col < seq_) tokens[row * seq_ + col] = t;
       if (col > 0) targets[row * seq_ + col - 1] = t;
     }
+    if (!segments_) return;
+    for (int64_t row = 0; row < b_; ++row)
+      for (int64_t col = 0; col < seq_; ++col)
+        if (col >= length(step, microbatch, replica, row) || (col + row + step) % 3 == 0)
+          targets[row * seq_ + col] = executor::kIgnoreTarget;
+  }
+  bool fill_segments(int64_t step, int64_t microbatch, int64_t replica, int32_t* types, int32_t* lengths) const override {
+    if (!segments_) return false;
+    for (int64_t row = 0; row < b_; ++row) {
+      lengths[row] = static_cast<int32_t>(length(step, microbatch, replica, row));
+      for (int64_t col = 0; col < seq_; ++col) types[row * seq_ + col] = 2 * col >= seq_ ? 1 : 0;
+    }
+    return true;
   }
 
  private:
+  int64_t length(int64_t step, int64_t microbatch, int64_t replica, int64_t row) const {
+    return std::max<int64_t>(1, seq_ - (step + microbatch + replica + row) % 3);
+  }
   int64_t vocab_, b_, seq_;
+  bool segments_;
 };
 
 template <typename T>
@@ -44,7 +70,7 @@ class Reference {
  public:
   explicit Reference(const PipelineConfig& c) : c_(c) {
     for (int64_t l = 0; l < c.model.layer_count(); ++l) {
-      offsets_.push_back(executor::append_layout(layout_, executor::gpt_layer_layout(c.model, l)));
+      offsets_.push_back(executor::append_layout(layout_, executor::layer_layout(c.model, l)));
       if (l == 0) emb_.emplace_back(c.model, c.seed, executor::Buffers::none);
       else if (l == c.model.layer_count() - 1) head_.emplace_back(c.model, c.seed, executor::Buffers::none);
       else blocks_.emplace_back(c.model, l - 1, c.seed, executor::Buffers::none);
@@ -52,7 +78,7 @@ class Reference {
     offsets_.push_back(executor::layout_numel(layout_));
     cur_.assign(static_cast<size_t>(offsets_.back()), T(0));
     for (int64_t l = 0; l < c.model.layer_count(); ++l)
-      executor::init_gpt_layer<T>(c.model, l, c.seed, slice(cur_, l, l + 1));
+      executor::init_layer<T>(c.model, l, c.seed, slice(cur_, l, l + 1));
     prev_ = cur_;
     m1_.assign(cur_.size(), T(0));
     m2_.assign(c.optimizer.kind == schemas::Optimizer::adamw ? cur_.size() : 0, T(0));
@@ -98,15 +124,18 @@ class Reference {
   double microbatch(const executor::MicrobatchSource& data, const std::vector<T>& w, std::vector<T>& g, T* dwte_at,
                     int64_t r, int64_t k) {
     const int64_t B = c_.microbatch_size, S = c_.seq, C = c_.model.d_model;
-    std::vector<int32_t> tokens(static_cast<size_t>(B * S)), targets(tokens.size());
+    std::vector<int32_t> tokens(static_cast<size_t>(B * S)), targets(tokens.size()), types(tokens.size(), 0);
+    std::vector<int32_t> lengths(static_cast<size_t>(B), static_cast<int32_t>(S));
     data.fill(step_, k, r, tokens.data(), targets.data());
+    data.fill_segments(step_, k, r, types.data(), lengths.data());
     const auto n = static_cast<size_t>(B * S * C);
     std::vector<std::vector<T>> x(blocks_.size() + 1, std::vector<T>(n));
-    typename executor::GptEmbedding<T>::Stash es;
-    std::vector<typename executor::GptBlock<T>::Stash> bs(blocks_.size());
-    typename executor::GptHead<T>::Stash hs;
-    emb_[0].forward(at(w, 0), tokens.data(), B, S, es, x[0].data());
-    for (size_t j = 0; j < blocks_.size(); ++j) blocks_[j].forward(at(w, j + 1), x[j].data(), B, S, bs[j], x[j + 1].data());
+    typename executor::HostEmbedding<T>::Stash es;
+    std::vector<typename executor::HostBlock<T>::Stash> bs(blocks_.size());
+    typename executor::HostHead<T>::Stash hs;
+    emb_[0].forward(at(w, 0), tokens.data(), B, S, es, x[0].data(), types.data());
+    for (size_t j = 0; j < blocks_.size(); ++j)
+      blocks_[j].forward(at(w, j + 1), x[j].data(), B, S, bs[j], x[j + 1].data(), lengths.data());
     const size_t h = blocks_.size() + 1;
     const T* wte = c_.model.tie_embeddings ? at(w, 0) : nullptr;
     T* dwte = c_.model.tie_embeddings ? dwte_at : nullptr;
@@ -147,9 +176,9 @@ class Reference {
   PipelineConfig c_;
   executor::ParamLayout layout_;
   std::vector<int64_t> offsets_;  // per layer, plus the total
-  std::vector<executor::GptEmbedding<T>> emb_;
-  std::vector<executor::GptBlock<T>> blocks_;
-  std::vector<executor::GptHead<T>> head_;
+  std::vector<executor::HostEmbedding<T>> emb_;
+  std::vector<executor::HostBlock<T>> blocks_;
+  std::vector<executor::HostHead<T>> head_;
   std::vector<T> cur_, prev_, m1_, m2_;
   int64_t step_ = 0;
 };
@@ -178,6 +207,42 @@ class RecordedLosses final : public executor::LossSink {
  private:
   std::mutex mutex_;
 };
+
+template <typename T>
+bool same_bits(std::span<const T> a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+// Runs `steps` steps pipelined and sequentially; checks losses and every stage's weights bit for bit.
+template <typename T>
+void check_pipeline_equal(const PipelineConfig& c, int64_t steps) {
+  const HashSource data(c.model.vocab, c.microbatch_size, c.seq, c.model.is_bert());
+  executor::ThreadsJob<T> job(c);
+  RecordedLosses losses;
+  job.run(data, 0, steps, &losses);
+  Reference<T> ref(c);
+  for (int64_t j = 0; j < steps; ++j) CHECK(losses.of_step(j) == ref.step(data));
+  for (int64_t r = 0; r < job.ranks(); ++r) {
+    auto& wk = job.worker(r);
+    const int64_t a = c.bounds[static_cast<size_t>(wk.stage())], b = c.bounds[static_cast<size_t>(wk.stage() + 1)];
+    const auto want = ref.current(a, b);
+    const auto have = wk.weights(steps);
+    CHECK(same_bits<T>(have.first(std::min(have.size(), want.size())), want));
+    if (have.size() > want.size()) {  // the head's copy of a tied table equals the embedding's table
+      const auto table = static_cast<size_t>(c.model.vocab * c.model.d_model);
+      const auto wte = ref.current(0, 1);
+      CHECK(have.size() == want.size() + table);
+      CHECK(same_bits<T>(have.subspan(want.size()), std::vector<T>(wte.begin(), wte.begin() + static_cast<long>(table))));
+    }
+    if (c.schedule == schemas::Schedule::two_bw) {
+      const auto prev = wk.weights(steps - 1);
+      CHECK(same_bits<T>(prev.first(std::min(prev.size(), want.size())), ref.previous(a, b)));
+      CHECK(wk.versions_allocated() == 2);
+    } else {
+      CHECK(wk.versions_allocated() == 1);
+    }
+  }
+}
 
 // The tiny GPT (vocab 11, seq 5, d_model 8, 2 heads, 3 blocks) split evenly over d stages and w
 // replicas, b = 2. recompute_pattern: 0 none, 1 every stage, 2 the even stages.

@@ -196,15 +196,15 @@ TEST_CASE("GELU forward and backward in bf16 agree with fp32, also in place") {
     CAPTURE(n);
     Dual x(n, 21, 4.0), y(n), dy(n, 22), dx(n);
     for (DType t : kRuns) {
-      be->gelu_forward(x.view(t), y.view(t), n);
-      be->gelu_backward(dy.view(t), x.view(t), dx.view(t), n);
+      be->gelu_forward(x.view(t), y.view(t), n, GeluKind::tanh);
+      be->gelu_backward(dy.view(t), x.view(t), dx.view(t), n, GeluKind::tanh);
     }
     check_rounded(y, "y");
     check_rounded(dx, "dx");
     y.round_from_f32();  // the forward's output is the next run's common input
     for (DType t : kRuns) {  // the aliasing the contract allows: y = x, dx = dy
-      be->gelu_forward(x.view(t), x.view(t), n);
-      be->gelu_backward(dy.view(t), y.view(t), dy.view(t), n);
+      be->gelu_forward(x.view(t), x.view(t), n, GeluKind::tanh);
+      be->gelu_backward(dy.view(t), y.view(t), dy.view(t), n, GeluKind::tanh);
     }
     check_rounded(x, "y in place");
     check_rounded(dy, "dx in place");
@@ -220,12 +220,14 @@ TEST_CASE("attention forward and backward in bf16 agree with fp32") {
     CAPTURE(c);
     CAPTURE(s.h);
     Dual qkv(n * 3 * c, 31, 2.0), out(n * c), probs(s.b * s.h * s.t * s.t), dout(n * c, 32), dqkv(n * 3 * c);
-    for (DType t : kRuns) be->attention_forward(qkv.view(t), out.view(t), probs.view(t), s.b, s.t, c, s.h);
+    for (DType t : kRuns)
+      be->attention_forward(qkv.view(t), out.view(t), probs.view(t), s.b, s.t, c, s.h, AttentionMask{});
     check_rounded(out, "out");
     check_rounded(probs, "probs");
     probs.round_from_f32();  // both backward runs read the same saved probabilities
     for (DType t : kRuns)
-      be->attention_backward(dout.view(t), qkv.view(t), out.view(t), probs.view(t), dqkv.view(t), s.b, s.t, c, s.h);
+      be->attention_backward(dout.view(t), qkv.view(t), out.view(t), probs.view(t), dqkv.view(t), s.b, s.t, c, s.h,
+                             AttentionMask{});
     check_rounded(dqkv, "dqkv");
   }
 }
@@ -382,7 +384,8 @@ TEST_CASE("bf16 ops take gradients and statistics in fp32 only") {
   // Compute-dtype arguments must agree with each other: an fp32 weight under bf16 activations is refused.
   CHECK_THROWS_AS(be->linear_forward(x.view(bf), w.view(DType::f32), {}, y.view(bf), n, c, c), pd2bw::UsageError);
   std::vector<int32_t> ids(static_cast<size_t>(n * c));
-  CHECK_THROWS_AS(be->gelu_forward(view_of(ids.data(), n * c), view_of(ids.data(), n * c), n * c), pd2bw::UsageError);
+  CHECK_THROWS_AS(be->gelu_forward(view_of(ids.data(), n * c), view_of(ids.data(), n * c), n * c, GeluKind::tanh),
+                  pd2bw::UsageError);
   CHECK(be->supports(DType::bf16));
   CHECK(be->supports(DType::f32));
   CHECK(be->supports(DType::f64));

@@ -10,8 +10,8 @@
 
 #include "executor_test_util.hpp"
 #include "pd2bw/error.hpp"
-#include "pd2bw/executor/gpt.hpp"
-#include "pd2bw/executor/gpt_model.hpp"
+#include "pd2bw/executor/layers.hpp"
+#include "pd2bw/executor/sequential_model.hpp"
 
 namespace ex = pd2bw::executor;
 using pd2bw::test::check_gradient;
@@ -24,7 +24,7 @@ namespace {
 
 constexpr int64_t kB = 2, kS = 5;
 
-ex::GptConfig tiny_config(bool tied) {
+ex::ModelConfig tiny_config(bool tied) {
   return {.vocab = 11, .seq_len = 5, .d_model = 8, .heads = 2, .blocks = 2, .tie_embeddings = tied};
 }
 
@@ -41,7 +41,7 @@ Vec delta(std::span<const double> after, const Vec& before) {
 }
 
 template <typename T>
-bool same_block_stash(const typename ex::GptBlock<T>::Stash& a, const typename ex::GptBlock<T>::Stash& b) {
+bool same_block_stash(const typename ex::HostBlock<T>::Stash& a, const typename ex::HostBlock<T>::Stash& b) {
   return a.batch == b.batch && a.seq == b.seq && a.x == b.x && a.ln1 == b.ln1 && a.ln1_mean == b.ln1_mean &&
          a.ln1_rstd == b.ln1_rstd && a.qkv == b.qkv && a.attn_stash == b.attn_stash && a.attn == b.attn &&
          a.x1 == b.x1 && a.ln2 == b.ln2 && a.ln2_mean == b.ln2_mean && a.ln2_rstd == b.ln2_rstd &&
@@ -51,18 +51,18 @@ bool same_block_stash(const typename ex::GptBlock<T>::Stash& a, const typename e
 }  // namespace
 
 TEST_CASE("config, layer names and HF-named layouts") {
-  const ex::GptConfig cfg = tiny_config(false);
+  const ex::ModelConfig cfg = tiny_config(false);
   CHECK(cfg.layer_count() == 4);
-  CHECK(ex::gpt_layer_name(cfg, 0) == "embedding");
-  CHECK(ex::gpt_layer_name(cfg, 2) == "block.1");
-  CHECK(ex::gpt_layer_name(cfg, 3) == "head");
-  CHECK(ex::gpt_layer_kind(cfg, 1) == ex::GptLayerKind::block);
-  CHECK_THROWS_AS(ex::gpt_layer_name(cfg, 4), pd2bw::UsageError);
-  ex::GptConfig bad = cfg;
+  CHECK(ex::layer_name(cfg, 0) == "embedding");
+  CHECK(ex::layer_name(cfg, 2) == "block.1");
+  CHECK(ex::layer_name(cfg, 3) == "head");
+  CHECK(ex::layer_kind(cfg, 1) == ex::LayerKind::block);
+  CHECK_THROWS_AS(ex::layer_name(cfg, 4), pd2bw::UsageError);
+  ex::ModelConfig bad = cfg;
   bad.heads = 3;
   CHECK_THROWS_AS(bad.validate(), pd2bw::UsageError);
 
-  const ex::ParamLayout block = ex::gpt_layer_layout(cfg, 2);
+  const ex::ParamLayout block = ex::layer_layout(cfg, 2);
   std::vector<std::string> names;
   for (const auto& t : block) names.push_back(t.name);
   CHECK(names == std::vector<std::string>{"h.1.ln_1.weight", "h.1.ln_1.bias", "h.1.attn.c_attn.weight",
@@ -75,24 +75,24 @@ TEST_CASE("config, layer names and HF-named layouts") {
   CHECK(ex::find_tensor(block, "h.1.mlp.c_proj.weight").shape == std::vector<int64_t>{c, 4 * c});
   CHECK(ex::find_tensor(block, "h.1.attn.c_attn.weight").is_matrix());
   CHECK_FALSE(ex::find_tensor(block, "h.1.attn.c_attn.bias").is_matrix());
-  CHECK(ex::layout_numel(ex::gpt_layer_layout(cfg, 0)) == (cfg.vocab + cfg.seq_len) * c);
-  CHECK(ex::gpt_layer_layout(cfg, 3).back().name == "lm_head.weight");
-  CHECK(ex::layout_numel(ex::gpt_layer_layout(tiny_config(true), 3)) == 2 * c);
+  CHECK(ex::layout_numel(ex::layer_layout(cfg, 0)) == (cfg.vocab + cfg.seq_len) * c);
+  CHECK(ex::layer_layout(cfg, 3).back().name == "lm_head.weight");
+  CHECK(ex::layout_numel(ex::layer_layout(tiny_config(true), 3)) == 2 * c);
 
-  ex::ParamLayout stage = ex::gpt_layer_layout(cfg, 1);
+  ex::ParamLayout stage = ex::layer_layout(cfg, 1);
   CHECK(ex::append_layout(stage, block) == 12 * c * c + 13 * c);
   CHECK(ex::find_tensor(stage, "h.1.ln_1.weight").offset == 12 * c * c + 13 * c);
   CHECK_THROWS_AS(ex::find_tensor(stage, "wte.weight"), pd2bw::Error);
 }
 
 TEST_CASE("embedding layer: gradients pass the check and accumulate") {
-  const ex::GptConfig cfg = tiny_config(false);
-  ex::GptEmbedding<double> emb(cfg, 1);
+  const ex::ModelConfig cfg = tiny_config(false);
+  ex::HostEmbedding<double> emb(cfg, 1);
   randomise(emb.params(), 2);
   const std::vector<int32_t> tokens = random_ids(kB * kS, 11, 3);
   const Vec r = random_values(kB * kS * cfg.d_model, 4);
   Vec out(r.size());
-  ex::GptEmbedding<double>::Stash stash;
+  ex::HostEmbedding<double>::Stash stash;
   const auto loss = [&] {
     emb.forward(emb.params().data(), tokens.data(), kB, kS, stash, out.data());
     return weighted_sum(out, r);
@@ -108,13 +108,13 @@ TEST_CASE("embedding layer: gradients pass the check and accumulate") {
 }
 
 TEST_CASE("block layer: input and parameter gradients pass the check") {
-  const ex::GptConfig cfg = tiny_config(false);
-  ex::GptBlock<double> blk(cfg, 1, 1);
+  const ex::ModelConfig cfg = tiny_config(false);
+  ex::HostBlock<double> blk(cfg, 1, 1);
   randomise(blk.params(), 6);
   Vec x = random_values(kB * kS * cfg.d_model, 7);
   const Vec r = random_values(static_cast<int64_t>(x.size()), 8);
   Vec out(x.size());
-  ex::GptBlock<double>::Stash stash;
+  ex::HostBlock<double>::Stash stash;
   const auto loss = [&] {
     blk.forward(blk.params().data(), x.data(), kB, kS, stash, out.data());
     return weighted_sum(out, r);
@@ -133,14 +133,14 @@ TEST_CASE("block layer: input and parameter gradients pass the check") {
 TEST_CASE("head layer: gradients pass the check, untied and tied") {
   for (const bool tied : {false, true}) {
     CAPTURE(tied);
-    const ex::GptConfig cfg = tiny_config(tied);
-    ex::GptHead<double> head(cfg, 1);
+    const ex::ModelConfig cfg = tiny_config(tied);
+    ex::HostHead<double> head(cfg, 1);
     randomise(head.params(), 10);
     Vec x = random_values(kB * kS * cfg.d_model, 11);
     Vec wte = random_values(cfg.vocab * cfg.d_model, 12, 0.5);
     const std::vector<int32_t> targets = random_ids(kB * kS, 11, 13);
     const double scale = 0.5;
-    ex::GptHead<double>::Stash stash;
+    ex::HostHead<double>::Stash stash;
     const auto loss = [&] {
       return scale * head.forward(head.params().data(), wte.data(), x.data(), targets.data(), kB, kS, stash);
     };
@@ -166,8 +166,8 @@ TEST_CASE("head layer: gradients pass the check, untied and tied") {
 TEST_CASE("whole 2-block GPT: every parameter's gradient passes the check, untied and tied") {
   for (const bool tied : {false, true}) {
     CAPTURE(tied);
-    const ex::GptConfig cfg = tiny_config(tied);
-    ex::GptModel<double> model(cfg, 21);
+    const ex::ModelConfig cfg = tiny_config(tied);
+    ex::SequentialModel<double> model(cfg, 21);
     randomise(model.embedding().params(), 22);
     for (int64_t i = 0; i < cfg.blocks; ++i)
       randomise(model.block(i).params(), 23 + static_cast<uint64_t>(i));
@@ -187,8 +187,8 @@ TEST_CASE("whole 2-block GPT: every parameter's gradient passes the check, untie
 }
 
 TEST_CASE("microbatches with loss scale 1/m accumulate the gradient of the whole step") {
-  const ex::GptConfig cfg = tiny_config(true);
-  ex::GptModel<double> split(cfg, 41), whole(cfg, 41);
+  const ex::ModelConfig cfg = tiny_config(true);
+  ex::SequentialModel<double> split(cfg, 41), whole(cfg, 41);
   const std::vector<int32_t> tokens = random_ids(2 * kB * kS, 11, 42),
                              targets = random_ids(2 * kB * kS, 11, 43);
   split.zero_grads();
@@ -209,26 +209,26 @@ TEST_CASE("microbatches with loss scale 1/m accumulate the gradient of the whole
 TEST_CASE(
     "recompute rebuilds the stash bit for bit; a copy of the weights in another buffer gives the same "
     "results") {
-  const ex::GptConfig cfg = tiny_config(false);
-  ex::GptBlock<float> blk(cfg, 0, 51);
+  const ex::ModelConfig cfg = tiny_config(false);
+  ex::HostBlock<float> blk(cfg, 0, 51);
   const std::vector<float> x = random_values<float>(kB * kS * cfg.d_model, 52);
   std::vector<float> out(x.size());
-  ex::GptBlock<float>::Stash first, again;
+  ex::HostBlock<float>::Stash first, again;
   blk.forward(blk.params().data(), x.data(), kB, kS, first, out.data());
   blk.recompute(blk.params().data(), x.data(), kB, kS, again);
   CHECK(same_block_stash<float>(first, again));
   // Another weight version at another address (and misaligned by one element).
   std::vector<float> version(static_cast<size_t>(blk.size()) + 1);
   std::copy(blk.params().begin(), blk.params().end(), version.begin() + 1);
-  ex::GptBlock<float>::Stash other;
+  ex::HostBlock<float>::Stash other;
   std::vector<float> out2(x.size());
   blk.forward(version.data() + 1, x.data(), kB, kS, other, out2.data());
   CHECK(same_block_stash<float>(first, other));
   CHECK(out == out2);
 
-  ex::GptHead<float> head(cfg, 51);
+  ex::HostHead<float> head(cfg, 51);
   const std::vector<int32_t> targets = random_ids(kB * kS, 11, 53);
-  ex::GptHead<float>::Stash hs1, hs2;
+  ex::HostHead<float>::Stash hs1, hs2;
   const double l1 = head.forward(head.params().data(), nullptr, out.data(), targets.data(), kB, kS, hs1);
   const double l2 = head.recompute(head.params().data(), nullptr, out.data(), targets.data(), kB, kS, hs2);
   CHECK(l1 == l2);
@@ -244,10 +244,10 @@ TEST_CASE(
     "float and double models: float init is the rounding of double init; losses agree (relative 1e-5)") {
   for (const bool tied : {false, true}) {
     CAPTURE(tied);
-    const ex::GptConfig cfg{
+    const ex::ModelConfig cfg{
         .vocab = 37, .seq_len = 9, .d_model = 16, .heads = 4, .blocks = 3, .tie_embeddings = tied};
-    const ex::GptModel<double> md(cfg, 61);
-    const ex::GptModel<float> mf(cfg, 61);
+    const ex::SequentialModel<double> md(cfg, 61);
+    const ex::SequentialModel<float> mf(cfg, 61);
     const auto rounded = [](std::span<const float> f, std::span<const double> d) {
       for (size_t i = 0; i < f.size(); ++i) {
         if (f[i] != static_cast<float>(d[i])) return false;

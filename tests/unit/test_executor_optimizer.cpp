@@ -10,7 +10,7 @@
 
 #include "executor_test_util.hpp"
 #include "pd2bw/error.hpp"
-#include "pd2bw/executor/gpt.hpp"
+#include "pd2bw/executor/layers.hpp"
 #include "pd2bw/executor/optimizer.hpp"
 #include "pd2bw/executor/rng.hpp"
 
@@ -195,10 +195,10 @@ TEST_CASE("rng: reference vectors, portable log and sin/cos, normal statistics")
 }
 
 TEST_CASE("init: GPT-2 statistics, seeded, and independent of the rest of the model") {
-  const ex::GptConfig cfg{.vocab = 50, .seq_len = 16, .d_model = 64, .heads = 4, .blocks = 8};
-  Vec p(static_cast<size_t>(ex::layout_numel(ex::gpt_layer_layout(cfg, 3))));
-  ex::init_gpt_layer<double>(cfg, 3, 7, p);
-  const ex::ParamLayout layout = ex::gpt_layer_layout(cfg, 3);
+  const ex::ModelConfig cfg{.vocab = 50, .seq_len = 16, .d_model = 64, .heads = 4, .blocks = 8};
+  Vec p(static_cast<size_t>(ex::layout_numel(ex::layer_layout(cfg, 3))));
+  ex::init_layer<double>(cfg, 3, 7, p);
+  const ex::ParamLayout layout = ex::layer_layout(cfg, 3);
   const auto stats = [&](const std::string& name) {
     const ex::TensorInfo& t = ex::find_tensor(layout, name);
     double s = 0, sq = 0;
@@ -218,21 +218,21 @@ TEST_CASE("init: GPT-2 statistics, seeded, and independent of the rest of the mo
   CHECK(stats("h.2.mlp.c_fc.bias") == std::pair{0.0, 0.0});
 
   Vec again(p.size()), other_seed(p.size()), other_model(p.size());
-  ex::init_gpt_layer<double>(cfg, 3, 7, again);
-  ex::init_gpt_layer<double>(cfg, 3, 8, other_seed);
-  ex::GptConfig bigger_vocab = cfg;
+  ex::init_layer<double>(cfg, 3, 7, again);
+  ex::init_layer<double>(cfg, 3, 8, other_seed);
+  ex::ModelConfig bigger_vocab = cfg;
   bigger_vocab.vocab = 999;
   bigger_vocab.tie_embeddings = true;
-  ex::init_gpt_layer<double>(bigger_vocab, 3, 7, other_model);
+  ex::init_layer<double>(bigger_vocab, 3, 7, other_model);
   CHECK(again == p);
   CHECK(other_seed != p);
   CHECK(other_model == p);  // a block does not depend on the vocabulary or the head
   // A stage buffer holding layers 2..3 gets the same values as each layer alone.
-  ex::ParamLayout stage = ex::gpt_layer_layout(cfg, 2);
+  ex::ParamLayout stage = ex::layer_layout(cfg, 2);
   const int64_t off = ex::append_layout(stage, layout);
   Vec stage_buf(static_cast<size_t>(ex::layout_numel(stage)));
-  ex::init_gpt_layer<double>(cfg, 2, 7, std::span<double>(stage_buf).first(static_cast<size_t>(off)));
-  ex::init_gpt_layer<double>(cfg, 3, 7, std::span<double>(stage_buf).subspan(static_cast<size_t>(off)));
+  ex::init_layer<double>(cfg, 2, 7, std::span<double>(stage_buf).first(static_cast<size_t>(off)));
+  ex::init_layer<double>(cfg, 3, 7, std::span<double>(stage_buf).subspan(static_cast<size_t>(off)));
   CHECK(std::equal(p.begin(), p.end(), stage_buf.begin() + off));
-  CHECK_THROWS_AS(ex::init_gpt_layer<double>(cfg, 3, 7, std::span<double>(p).first(10)), pd2bw::UsageError);
+  CHECK_THROWS_AS(ex::init_layer<double>(cfg, 3, 7, std::span<double>(p).first(10)), pd2bw::UsageError);
 }

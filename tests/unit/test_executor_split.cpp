@@ -9,7 +9,7 @@
 
 #include "executor_test_util.hpp"
 #include "pd2bw/executor/backend.hpp"
-#include "pd2bw/executor/gpt.hpp"
+#include "pd2bw/executor/layers.hpp"
 
 namespace ex = pd2bw::executor;
 using pd2bw::test::random_ids;
@@ -19,18 +19,18 @@ namespace {
 
 constexpr int64_t kB = 2, kS = 5;
 
-ex::GptConfig tiny_config(bool tied) {
+ex::ModelConfig tiny_config(bool tied) {
   return {.vocab = 11, .seq_len = 5, .d_model = 8, .heads = 2, .blocks = 2, .tie_embeddings = tied};
 }
 
 template <typename T>
-std::vector<T> block_params(const ex::GptConfig& cfg) {
-  return random_values<T>(ex::layout_numel(ex::gpt_layer_layout(cfg, 2)), 3, 0.5);
+std::vector<T> block_params(const ex::ModelConfig& cfg) {
+  return random_values<T>(ex::layout_numel(ex::layer_layout(cfg, 2)), 3, 0.5);
 }
 
 template <typename T>
 void check_block() {
-  const ex::GptConfig cfg = tiny_config(false);
+  const ex::ModelConfig cfg = tiny_config(false);
   ex::Backend& be = ex::default_backend();
   const ex::BlockLayer layer(cfg, 1, be, ex::dtype_of<T>());
   const std::vector<T> params = block_params<T>(cfg);
@@ -69,10 +69,10 @@ void check_block() {
 
 template <typename T>
 void check_head(bool tied) {
-  const ex::GptConfig cfg = tiny_config(tied);
+  const ex::ModelConfig cfg = tiny_config(tied);
   ex::Backend& be = ex::default_backend();
   const ex::HeadLayer layer(cfg, be, ex::dtype_of<T>());
-  const int64_t numel = ex::layout_numel(ex::gpt_layer_layout(cfg, cfg.blocks + 1));
+  const int64_t numel = ex::layout_numel(ex::layer_layout(cfg, cfg.blocks + 1));
   const int64_t act = kB * kS * cfg.d_model, table = cfg.vocab * cfg.d_model;
   const std::vector<T> params = random_values<T>(numel, 7, 0.5), x = random_values<T>(act, 8);
   const std::vector<T> wte = random_values<T>(table, 9, 0.5);

@@ -20,45 +20,15 @@ using schemas::Schedule;
 namespace {
 
 using Losses = pd2bw::testing::RecordedLosses;
+using pd2bw::testing::same_bits;
 
 PipelineConfig make_config(Schedule s, int64_t d, int64_t m, int64_t w, int recompute_pattern) {
   return pd2bw::testing::tiny_pipeline(s, d, m, w, recompute_pattern);
 }
 
 template <typename T>
-bool same_bits(std::span<const T> a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
-
-// Runs `steps` steps pipelined and sequentially; checks losses and every stage's weights bit for bit.
-template <typename T>
 void check_equal(const PipelineConfig& c, int64_t steps) {
-  const HashSource data(c.model.vocab, c.microbatch_size, c.seq);
-  ThreadsJob<T> job(c);
-  Losses losses;
-  job.run(data, 0, steps, &losses);
-  Reference<T> ref(c);
-  for (int64_t j = 0; j < steps; ++j) CHECK(losses.of_step(j) == ref.step(data));
-  for (int64_t r = 0; r < job.ranks(); ++r) {
-    auto& wk = job.worker(r);
-    const int64_t a = c.bounds[static_cast<size_t>(wk.stage())], b = c.bounds[static_cast<size_t>(wk.stage() + 1)];
-    const auto want = ref.current(a, b);
-    const auto have = wk.weights(steps);
-    CHECK(same_bits<T>(have.first(std::min(have.size(), want.size())), want));
-    if (have.size() > want.size()) {  // the head's copy of a tied table equals the embedding's table
-      const auto table = static_cast<size_t>(c.model.vocab * c.model.d_model);
-      const auto wte = ref.current(0, 1);
-      CHECK(have.size() == want.size() + table);
-      CHECK(same_bits<T>(have.subspan(want.size()), std::vector<T>(wte.begin(), wte.begin() + static_cast<long>(table))));
-    }
-    if (c.schedule == Schedule::two_bw) {
-      const auto prev = wk.weights(steps - 1);
-      CHECK(same_bits<T>(prev.first(std::min(prev.size(), want.size())), ref.previous(a, b)));
-      CHECK(wk.versions_allocated() == 2);
-    } else {
-      CHECK(wk.versions_allocated() == 1);
-    }
-  }
+  pd2bw::testing::check_pipeline_equal<T>(c, steps);
 }
 
 }  // namespace

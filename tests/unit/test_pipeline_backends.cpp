@@ -74,14 +74,17 @@ class FakeCpu final : public Backend {
                           int64_t n, int64_t c) override {
     op().layernorm_backward(dy, x, g, mean, rstd, dx, dg, db, n, c);
   }
-  void gelu_forward(ConstView x, View y, int64_t n) override { op().gelu_forward(x, y, n); }
-  void gelu_backward(ConstView dy, ConstView x, View dx, int64_t n) override { op().gelu_backward(dy, x, dx, n); }
-  void attention_forward(ConstView qkv, View out, View probs, int64_t b, int64_t t, int64_t c, int64_t h) override {
-    op().attention_forward(qkv, out, probs, b, t, c, h);
+  void gelu_forward(ConstView x, View y, int64_t n, GeluKind kind) override { op().gelu_forward(x, y, n, kind); }
+  void gelu_backward(ConstView dy, ConstView x, View dx, int64_t n, GeluKind kind) override {
+    op().gelu_backward(dy, x, dx, n, kind);
+  }
+  void attention_forward(ConstView qkv, View out, View probs, int64_t b, int64_t t, int64_t c, int64_t h,
+                         const AttentionMask& mask) override {
+    op().attention_forward(qkv, out, probs, b, t, c, h, mask);
   }
   void attention_backward(ConstView dout, ConstView qkv, ConstView out, ConstView probs, View dqkv, int64_t b, int64_t t,
-                          int64_t c, int64_t h) override {
-    op().attention_backward(dout, qkv, out, probs, dqkv, b, t, c, h);
+                          int64_t c, int64_t h, const AttentionMask& mask) override {
+    op().attention_backward(dout, qkv, out, probs, dqkv, b, t, c, h, mask);
   }
   void embedding_forward(ConstView tokens, ConstView wte, ConstView wpe, View out, int64_t b, int64_t t, int64_t c,
                          int64_t v) override {
@@ -89,6 +92,12 @@ class FakeCpu final : public Backend {
   }
   void embedding_backward(ConstView tokens, ConstView dout, View dwte, View dwpe, int64_t b, int64_t t, int64_t c) override {
     op().embedding_backward(tokens, dout, dwte, dwpe, b, t, c);
+  }
+  void type_embedding_forward(ConstView types, ConstView table, View out, int64_t n, int64_t c, int64_t r) override {
+    op().type_embedding_forward(types, table, out, n, c, r);
+  }
+  void type_embedding_backward(ConstView types, ConstView dout, View dtable, int64_t n, int64_t c, int64_t r) override {
+    op().type_embedding_backward(types, dout, dtable, n, c, r);
   }
   void cross_entropy_forward(ConstView logits, ConstView targets, View lse, View loss, int64_t n, int64_t v) override {
     op().cross_entropy_forward(logits, targets, lse, loss, n, v);

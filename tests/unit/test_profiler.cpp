@@ -8,7 +8,7 @@
 
 #include "pd2bw/error.hpp"
 #include "pd2bw/executor/device.hpp"
-#include "pd2bw/executor/gpt.hpp"
+#include "pd2bw/executor/layers.hpp"
 #include "pd2bw/profiler/profiler.hpp"
 #include "pd2bw/schemas/profile.hpp"
 
@@ -31,32 +31,32 @@ pf::ProfileOptions small_options() {
   return o;
 }
 
-ex::GptConfig config_of(const pf::ProfileOptions& o) {
+ex::ModelConfig config_of(const pf::ProfileOptions& o) {
   return {.vocab = o.vocab, .seq_len = o.seq_len, .d_model = o.d_model, .heads = o.heads, .blocks = o.blocks,
           .tie_embeddings = o.tie_embeddings};
 }
 
 // Stash::bytes() of a real forward of layer `layer` at microbatch b (the shape decides the size).
-int64_t stash_bytes_of(const ex::GptConfig& cfg, int64_t layer, int64_t b) {
+int64_t stash_bytes_of(const ex::ModelConfig& cfg, int64_t layer, int64_t b) {
   const int64_t n = b * cfg.seq_len;
   std::vector<float> x(static_cast<size_t>(n * cfg.d_model), 0.1f), y(x.size());
   std::vector<int32_t> ids(static_cast<size_t>(n), 1);
-  switch (ex::gpt_layer_kind(cfg, layer)) {
-    case ex::GptLayerKind::embedding: {
-      ex::GptEmbedding<float> e(cfg, 1);
-      ex::GptEmbedding<float>::Stash s;
+  switch (ex::layer_kind(cfg, layer)) {
+    case ex::LayerKind::embedding: {
+      ex::HostEmbedding<float> e(cfg, 1);
+      ex::HostEmbedding<float>::Stash s;
       e.forward(e.params().data(), ids.data(), b, cfg.seq_len, s, y.data());
       return s.bytes();
     }
-    case ex::GptLayerKind::block: {
-      ex::GptBlock<float> blk(cfg, layer - 1, 1);
-      ex::GptBlock<float>::Stash s;
+    case ex::LayerKind::block: {
+      ex::HostBlock<float> blk(cfg, layer - 1, 1);
+      ex::HostBlock<float>::Stash s;
       blk.forward(blk.params().data(), x.data(), b, cfg.seq_len, s, y.data());
       return s.bytes();
     }
-    case ex::GptLayerKind::head: {
-      ex::GptHead<float> h(cfg, 1);
-      ex::GptHead<float>::Stash s;
+    case ex::LayerKind::head: {
+      ex::HostHead<float> h(cfg, 1);
+      ex::HostHead<float>::Stash s;
       h.forward(h.params().data(), nullptr, x.data(), ids.data(), b, cfg.seq_len, s);
       return s.bytes();
     }
@@ -82,7 +82,7 @@ const Run& small_run() {
 
 TEST_CASE("run_profile lists embedding, every block and head with their parameter sizes") {
   const pf::ProfileOptions o = small_options();
-  const ex::GptConfig cfg = config_of(o);
+  const ex::ModelConfig cfg = config_of(o);
   const auto& p = small_run().profile;
   REQUIRE(p.layers.size() == 4);
   const std::vector<std::string> names{"embedding", "block.0", "block.1", "head"};
@@ -91,7 +91,7 @@ TEST_CASE("run_profile lists embedding, every block and head with their paramete
     CAPTURE(i);
     CHECK(p.layers[i].name == names[i]);
     CHECK(p.layers[i].kind == kinds[i]);
-    const int64_t numel = ex::layout_numel(ex::gpt_layer_layout(cfg, static_cast<int64_t>(i)));
+    const int64_t numel = ex::layout_numel(ex::layer_layout(cfg, static_cast<int64_t>(i)));
     CHECK(p.layers[i].param_bytes == numel * 4);
     CHECK(p.layers[i].optimizer_bytes == numel * 8);
   }
@@ -106,7 +106,7 @@ TEST_CASE("run_profile lists embedding, every block and head with their paramete
 }
 
 TEST_CASE("run_profile times and sizes every layer at every microbatch size") {
-  const ex::GptConfig cfg = config_of(small_options());
+  const ex::ModelConfig cfg = config_of(small_options());
   const auto& p = small_run().profile;
   for (size_t i = 0; i < p.layers.size(); ++i) {
     const auto& layer = p.layers[i];
@@ -134,7 +134,7 @@ TEST_CASE("run_profile times and sizes every layer at every microbatch size") {
 }
 
 TEST_CASE("run_profile times the backward's halves apart and sizes what B leaves for W") {
-  const ex::GptConfig cfg = config_of(small_options());
+  const ex::ModelConfig cfg = config_of(small_options());
   const auto& p = small_run().profile;
   for (size_t i = 0; i < p.layers.size(); ++i) {
     const auto& layer = p.layers[i];
@@ -196,8 +196,8 @@ TEST_CASE("a tied head counts its copy of the token table and is timed with it")
   o.microbatches = {1};
   o.link_max_bytes = 4096;
   const auto p = pf::run_profile(o, {});
-  const ex::GptConfig cfg = config_of(o);
-  const int64_t head_numel = ex::layout_numel(ex::gpt_layer_layout(cfg, 3));
+  const ex::ModelConfig cfg = config_of(o);
+  const int64_t head_numel = ex::layout_numel(ex::layer_layout(cfg, 3));
   CHECK(p.model.tie_embeddings);
   CHECK(p.layers.back().param_bytes == (head_numel + o.vocab * o.d_model) * 4);
   CHECK(p.layers.back().per_microbatch[0].bwd_ms > 0);

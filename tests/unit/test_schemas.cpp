@@ -171,6 +171,33 @@ TEST_CASE("round trips are exact and output is deterministic") {
   CHECK(plan.predictions.samples_per_s == sample_plan().predictions.samples_per_s);
 }
 
+TEST_CASE("a bert model block keeps its ln and tied embeddings; a gpt one without them writes neither") {
+  s::Profile profile = sample_profile();
+  CHECK(s::dump_profile(profile).find("\"ln\"") == std::string::npos);
+  CHECK(s::dump_profile(profile).find("tie_embeddings") == std::string::npos);
+  profile.model.kind = "bert";
+  profile.model.tie_embeddings = true;
+  for (const char* ln : {"pre", "post", ""}) {
+    profile.model.ln = ln;
+    const std::string text = s::dump_profile(profile);
+    const s::Profile back = s::parse_profile(text);
+    CHECK(back.model.kind == "bert");
+    CHECK(back.model.ln == ln);
+    CHECK(back.model.tie_embeddings);
+    CHECK(s::dump_profile(back) == text);
+    s::Plan plan = sample_plan();
+    plan.model = profile.model;
+    const s::Plan pback = s::parse_plan(s::dump_plan(plan));
+    CHECK(pback.model.ln == ln);
+    CHECK(pback.model.kind == "bert");
+  }
+  // The model block's order: dtype, tie_embeddings, ln (the schema's).
+  profile.model.ln = "post";
+  const std::string text = s::dump_profile(profile);
+  CHECK(text.find("\"dtype\"") < text.find("\"tie_embeddings\": true"));
+  CHECK(text.find("\"tie_embeddings\": true") < text.find("\"ln\": \"post\""));
+}
+
 TEST_CASE("writers put keys in the documented order") {
   const json j = json::parse(s::dump_plan(sample_plan()));
   const std::string text = s::dump_plan(sample_plan());
@@ -211,6 +238,9 @@ TEST_CASE("bad inputs name the offending JSON pointer") {
       {"wrong kind", P::profile, set("/schema", "pd2bw.plan"), "/schema: this is a plan (pd2bw.plan), not a profile"},
       {"unknown kind", P::profile, set("/schema", "pd2bw.other"), "/schema: expected \"pd2bw.profile\""},
       {"bad dtype", P::profile, set("/model/dtype", "fp8"), "/model/dtype: unknown dtype"},
+      {"bad ln", P::profile, set("/model/ln", "sideways"), "/model/ln: is neither \"pre\" nor \"post\""},
+      {"ln not a string", P::profile, set("/model/ln", 1), "/model/ln: expected a string"},
+      {"tie not a bool", P::profile, set("/model/tie_embeddings", "yes"), "/model/tie_embeddings: expected"},
       {"model zero", P::profile, set("/model/blocks", 0), "/model/blocks: must be > 0"},
       {"device zero memory", P::profile, set("/device/memory_bytes", 0), "/device/memory_bytes: must be > 0"},
       {"too few timings", P::profile, set("/layers/2/per_microbatch/1", kErase),
@@ -253,6 +283,7 @@ TEST_CASE("bad inputs name the offending JSON pointer") {
       {"local device range", P::plan, set("/ranks/3/local_device", 2), "/ranks/3/local_device: must be <"},
       {"bad sha", P::plan, set("/profile_sha256", "ABC"), "/profile_sha256: must be 64"},
       {"bad schedule", P::plan, set("/schedule", "1f1b"), "/schedule: unknown schedule"},
+      {"plan bad ln", P::plan, set("/model/ln", "Post"), "/model/ln: is neither"},
       {"bad placement", P::plan, set("/alternatives/0/placement", "diagonal"),
        "/alternatives/0/placement: unknown placement"},
       {"recompute not bool", P::plan, set("/stages/0/recompute", 1), "/stages/0/recompute: expected true or false"},

@@ -8,7 +8,9 @@
 #include <cmath>
 #include <numeric>
 
+#include "pd2bw/executor/checkpoint.hpp"
 #include "pd2bw/executor/data.hpp"
+#include "pd2bw/executor/safetensors.hpp"
 #include "pd2bw/executor/trainer.hpp"
 #include "pd2bw/planner/search.hpp"
 #include "pd2bw/schemas/common.hpp"
@@ -30,9 +32,17 @@ double unigram_entropy(const executor::TokenData& data) {
   return h;
 }
 
-schemas::Plan tiny_plan() {
-  const auto profile = schemas::parse_profile(
+// bert: the tiny GPT's profile relabelled as a (post-LN, tied) BERT over bytes and its 4 special tokens;
+// the layer list and costs are the GPT's, which is all the planner reads.
+schemas::Plan tiny_plan(bool bert = false) {
+  auto profile = schemas::parse_profile(
       schemas::read_text_file(std::string(PD2BW_SOURCE_DIR) + "/schemas/examples/gpt-tiny.profile.json"));
+  if (bert) {
+    profile.model.kind = "bert";
+    profile.model.ln = "post";
+    profile.model.tie_embeddings = true;
+    profile.model.vocab = executor::kByteVocab + 4;
+  }
   schemas::Cluster cluster;
   cluster.device = {"cpu", 4 << 20};
   cluster.levels = {{"node", 4, 10.0, 0.002, 8.0}};
@@ -84,6 +94,44 @@ TEST_CASE("a run in segments with checkpoints and a resume gives the uninterrupt
   std::vector<double> parts = first.losses;
   parts.insert(parts.end(), second.losses.begin(), second.losses.end());
   CHECK(parts == whole.losses);  // bit for bit
+}
+
+TEST_CASE("bert: masked-LM learns, resumes exactly, and checkpoints under BertForMaskedLM's names") {
+  const auto plan = tiny_plan(true);
+  REQUIRE(plan.depth == 2);
+  const std::string sha(64, '0');
+  executor::TrainOptions o;
+  o.steps = 30;
+  o.quiet = true;
+  const auto whole = executor::train(plan, sha, o, nullptr);
+  REQUIRE(whole.losses.size() == 30);
+  const double last = std::accumulate(whole.losses.end() - 5, whole.losses.end(), 0.0) / 5.0;
+  MESSAGE("bert loss " << whole.losses.front() << " -> " << last << " (mean of last 5)");
+  CHECK(std::abs(whole.losses.front() - std::log(260.0)) < 0.3);
+  CHECK(last < whole.losses.front() * 2.0 / 3.0);
+
+  const test::TempDir dir("train-bert");
+  o.steps = 6;
+  const auto six = executor::train(plan, sha, o, nullptr);
+  o.checkpoint_dir = (dir.path() / "ck").string();
+  o.checkpoint_every = 2;
+  o.stop_after = 3;
+  const auto first = executor::train(plan, sha, o, nullptr);
+  o.resume = true;
+  o.stop_after = 0;
+  const auto second = executor::train(plan, sha, o, nullptr);
+  std::vector<double> parts = first.losses;
+  parts.insert(parts.end(), second.losses.begin(), second.losses.end());
+  CHECK(parts == six.losses);  // bit for bit
+  const auto stage0 = executor::read_safetensors((dir.path() / "ck" / "step-000006" / "stage-000.safetensors").string());
+  const auto last_stage = executor::read_safetensors(
+      (dir.path() / "ck" / "step-000006" / executor::stage_file_name(plan.depth - 1)).string());
+  for (const char* name : {"bert.embeddings.word_embeddings.weight", "bert.embeddings.token_type_embeddings.weight",
+                           "bert.embeddings.LayerNorm.weight", "bert.encoder.layer.0.attention.self.query.weight"})
+    CHECK_MESSAGE(stage0.tensors.count(name) == 1, name);
+  for (const char* name : {"cls.predictions.transform.dense.weight", "cls.predictions.bias",
+                           "cls.predictions.decoder.weight"})
+    CHECK_MESSAGE(last_stage.tensors.count(name) == 1, name);
 }
 
 TEST_CASE("rank 0 gathers one metrics entry per stage and the step times of every step") {

@@ -24,6 +24,7 @@ namespace {
 struct ProfileCliOptions {
   profiler::ProfileOptions opts;
   std::string model = "gpt";
+  bool vocab_given = false;
   std::string microbatches = "1,2,4,8";
   std::string link_max_bytes = fmt::format("{}MiB", profiler::kDefaultLinkMaxBytes >> 20);
   std::string output = "profile.json";
@@ -124,7 +125,8 @@ std::optional<schemas::Profile> profile_in_job(const ProfileCliOptions& o, Progr
 }
 
 void run_profile_command(ProfileCliOptions& o) {
-  if (o.model != "gpt") throw UsageError(fmt::format("--model must be gpt, got '{}'", o.model));
+  o.opts.model = o.model;
+  if (o.model == "bert" && !o.vocab_given) o.opts.vocab = 256 + 4;  // the built-in corpus's bytes and [PAD] [CLS] [SEP] [MASK]
   o.opts.microbatches = parse_list(o.microbatches, "--microbatch");
   o.opts.link_max_bytes = schemas::parse_bytes(o.link_max_bytes, "--link-max-bytes");
   o.opts.command_line = command_line();
@@ -151,16 +153,22 @@ void run_profile_command(ProfileCliOptions& o) {
 
 void add_options(CLI::App* cmd, ProfileCliOptions& o) {
   profiler::ProfileOptions& p = o.opts;
-  cmd->add_option("--model", o.model, "Model family: gpt")->capture_default_str();
+  cmd->add_option("--model", o.model,
+                  "Model family: gpt (causal decoder, next-token loss) | bert (encoder, masked-LM loss over 15% of "
+                  "the tokens)")
+      ->capture_default_str();
+  cmd->add_option("--ln", p.ln, "bert's layer-norm placement: post (BERT's, the default) | pre (Megatron's for deep BERTs)");
   cmd->add_option("--blocks,--layers", p.blocks,
                   "Transformer blocks L (the profile lists L + 2 layers: embedding, L blocks, head)")
       ->capture_default_str();
   cmd->add_option("--d-model", p.d_model, "Model width C")->capture_default_str();
   cmd->add_option("--heads", p.heads, "Attention heads H (must divide C)")->capture_default_str();
   cmd->add_option("--seq", p.seq_len, "Tokens per sample T")->capture_default_str();
-  cmd->add_option("--vocab", p.vocab, "Vocabulary size V")->capture_default_str();
+  cmd->add_option("--vocab", p.vocab,
+                  "Vocabulary size V (default 256, byte-level text; bert: 260, which adds its 4 special tokens)")
+      ->each([&o](const std::string&) { o.vocab_given = true; });
   cmd->add_option("--name", p.name, "Model name in the profile (default: gpt-tiny for the default dims, else "
-                                    "gpt-L<blocks>-C<d_model>)");
+                                    "<model>-L<blocks>-C<d_model>)");
   cmd->add_flag("--tie-embeddings", p.tie_embeddings, "The head reuses the embedding's token table");
   cmd->add_option("--microbatch", o.microbatches,
                   "Microbatch sizes to time, samples, comma-separated and strictly increasing")

@@ -208,6 +208,10 @@ void add_train_command(CLI::App& app, Runner& run) {
   cmd->add_option("--weight-decay", o.weight_decay, "Weight decay on weight matrices")->capture_default_str();
   cmd->add_option("--clip", o.clip_norm, "Clip the global gradient norm to this (0 = off)")->capture_default_str();
   cmd->add_option("--seed", o.seed, "Seed of the initial weights and of the data order")->capture_default_str();
+  cmd->add_option("--mask-rate", o.mask_rate,
+                  "bert: share of each sequence's tokens the masked-LM loss predicts, in (0, 1) (of those, 80% become "
+                  "[MASK], 10% a random token, 10% stay)")
+      ->capture_default_str();
   cmd->add_option("--dtype", o.dtype,
                   "Compute dtype: float | double | bf16 (bf16 keeps fp32 master weights, gradients and moments). "
                   "Default: the plan's model dtype (fp32 -> float, bf16 -> bf16)");
@@ -216,7 +220,7 @@ void add_train_command(CLI::App& app, Runner& run) {
                   "by device copies; one process per rank uses its rank's local GPU). Default: the device the plan "
                   "was made for: cpu for a plan whose device is 'cpu', cuda for a GPU's");
   cmd->add_option("--log", o.log_path, "Write one JSON record per step (step, loss, lr, tokens, tokens_per_s, "
-                                      "elapsed_s) to this file");
+                                      "elapsed_s; bert: masked_tokens, the positions the loss counted) to this file");
   cmd->add_option("--checkpoint-dir", o.checkpoint_dir,
                   "Directory for checkpoints: one step-NNNNNN/ directory per save (a safetensors file per stage and "
                   "manifest.json), a 'latest' pointer and a lock that keeps out a second trainer");

@@ -1,9 +1,13 @@
-// CPU causal multi-head self-attention core: softmax(q k^T / sqrt(hd) + mask) v per (batch, head).
+// CPU multi-head self-attention core: softmax(q k^T / sqrt(hd) + mask) v per (batch, head), with a causal
+// mask (GPT) or a key padding mask (BERT).
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "cpu/gemm.hpp"
+#include "pd2bw/error.hpp"
 #include "pd2bw/executor/ops.hpp"
 
 namespace pd2bw::executor::cpu {
@@ -21,34 +25,54 @@ HeadSlice slice(int64_t bi, int64_t hi, int64_t t, int64_t c, int64_t h) {
   return {bi * t * 3 * c + hi * hd, bi * t * c + hi * hd, (bi * h + hi) * t * t};
 }
 
-// scores: (T, T) raw q k^T; writes the causal softmax of scale * scores into p: (T, T), zero above
-// the diagonal.
+// The keys query row r of sequence bi sees are [0, end(r)): r + 1 of them with a causal mask, else the
+// sequence's length (all T without lengths).
+struct KeyRange {
+  bool causal;
+  int64_t length;
+  int64_t end(int64_t r) const { return causal ? r + 1 : length; }
+};
+
+KeyRange key_range(int64_t bi, int64_t t, bool causal, const int32_t* lengths) {
+  if (causal || lengths == nullptr) return {causal, t};
+  const int32_t len = lengths[bi];
+  if (len < 1 || len > t)
+    throw Error(fmt::format("attention: sequence {} has length {}, outside [1, {}]", bi, len, t),
+                "a key padding mask's lengths count each sequence's real tokens, at least one");
+  return {false, len};
+}
+
+// scores: (T, T) raw q k^T; writes the masked softmax of scale * scores into p: (T, T), zero outside
+// each row's keys.
 template <typename T>
-void causal_softmax(const T* scores, T* p, int64_t t, T scale) {
+void masked_softmax(const T* scores, T* p, int64_t t, T scale, KeyRange keys) {
   for (int64_t r = 0; r < t; ++r) {
     const T* sr = scores + r * t;
     T* pr = p + r * t;
+    const int64_t end = keys.end(r);
     T mx = scale * sr[0];
-    for (int64_t s = 1; s <= r; ++s) mx = std::max(mx, scale * sr[s]);
+    for (int64_t s = 1; s < end; ++s) mx = std::max(mx, scale * sr[s]);
     double sum = 0;
-    for (int64_t s = 0; s <= r; ++s) {
+    for (int64_t s = 0; s < end; ++s) {
       pr[s] = std::exp(scale * sr[s] - mx);
       sum += pr[s];
     }
     const T inv = static_cast<T>(1.0 / sum);
-    for (int64_t s = 0; s <= r; ++s) pr[s] *= inv;
-    for (int64_t s = r + 1; s < t; ++s) pr[s] = 0;
+    for (int64_t s = 0; s < end; ++s) pr[s] *= inv;
+    for (int64_t s = end; s < t; ++s) pr[s] = 0;
   }
 }
 
 }  // namespace
 
 template <typename T>
-void attention_forward(const T* qkv, T* out, T* probs, int64_t b, int64_t t, int64_t c, int64_t h) {
+void attention_forward(const T* qkv, T* out, T* probs, int64_t b, int64_t t, int64_t c, int64_t h, bool causal,
+                       const int32_t* lengths) {
   const int64_t hd = c / h;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
   std::vector<T> scores(static_cast<size_t>(t * t));
   for (int64_t bi = 0; bi < b; ++bi) {
+    const KeyRange keys = key_range(bi, t, causal, lengths);
     for (int64_t hi = 0; hi < h; ++hi) {
       const HeadSlice sl = slice(bi, hi, t, c, h);
       const T* q = qkv + sl.q_offset;
@@ -56,8 +80,8 @@ void attention_forward(const T* qkv, T* out, T* probs, int64_t b, int64_t t, int
       const T* v = q + 2 * c;
       T* p = probs + sl.probs_offset;
       detail::gemm(false, true, t, t, hd, q, 3 * c, k, 3 * c, scores.data(), t, false);
-      causal_softmax(scores.data(), p, t, scale);
-      // The zeros above the diagonal make the full product equal the causal one.
+      masked_softmax(scores.data(), p, t, scale, keys);
+      // The zeros of the masked entries make the full product equal the masked one.
       detail::gemm(false, false, t, hd, t, p, t, v, 3 * c, out + sl.out_offset, c, false);
     }
   }
@@ -65,11 +89,12 @@ void attention_forward(const T* qkv, T* out, T* probs, int64_t b, int64_t t, int
 
 template <typename T>
 void attention_backward(const T* dout, const T* qkv, const T* probs, T* dqkv, int64_t b, int64_t t, int64_t c,
-                        int64_t h) {
+                        int64_t h, bool causal, const int32_t* lengths) {
   const int64_t hd = c / h;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
   std::vector<T> ds(static_cast<size_t>(t * t));
   for (int64_t bi = 0; bi < b; ++bi) {
+    const KeyRange keys = key_range(bi, t, causal, lengths);
     for (int64_t hi = 0; hi < h; ++hi) {
       const HeadSlice sl = slice(bi, hi, t, c, h);
       const T* q = qkv + sl.q_offset;
@@ -85,11 +110,12 @@ void attention_backward(const T* dout, const T* qkv, const T* probs, T* dqkv, in
       for (int64_t r = 0; r < t; ++r) {
         const T* pr = p + r * t;
         T* dr = ds.data() + r * t;
+        const int64_t end = keys.end(r);
         double dot = 0;
-        for (int64_t s = 0; s <= r; ++s) dot += static_cast<double>(pr[s]) * dr[s];
+        for (int64_t s = 0; s < end; ++s) dot += static_cast<double>(pr[s]) * dr[s];
         const T dot_t = static_cast<T>(dot);
-        for (int64_t s = 0; s <= r; ++s) dr[s] = scale * pr[s] * (dr[s] - dot_t);
-        for (int64_t s = r + 1; s < t; ++s) dr[s] = 0;
+        for (int64_t s = 0; s < end; ++s) dr[s] = scale * pr[s] * (dr[s] - dot_t);
+        for (int64_t s = end; s < t; ++s) dr[s] = 0;
       }
       // dQ = dS K and dK = dS^T Q.
       detail::gemm(false, false, t, hd, t, ds.data(), t, k, 3 * c, dq, 3 * c, false);
@@ -99,8 +125,9 @@ void attention_backward(const T* dout, const T* qkv, const T* probs, T* dqkv, in
 }
 
 #define PD2BW_INSTANTIATE(T)                                                                \
-  template void attention_forward<T>(const T*, T*, T*, int64_t, int64_t, int64_t, int64_t); \
-  template void attention_backward<T>(const T*, const T*, const T*, T*, int64_t, int64_t, int64_t, int64_t);
+  template void attention_forward<T>(const T*, T*, T*, int64_t, int64_t, int64_t, int64_t, bool, const int32_t*); \
+  template void attention_backward<T>(const T*, const T*, const T*, T*, int64_t, int64_t, int64_t, int64_t, bool, \
+                                      const int32_t*);
 PD2BW_INSTANTIATE(float)
 PD2BW_INSTANTIATE(double)
 #undef PD2BW_INSTANTIATE

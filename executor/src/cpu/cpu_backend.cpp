@@ -4,6 +4,8 @@
 
 #include <time.h>
 
+#include <fmt/format.h>
+
 #include <bit>
 #include <cmath>
 #include <cstdlib>
@@ -167,21 +169,47 @@ void CpuBackend::layernorm_backward(ConstView dy, ConstView x, ConstView gamma, 
   });
 }
 
-void CpuBackend::gelu_forward(ConstView x, View y, int64_t n) {
-  run_staged(x.dtype, [&](auto& s) { cpu::gelu_forward(s.in(x), s.out(y), n); });
+void CpuBackend::gelu_forward(ConstView x, View y, int64_t n, GeluKind kind) {
+  run_staged(x.dtype, [&](auto& s) {
+    if (kind == GeluKind::erf)
+      cpu::gelu_erf_forward(s.in(x), s.out(y), n);
+    else
+      cpu::gelu_forward(s.in(x), s.out(y), n);
+  });
 }
-void CpuBackend::gelu_backward(ConstView dy, ConstView x, View dx, int64_t n) {
-  run_staged(x.dtype, [&](auto& s) { cpu::gelu_backward(s.in(dy), s.in(x), s.out(dx), n); });
+void CpuBackend::gelu_backward(ConstView dy, ConstView x, View dx, int64_t n, GeluKind kind) {
+  run_staged(x.dtype, [&](auto& s) {
+    if (kind == GeluKind::erf)
+      cpu::gelu_erf_backward(s.in(dy), s.in(x), s.out(dx), n);
+    else
+      cpu::gelu_backward(s.in(dy), s.in(x), s.out(dx), n);
+  });
 }
 
-void CpuBackend::attention_forward(ConstView qkv, View out, View probs, int64_t b, int64_t t, int64_t c, int64_t h) {
-  run_staged(qkv.dtype, [&](auto& s) { cpu::attention_forward(s.in(qkv), s.out(out), s.out(probs), b, t, c, h); });
+namespace {
+// The key lengths of a mask, (B) i32, or nullptr for none.
+const int32_t* mask_lengths(const AttentionMask& mask, int64_t b) {
+  if (mask.lengths.empty()) return nullptr;
+  if (mask.lengths.dtype != DType::i32 || mask.lengths.numel < b)
+    throw UsageError(fmt::format("attention: the mask's lengths must be {} i32 values", b));
+  return mask.lengths.as<int32_t>();
+}
+}  // namespace
+
+void CpuBackend::attention_forward(ConstView qkv, View out, View probs, int64_t b, int64_t t, int64_t c, int64_t h,
+                                   const AttentionMask& mask) {
+  const int32_t* lengths = mask_lengths(mask, b);
+  run_staged(qkv.dtype, [&](auto& s) {
+    cpu::attention_forward(s.in(qkv), s.out(out), s.out(probs), b, t, c, h, mask.causal, lengths);
+  });
 }
 // The probabilities hold everything the backward needs; the forward's output is not read.
 void CpuBackend::attention_backward(ConstView dout, ConstView qkv, ConstView /*out*/, ConstView probs, View dqkv, int64_t b,
-                                    int64_t t, int64_t c, int64_t h) {
-  run_staged(qkv.dtype,
-             [&](auto& s) { cpu::attention_backward(s.in(dout), s.in(qkv), s.in(probs), s.out(dqkv), b, t, c, h); });
+                                    int64_t t, int64_t c, int64_t h, const AttentionMask& mask) {
+  const int32_t* lengths = mask_lengths(mask, b);
+  run_staged(qkv.dtype, [&](auto& s) {
+    cpu::attention_backward(s.in(dout), s.in(qkv), s.in(probs), s.out(dqkv), b, t, c, h, mask.causal, lengths);
+  });
 }
 
 void CpuBackend::embedding_forward(ConstView tokens, ConstView wte, ConstView wpe, View out, int64_t b, int64_t t,
@@ -194,6 +222,16 @@ void CpuBackend::embedding_backward(ConstView tokens, ConstView dout, View dwte,
                                     int64_t c) {
   run_staged(dout.dtype,
              [&](auto& s) { cpu::embedding_backward(s.ids(tokens), s.in(dout), s.acc(dwte), s.acc(dwpe), b, t, c); });
+}
+
+void CpuBackend::type_embedding_forward(ConstView types, ConstView table, View out, int64_t n, int64_t c, int64_t r) {
+  run_staged(table.dtype,
+             [&](auto& s) { cpu::type_embedding_forward(s.ids(types), s.in(table), s.inout(out), n, c, r); });
+}
+void CpuBackend::type_embedding_backward(ConstView types, ConstView dout, View dtable, int64_t n, int64_t c,
+                                         int64_t /*r*/) {
+  run_staged(dout.dtype,
+             [&](auto& s) { cpu::type_embedding_backward(s.ids(types), s.in(dout), s.acc(dtable), n, c); });
 }
 
 void CpuBackend::cross_entropy_forward(ConstView logits, ConstView targets, View lse, View loss, int64_t n, int64_t v) {

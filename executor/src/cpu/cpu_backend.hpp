@@ -34,14 +34,17 @@ class CpuBackend final : public Backend {
                          int64_t c) override;
   void layernorm_backward(ConstView dy, ConstView x, ConstView gamma, ConstView mean, ConstView rstd, View dx, View dgamma,
                           View dbeta, int64_t n, int64_t c) override;
-  void gelu_forward(ConstView x, View y, int64_t n) override;
-  void gelu_backward(ConstView dy, ConstView x, View dx, int64_t n) override;
-  void attention_forward(ConstView qkv, View out, View probs, int64_t b, int64_t t, int64_t c, int64_t h) override;
+  void gelu_forward(ConstView x, View y, int64_t n, GeluKind kind) override;
+  void gelu_backward(ConstView dy, ConstView x, View dx, int64_t n, GeluKind kind) override;
+  void attention_forward(ConstView qkv, View out, View probs, int64_t b, int64_t t, int64_t c, int64_t h,
+                         const AttentionMask& mask) override;
   void attention_backward(ConstView dout, ConstView qkv, ConstView out, ConstView probs, View dqkv, int64_t b, int64_t t,
-                          int64_t c, int64_t h) override;
+                          int64_t c, int64_t h, const AttentionMask& mask) override;
   void embedding_forward(ConstView tokens, ConstView wte, ConstView wpe, View out, int64_t b, int64_t t, int64_t c,
                          int64_t v) override;
   void embedding_backward(ConstView tokens, ConstView dout, View dwte, View dwpe, int64_t b, int64_t t, int64_t c) override;
+  void type_embedding_forward(ConstView types, ConstView table, View out, int64_t n, int64_t c, int64_t r) override;
+  void type_embedding_backward(ConstView types, ConstView dout, View dtable, int64_t n, int64_t c, int64_t r) override;
   void cross_entropy_forward(ConstView logits, ConstView targets, View lse, View loss, int64_t n, int64_t v) override;
   void cross_entropy_backward(ConstView logits, ConstView targets, ConstView lse, View dlogits, int64_t n, int64_t v,
                               double loss_scale) override;

@@ -1,20 +1,31 @@
-// CPU softmax cross-entropy: mean loss over rows (returned in double) and scaled logit gradients.
+// CPU softmax cross-entropy: mean loss over the counted rows (returned in double) and scaled logit
+// gradients; rows whose target is kIgnoreTarget count for nothing.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 
 #include "pd2bw/error.hpp"
+#include "pd2bw/executor/data.hpp"
 #include "pd2bw/executor/ops.hpp"
 
 namespace pd2bw::executor::cpu {
+namespace {
+int64_t counted_rows(const int32_t* targets, int64_t n) {
+  int64_t k = 0;
+  for (int64_t i = 0; i < n; ++i) k += targets[i] != kIgnoreTarget ? 1 : 0;
+  return k;
+}
+}  // namespace
 
 template <typename T>
 double cross_entropy_forward(const T* logits, const int32_t* targets, T* lse, int64_t n, int64_t v) {
   double total = 0;
+  int64_t counted = 0;
   for (int64_t i = 0; i < n; ++i) {
     const int32_t tgt = targets[i];
-    if (tgt < 0 || tgt >= v) {
+    const bool ignored = tgt == kIgnoreTarget;
+    if (!ignored && (tgt < 0 || tgt >= v)) {
       throw Error(fmt::format("cross_entropy: target {} in row {} is outside [0, {})", tgt, i, v),
                   "check that the data set was tokenised with the model's vocabulary");
     }
@@ -24,18 +35,25 @@ double cross_entropy_forward(const T* logits, const int32_t* targets, T* lse, in
     double sum = 0;
     for (int64_t j = 0; j < v; ++j) sum += std::exp(static_cast<double>(row[j] - mx));
     lse[i] = static_cast<T>(static_cast<double>(mx) + std::log(sum));
+    if (ignored) continue;
     total += static_cast<double>(lse[i]) - static_cast<double>(row[tgt]);
+    ++counted;
   }
-  return total / static_cast<double>(n);
+  return counted == 0 ? 0.0 : total / static_cast<double>(counted);
 }
 
 template <typename T>
 void cross_entropy_backward(const T* logits, const int32_t* targets, const T* lse, T* dlogits, int64_t n,
                             int64_t v, double loss_scale) {
-  const double scale = loss_scale / static_cast<double>(n);
+  const int64_t counted = counted_rows(targets, n);
+  const double scale = counted == 0 ? 0.0 : loss_scale / static_cast<double>(counted);
   for (int64_t i = 0; i < n; ++i) {
     const T* row = logits + i * v;
     T* drow = dlogits + i * v;
+    if (targets[i] == kIgnoreTarget) {
+      for (int64_t j = 0; j < v; ++j) drow[j] = T(0);
+      continue;
+    }
     const double l = lse[i];
     for (int64_t j = 0; j < v; ++j) {
       const double prob = std::exp(static_cast<double>(row[j]) - l);

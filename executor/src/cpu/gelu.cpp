@@ -1,4 +1,4 @@
-// CPU GELU with the tanh approximation used by GPT-2, and its derivative.
+// CPU GELU, the tanh approximation used by GPT-2 and the exact (erf) form used by BERT, and their derivatives.
 #include <cmath>
 
 #include "pd2bw/executor/ops.hpp"
@@ -7,6 +7,8 @@ namespace pd2bw::executor::cpu {
 namespace {
 constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2 / pi)
 constexpr double kCubic = 0.044715;
+constexpr double kInvSqrt2 = 0.70710678118654752440;     // 1 / sqrt(2)
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;   // 1 / sqrt(2 pi)
 }  // namespace
 
 template <typename T>
@@ -33,9 +35,32 @@ void gelu_backward(const T* dy, const T* x, T* dx, int64_t n) {
   }
 }
 
-#define PD2BW_INSTANTIATE(T)                            \
-  template void gelu_forward<T>(const T*, T*, int64_t); \
-  template void gelu_backward<T>(const T*, const T*, T*, int64_t);
+template <typename T>
+void gelu_erf_forward(const T* x, T* y, int64_t n) {
+  const T r = static_cast<T>(kInvSqrt2);
+  for (int64_t i = 0; i < n; ++i) {
+    const T xi = x[i];
+    y[i] = T(0.5) * xi * (T(1) + std::erf(xi * r));
+  }
+}
+
+template <typename T>
+void gelu_erf_backward(const T* dy, const T* x, T* dx, int64_t n) {
+  const T r = static_cast<T>(kInvSqrt2);
+  const T d = static_cast<T>(kInvSqrt2Pi);
+  for (int64_t i = 0; i < n; ++i) {
+    const T xi = x[i];
+    const T cdf = T(0.5) * (T(1) + std::erf(xi * r));
+    const T pdf = d * std::exp(T(-0.5) * xi * xi);
+    dx[i] = (cdf + xi * pdf) * dy[i];
+  }
+}
+
+#define PD2BW_INSTANTIATE(T)                                         \
+  template void gelu_forward<T>(const T*, T*, int64_t);              \
+  template void gelu_backward<T>(const T*, const T*, T*, int64_t);   \
+  template void gelu_erf_forward<T>(const T*, T*, int64_t);          \
+  template void gelu_erf_backward<T>(const T*, const T*, T*, int64_t);
 PD2BW_INSTANTIATE(float)
 PD2BW_INSTANTIATE(double)
 #undef PD2BW_INSTANTIATE

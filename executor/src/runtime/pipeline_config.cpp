@@ -32,7 +32,7 @@ void PipelineConfig::validate() const {
   check_microbatch_sizes(*this);
 }
 
-PipelineConfig pipeline_from_plan(const schemas::Plan& plan, const GptConfig& model) {
+PipelineConfig pipeline_from_plan(const schemas::Plan& plan, const ModelConfig& model) {
   if (plan.num_layers != model.layer_count())
     throw UsageError(fmt::format("the plan splits {} layers but the model has {} (embedding, {} blocks, head)",
                                  plan.num_layers, model.layer_count(), model.blocks),

@@ -42,7 +42,7 @@ DType stage_compute(const PipelineConfig& cfg) {
 // seeded stream, so layers may be written by several threads with the same bits; a large stage (a
 // 1.3B model's are billions of draws) uses the machine's cores.
 template <typename T>
-void init_layers(const GptConfig& model, int64_t begin, int64_t end, uint64_t seed, const std::vector<int64_t>& offsets,
+void init_layers(const ModelConfig& model, int64_t begin, int64_t end, uint64_t seed, const std::vector<int64_t>& offsets,
                  const std::vector<int64_t>& sizes, std::span<T> init) {
   constexpr size_t kSerialBelow = size_t{1} << 24;  // elements
   std::atomic<int64_t> next{begin};
@@ -52,7 +52,7 @@ void init_layers(const GptConfig& model, int64_t begin, int64_t end, uint64_t se
     for (int64_t l = next++; l < end; l = next++) {
       const auto pos = static_cast<size_t>(l - begin);
       try {
-        init_gpt_layer<T>(model, l, seed, init.subspan(static_cast<size_t>(offsets[pos]), static_cast<size_t>(sizes[pos])));
+        init_layer<T>(model, l, seed, init.subspan(static_cast<size_t>(offsets[pos]), static_cast<size_t>(sizes[pos])));
       } catch (...) {
         const std::lock_guard<std::mutex> lock(mutex);
         if (!failure) failure = std::current_exception();
@@ -92,7 +92,7 @@ StageWorker<T>::Impl::Impl(const PipelineConfig& config, int64_t rank_)
   last = end == layers;
   recompute = cfg.recompute[static_cast<size_t>(stage)];
   for (int64_t l = begin; l < end; ++l) {
-    const ParamLayout own = gpt_layer_layout(cfg.model, l);
+    const ParamLayout own = layer_layout(cfg.model, l);
     offsets.push_back(append_layout(layout, own));
     sizes.push_back(layout_numel(own));
     if (l == 0)
@@ -104,13 +104,13 @@ StageWorker<T>::Impl::Impl(const PipelineConfig& config, int64_t rank_)
   }
   const int64_t table = cfg.model.vocab * cfg.model.d_model;
   if (cfg.model.tie_embeddings && last && !first)
-    tied_copy = push_tensor(layout, "lm_head.weight", {cfg.model.vocab, cfg.model.d_model});
+    tied_copy = push_tensor(layout, std::string(tied_copy_name(cfg.model)), {cfg.model.vocab, cfg.model.d_model});
   numel = layout_numel(layout);
   std::vector<T> init(static_cast<size_t>(numel), T(0));
   init_layers(cfg.model, begin, end, cfg.seed, offsets, sizes, std::span<T>(init));
   if (tied_copy >= 0) {  // the copy starts as the embedding's token table (wte leads layer 0's buffer)
-    std::vector<T> embedding_init(static_cast<size_t>(layout_numel(gpt_layer_layout(cfg.model, 0))));
-    init_gpt_layer<T>(cfg.model, 0, cfg.seed, std::span<T>(embedding_init));
+    std::vector<T> embedding_init(static_cast<size_t>(layout_numel(layer_layout(cfg.model, 0))));
+    init_layer<T>(cfg.model, 0, cfg.seed, std::span<T>(embedding_init));
     std::copy_n(embedding_init.begin() + EmbeddingLayer::kWteOffset, table, init.begin() + tied_copy);
   }
   const DType t = dtype_of<T>();
@@ -127,9 +127,13 @@ StageWorker<T>::Impl::Impl(const PipelineConfig& config, int64_t rank_)
   if (cfg.optimizer.kind == schemas::Optimizer::adamw) m2 = backend->alloc(t, numel);
   for (Buffer* b : {&grads, &m1, &m2}) backend->fill_zero(b->view());
   const auto tokens = static_cast<size_t>(cfg.microbatch_size * cfg.seq);
-  if (first || last) {
+  if (first || last || cfg.model.is_bert()) {
     tokens_host.resize(tokens);
     targets_host.resize(tokens);
+  }
+  if (cfg.model.is_bert()) {
+    types_host.resize(tokens);
+    lengths_host.resize(static_cast<size_t>(cfg.microbatch_size));
   }
 }
 
@@ -193,9 +197,10 @@ void StageWorker<T>::Impl::exchange_tied_grad(Comm& comm, int64_t step) {
 
 template <typename T>
 void StageWorker<T>::Impl::load_batch(Microbatch& mb, const MicrobatchSource& data, int64_t step, int64_t k) {
-  if (!first && !last) return;
-  data.fill(step, k, replica, tokens_host.data(), targets_host.data());
+  const bool bert = cfg.model.is_bert();
+  if (!first && !last && !bert) return;
   const auto n = static_cast<int64_t>(tokens_host.size());
+  if (first || last) data.fill(step, k, replica, tokens_host.data(), targets_host.data());
   if (first) {
     mb.tokens = backend->alloc(DType::i32, n);
     backend->from_host(tokens_host.data(), mb.tokens.view());
@@ -204,6 +209,17 @@ void StageWorker<T>::Impl::load_batch(Microbatch& mb, const MicrobatchSource& da
     mb.targets = backend->alloc(DType::i32, n);
     backend->from_host(targets_host.data(), mb.targets.view());
   }
+  if (!bert) return;
+  if (!data.fill_segments(step, k, replica, types_host.data(), lengths_host.data())) {
+    std::fill(types_host.begin(), types_host.end(), 0);
+    std::fill(lengths_host.begin(), lengths_host.end(), static_cast<int32_t>(cfg.seq));
+  }
+  if (first) {
+    mb.types = backend->alloc(DType::i32, n);
+    backend->from_host(types_host.data(), mb.types.view());
+  }
+  mb.lengths = backend->alloc(DType::i32, cfg.microbatch_size);
+  backend->from_host(lengths_host.data(), mb.lengths.view());
 }
 
 // Position of model layer `l` among the stage's layers is l - begin. Activations move between two arena
@@ -222,12 +238,12 @@ void StageWorker<T>::Impl::forward(Microbatch& mb, int64_t step, ConstView p, bo
   if (first) {
     mb.embedding.emplace();
     cur = take_spare();
-    embedding->forward(layer_params(p, pos++), mb.tokens.view(), B, S, *mb.embedding, cur.view());
+    embedding->forward(layer_params(p, pos++), mb.tokens.view(), B, S, *mb.embedding, cur.view(), mb.types.view());
   }
   mb.blocks.resize(blocks.size());
   for (size_t j = 0; j < blocks.size(); ++j) {
     Buffer out = take_spare();
-    blocks[j].forward(layer_params(p, pos++), current(), B, S, mb.blocks[j], out.view());
+    blocks[j].forward(layer_params(p, pos++), current(), B, S, mb.blocks[j], out.view(), mb.lengths.view());
     spare = std::move(cur);
     cur = std::move(out);
   }

@@ -20,6 +20,8 @@ namespace pd2bw::executor {
 // One microbatch in flight on this stage; every buffer comes from the stage's arena.
 struct Microbatch {
   Buffer tokens, targets;  // (B, S) i32 on the first and the last stage
+  Buffer types;            // (B, S) i32 on the first stage (bert)
+  Buffer lengths;          // (B) i32 key lengths on every stage with blocks (bert)
   Buffer input;            // (B, S, C) received activation (stages > 0)
   std::optional<EmbeddingStash> embedding;
   std::vector<BlockStash> blocks;
@@ -59,6 +61,7 @@ struct StageWorker<T>::Impl {
   Buffer grads, m1, m2;           // T
   Buffer widened;                 // T, the older version widened for weights() when mixed
   std::vector<int32_t> tokens_host, targets_host;  // (B, S) staging for the data source
+  std::vector<int32_t> types_host, lengths_host;   // (B, S), (B) bert's segments
   int64_t steps_done = 0;
   std::map<std::pair<int64_t, int64_t>, Microbatch> live;  // (step, microbatch) -> state
   double compute_ms = 0;           // backend clock in forward, recompute, backward
@@ -112,7 +115,8 @@ struct StageWorker<T>::Impl {
   View head_dwte();
   // Sums the tied table's gradient of the embedding's and the head's stage (same replica) on both.
   void exchange_tied_grad(Comm& comm, int64_t step);
-  // Fills tokens (and targets on the last stage) of microbatch k of `step` from the data source.
+  // Fills tokens (and targets on the last stage; bert: types on the first, key lengths on every stage
+  // with blocks) of microbatch k of `step` from the data source.
   void load_batch(Microbatch& mb, const MicrobatchSource& data, int64_t step, int64_t k);
 
   // The math of one op (stage_math.cpp).

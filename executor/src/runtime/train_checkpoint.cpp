@@ -72,6 +72,9 @@ void check_identity(const CheckpointManifest& m, const CheckpointIdentity& id, c
     throw UsageError(fmt::format("the checkpoint in {} was written with {} {}, but this run has {}", dir, what, had, now),
                      "resume with the same plan, --dtype, --seed and --data, or start a new --checkpoint-dir");
   };
+  if (!m.model.empty() && m.model != id.model)
+    throw UsageError(fmt::format("the checkpoint in {} holds a {} model, but this plan's model is {}", dir, m.model, id.model),
+                     fmt::format("resume a {} run's checkpoint directory, or start a new --checkpoint-dir", id.model));
   if (m.plan_sha256 != id.plan_sha256) mismatch("plan sha256", m.plan_sha256.substr(0, 12), id.plan_sha256.substr(0, 12));
   if (m.dtype != id.dtype) mismatch("--dtype", m.dtype, id.dtype);
   if (m.seed != id.seed) mismatch("--seed", std::to_string(m.seed), std::to_string(id.seed));
@@ -130,6 +133,7 @@ void write_checkpoint_manifest(const CheckpointIdentity& id, const std::string& 
   m.step = step;
   m.seed = id.seed;
   m.data_label = id.data_label;
+  m.model = id.model;
   m.provenance = {"pd2bw", std::string(schemas::pd2bw_version()), std::string(schemas::pd2bw_git_sha()), "", ""};
   m.stages = std::move(stages);
   write_manifest(dir, m);

@@ -13,6 +13,7 @@ namespace pd2bw::executor {
 
 struct CheckpointIdentity {
   std::string plan_sha256, profile_sha256, schedule, dtype, data_label;
+  std::string model;  // the family, "gpt" | "bert"
   int64_t depth = 0, width = 0;
   uint64_t seed = 0;
 };

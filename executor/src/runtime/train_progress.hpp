@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -60,6 +61,10 @@ class TrainProgress final : public LossSink {
     peak_flops_ = peak_flops;
   }
 
+  // Adds "masked N" to each line and "masked_tokens" to each record: the positions the step's loss
+  // counted (bert's masked-LM); off while empty.
+  void set_counted(std::function<int64_t(int64_t)> counted) { counted_ = std::move(counted); }
+
   const std::vector<double>& losses() const { return losses_; }
   // Steps skipped for a non-finite loss or gradient (1-based, as the progress lines count).
   const std::vector<int64_t>& skipped_steps() const { return skipped_list_; }
@@ -78,16 +83,20 @@ class TrainProgress final : public LossSink {
     const double eta = elapsed / done * static_cast<double>(total_ - first_ - static_cast<int64_t>(losses_.size()));
     const double mfu = peak_flops_ > 0 ? flops_per_token_ * tps / peak_flops_ : 0.0;
     const std::string mfu_text = peak_flops_ > 0 ? fmt::format(" | MFU {:4.1f}%", 100.0 * mfu) : std::string();
+    const int64_t counted = counted_ ? counted_(step) : -1;
+    const std::string loss_text = counted >= 0 ? fmt::format("loss {:.4f} (masked {})", std::isnan(loss) ? std::fabs(loss) : loss, counted)
+                                               : fmt::format("loss {:.4f}", std::isnan(loss) ? std::fabs(loss) : loss);
     if (out_)
-      fmt::print(out_, "step {:>5}/{} | loss {:.4f} | lr {:.2e} | {:>8.0f} tok/s{} | {:>7.1f} s elapsed | ETA {:.0f} s{}\n",
-                 step + 1, total_, std::isnan(loss) ? std::fabs(loss) : loss, lr_.at(step), tps, mfu_text, elapsed, eta,
+      fmt::print(out_, "step {:>5}/{} | {} | lr {:.2e} | {:>8.0f} tok/s{} | {:>7.1f} s elapsed | ETA {:.0f} s{}\n",
+                 step + 1, total_, loss_text, lr_.at(step), tps, mfu_text, elapsed, eta,
                  skipped ? fmt::format(" | skipped, not finite: {}", skip->second) : std::string());
     if (log_)
       log_->append(fmt::format("{{\"step\": {}, \"loss\": {}, \"lr\": {}, \"tokens\": {}, \"tokens_per_s\": {}, "
-                               "\"elapsed_s\": {}, \"skipped\": {}{}}}",
+                               "\"elapsed_s\": {}, \"skipped\": {}{}{}}}",
                                step + 1, json_number(loss), json_number(lr_.at(step)), tokens_ * (step + 1),
                                json_number(tps, 1), json_number(elapsed, 3), skipped ? "true" : "false",
-                               peak_flops_ > 0 ? fmt::format(", \"mfu\": {}", json_number(mfu, 4)) : std::string()));
+                               peak_flops_ > 0 ? fmt::format(", \"mfu\": {}", json_number(mfu, 4)) : std::string(),
+                               counted >= 0 ? fmt::format(", \"masked_tokens\": {}", counted) : std::string()));
     if (log_) fault_point("log", 0, step);
     if (skipped) skipped_.erase(skip);
   }
@@ -123,6 +132,7 @@ class TrainProgress final : public LossSink {
   std::vector<double> losses_;
   std::vector<int64_t> skipped_list_;
   double flops_per_token_ = 0, peak_flops_ = 0;
+  std::function<int64_t(int64_t)> counted_;
 };
 
 }  // namespace pd2bw::executor

@@ -331,6 +331,7 @@ std::optional<TrainResult> train_rank(Comm& comm, const TrainSetup& s) {
                                                o.quiet ? nullptr : s.progress, log.get());
     progress->set_mfu(s.flops_per_token, s.peak_flops);
     progress->set_divergence_guard(o.divergence_guard);
+    progress->set_counted(s.counted_per_step);
   }
   RankLosses losses(comm, c, progress.get());
   Gathered gathered;

@@ -5,6 +5,8 @@
 // process (train() today) or one process each (an MPI launcher calls train_rank with its own Comm).
 #pragma once
 
+#include <functional>
+
 #include <cstdio>
 #include <optional>
 
@@ -26,6 +28,8 @@ struct TrainSetup {
   std::FILE* progress = nullptr;             // rank 0's progress lines (null: none)
   double flops_per_token = 0;                // model FLOPs of one token's forward and backward
   double peak_flops = 0;                     // the device's peak FLOP/s for MFU (0: no MFU, e.g. the cpu)
+  // bert: the masked positions the loss of a step counts (for the progress line and the log); empty for gpt.
+  std::function<int64_t(int64_t step)> counted_per_step;
 };
 
 // One rank's metrics as sent to rank 0 after each segment of steps.

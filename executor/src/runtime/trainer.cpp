@@ -15,6 +15,7 @@
 #include "pd2bw/checked.hpp"
 #include "pd2bw/error.hpp"
 #include "pd2bw/executor/data.hpp"
+#include "pd2bw/executor/data_mlm.hpp"
 #include "pd2bw/executor/device.hpp"
 #include "pd2bw/executor/process_group.hpp"
 #include "pd2bw/pipeline/memory.hpp"
@@ -39,11 +40,53 @@ class DataSource final : public MicrobatchSource {
   int64_t b_, seq_;
 };
 
-GptConfig model_of(const schemas::Plan& plan) {
+// A bert model's masked-LM batches (data_mlm.hpp). fill() and fill_segments() each sample the whole
+// microbatch (it is a pure function, and cheap next to the model) and keep their part.
+class MlmSource final : public MicrobatchSource {
+ public:
+  MlmSource(const TokenData& data, MlmOptions options, uint64_t seed, int64_t b, int64_t seq)
+      : sampler_(data, options), seed_(seed), b_(b), seq_(seq) {}
+  const MlmSampler& sampler() const { return sampler_; }
+  void fill(int64_t step, int64_t microbatch, int64_t replica, int32_t* tokens, int32_t* targets) const override {
+    std::vector<int32_t> types(static_cast<size_t>(b_ * seq_)), lengths(static_cast<size_t>(b_));
+    sampler_.sample(seed_, step, microbatch, replica, b_, seq_, tokens, types.data(), lengths.data(), targets);
+  }
+  bool fill_segments(int64_t step, int64_t microbatch, int64_t replica, int32_t* types, int32_t* lengths) const override {
+    std::vector<int32_t> tokens(static_cast<size_t>(b_ * seq_)), targets(tokens.size());
+    sampler_.sample(seed_, step, microbatch, replica, b_, seq_, tokens.data(), types, lengths, targets.data());
+    return true;
+  }
+  // The masked positions the loss of `step` counts, over every microbatch and replica.
+  int64_t counted(int64_t step, int64_t microbatches, int64_t width) const {
+    int64_t total = 0;
+    for (int64_t r = 0; r < width; ++r)
+      for (int64_t k = 0; k < microbatches; ++k) total += sampler_.predicted(seed_, step, k, r, b_, seq_);
+    return total;
+  }
+
+ private:
+  MlmSampler sampler_;
+  uint64_t seed_;
+  int64_t b_, seq_;
+};
+
+ModelConfig model_of(const schemas::Plan& plan) {
   const auto& m = plan.model;
-  if (m.kind != "gpt")
-    throw UsageError(fmt::format("the plan's model is of kind '{}'; pd2bw train runs kind 'gpt'", m.kind));
-  GptConfig c{m.vocab, m.seq_len, m.d_model, m.heads, m.blocks, m.tie_embeddings};
+  if (m.kind != "gpt" && m.kind != "bert")
+    throw UsageError(fmt::format("the plan's model is of kind '{}'; pd2bw train runs kinds 'gpt' and 'bert'",
+                                 m.kind.substr(0, 40)),
+                     "plan with a profile of a gpt or bert model (pd2bw profile --model gpt|bert)");
+  ModelConfig c = ModelConfig::of(parse_model_family(m.kind));
+  c.vocab = m.vocab;
+  c.seq_len = m.seq_len;
+  c.d_model = m.d_model;
+  c.heads = m.heads;
+  c.blocks = m.blocks;
+  if (c.is_bert() && !m.tie_embeddings)
+    throw UsageError("the plan's bert model is not tied (/model/tie_embeddings), but a bert decoder is the word table",
+                     "profile the bert model with pd2bw profile --model bert");
+  c.tie_embeddings = m.tie_embeddings;
+  if (!m.ln.empty()) c.ln = parse_ln_placement(m.ln);
   c.validate();
   return c;
 }
@@ -57,6 +100,9 @@ void check_options(const TrainOptions& o) {
   if (o.min_lr < 0 || o.min_lr > o.lr) throw UsageError("--min-lr must be in [0, --lr]");
   if (o.weight_decay < 0) throw UsageError(fmt::format("--weight-decay must be >= 0, got {}", o.weight_decay));
   if (o.clip_norm < 0) throw UsageError(fmt::format("--clip must be >= 0 (0 turns it off), got {}", o.clip_norm));
+  if (!(o.mask_rate > 0 && o.mask_rate < 1))
+    throw UsageError(fmt::format("--mask-rate must be in (0, 1), got {}", o.mask_rate),
+                     "BERT predicts 15% of the tokens: --mask-rate 0.15");
   if (o.keep < 1) throw UsageError(fmt::format("--keep must be >= 1, got {}", o.keep));
   if (o.warmup_steps < 0) throw UsageError("--warmup must be >= 0 steps");
   if (o.dtype != "float" && o.dtype != "double" && o.dtype != "bf16")
@@ -83,7 +129,7 @@ void check_fits(const PipelineConfig& c, DType master, const std::vector<int64_t
     const auto i = static_cast<size_t>(stage_of[static_cast<size_t>(r)]);
     int64_t numel = 0;
     for (int64_t l = c.bounds[i]; l < c.bounds[i + 1]; ++l)
-      numel = checked_add(numel, layout_numel(gpt_layer_layout(c.model, l)), what);
+      numel = checked_add(numel, layout_numel(layer_layout(c.model, l)), what);
     need = checked_add(need, f.total(checked_mul(numel, scalar, what)), what);
   }
   const int64_t have = device_info(c.backend).memory_bytes;
@@ -149,8 +195,14 @@ std::vector<int64_t> ranks_on_node(const ProcessGroup& g) {
   return here;
 }
 
-TokenData load_data(const TrainOptions& o, const GptConfig& model) {
+TokenData load_data(const TrainOptions& o, const ModelConfig& model) {
   TokenData data = o.data_path.empty() ? TokenData::builtin() : TokenData::open(o.data_path);
+  if (model.is_bert() && data.vocab() + kMlmSpecialTokens > model.vocab)
+    throw UsageError(fmt::format("{} has a vocabulary of {}, and masked-LM adds {} special tokens ([PAD], [CLS], [SEP], "
+                                 "[MASK]) after it: the bert model's vocabulary is {}, not the {} that needs",
+                                 data.label(), data.vocab(), kMlmSpecialTokens, model.vocab,
+                                 data.vocab() + kMlmSpecialTokens),
+                     "profile the bert model with --vocab of at least that (pd2bw profile --model bert --vocab N)");
   if (data.max_token() >= model.vocab)
     throw UsageError(fmt::format("{} has token ids up to {}, but the model's vocabulary is {}", data.label(),
                                  data.max_token(), model.vocab),
@@ -163,7 +215,7 @@ TokenData load_data(const TrainOptions& o, const GptConfig& model) {
 // Everything a rank needs, checked; the data outlives the ranks that read it.
 struct Prepared {
   TokenData data;
-  std::unique_ptr<DataSource> source;
+  std::unique_ptr<MicrobatchSource> source;
   TrainSetup setup;
   DeviceInfo device;
 
@@ -184,7 +236,7 @@ template <typename T>
 std::unique_ptr<Prepared> prepare(const schemas::Plan& plan, const std::string& sha, const TrainOptions& o, std::FILE* out,
                                   const std::vector<int64_t>& here) {
   check_options(o);
-  const GptConfig model = model_of(plan);
+  const ModelConfig model = model_of(plan);
   PipelineConfig config = pipeline_from_plan(plan, model);
   config.seed = o.seed;
   config.optimizer.kind = plan.optimizer;
@@ -208,9 +260,18 @@ std::unique_ptr<Prepared> prepare(const schemas::Plan& plan, const std::string& 
   TrainSetup& setup = p->setup;
   setup.config = std::move(config);
   setup.id = {sha, plan.profile_sha256, std::string(schemas::to_string(plan.schedule)), o.dtype,
-              p->data.label(), plan.depth, plan.width, o.seed};
+              p->data.label(), std::string(to_string(model.family)), plan.depth, plan.width, o.seed};
   setup.options = o;
-  p->source = std::make_unique<DataSource>(p->data, o.seed, setup.config.microbatch_size, setup.config.seq);
+  if (model.is_bert()) {
+    auto mlm = std::make_unique<MlmSource>(p->data, MlmOptions{o.mask_rate}, o.seed, setup.config.microbatch_size,
+                                           setup.config.seq);
+    const MlmSource* m = mlm.get();
+    const int64_t microbatches = setup.config.microbatches, width = setup.config.width;
+    setup.counted_per_step = [m, microbatches, width](int64_t step) { return m->counted(step, microbatches, width); };
+    p->source = std::move(mlm);
+  } else {
+    p->source = std::make_unique<DataSource>(p->data, o.seed, setup.config.microbatch_size, setup.config.seq);
+  }
   setup.source = p->source.get();
   setup.tokens_per_step = checked_mul(plan.global_batch, setup.config.seq, "the tokens per step");
   setup.progress = o.quiet ? nullptr : out;
@@ -321,9 +382,9 @@ std::string resolve_train_dtype(const schemas::Plan& plan, const std::string& re
 }
 
 double model_flops_per_token(const schemas::Plan& plan) {
-  const GptConfig model = model_of(plan);
+  const ModelConfig model = model_of(plan);
   int64_t params = 0;
-  for (int64_t l = 0; l < model.layer_count(); ++l) params += layout_numel(gpt_layer_layout(model, l));
+  for (int64_t l = 0; l < model.layer_count(); ++l) params += layout_numel(layer_layout(model, l));
   return 6.0 * static_cast<double>(params) +
          12.0 * static_cast<double>(model.blocks) * static_cast<double>(model.d_model) * static_cast<double>(model.seq_len);
 }

@@ -142,13 +142,29 @@ struct TimerMark {
   int64_t event = -1;
 };
 
-// What a backend's causal attention keeps for its backward: `numel` elements of `dtype` (the cpu: the
+// What a backend's attention keeps for its backward: `numel` elements of `dtype` (the cpu: the
 // softmax probabilities, (B, H, T, T) in the compute dtype; a flash-style kernel: each row's
 // log-sum-exp, (B, H, T) in fp32).
 struct AttentionStash {
   DType dtype = DType::f32;
   int64_t numel = 0;
 };
+
+// Which keys each query of an attention op sees. causal: key s <= query r (GPT); otherwise every key of
+// the query's sequence (BERT). lengths: (B) i32, each in [1, T]: keys at positions >= lengths[b] are
+// padding and get no weight (BERT's key padding mask); empty: every sequence has all T keys. Query rows
+// at or past their sequence's length are computed like the others (they attend to the valid keys), so
+// every output is finite; a loss ignores those positions. A length outside [1, T] throws Error (a device
+// backend at its next synchronising call).
+struct AttentionMask {
+  bool causal = true;
+  ConstView lengths;
+  static AttentionMask causal_mask() { return {}; }
+  static AttentionMask bidirectional(ConstView lengths) { return {false, lengths}; }
+};
+
+// GELU's two forms: tanh, the approximation GPT-2 uses; erf, the exact x * Phi(x) BERT uses.
+enum class GeluKind { tanh, erf };
 
 class Backend {
  public:
@@ -205,20 +221,22 @@ class Backend {
   virtual void layernorm_backward(ConstView dy, ConstView x, ConstView gamma, ConstView mean, ConstView rstd, View dx,
                                   View dgamma, View dbeta, int64_t n, int64_t c) = 0;
   // x, y: (n), y may alias x.
-  virtual void gelu_forward(ConstView x, View y, int64_t n) = 0;
+  virtual void gelu_forward(ConstView x, View y, int64_t n, GeluKind kind) = 0;
   // dy, x: (n); dx: (n), may alias dy.
-  virtual void gelu_backward(ConstView dy, ConstView x, View dx, int64_t n) = 0;
+  virtual void gelu_backward(ConstView dy, ConstView x, View dx, int64_t n, GeluKind kind) = 0;
   // The stash attention_forward writes for a microbatch of b sequences of t tokens over h heads in
   // `compute`. The default is the cpu's: the probabilities, (B, H, T, T) in the compute dtype.
   virtual AttentionStash attention_stash(DType compute, int64_t b, int64_t t, int64_t h) const {
     return {compute, b * h * t * t};
   }
-  // qkv: (B, T, 3C); out: (B, T, C); stash: attention_stash(...) elements, saved for the backward.
-  virtual void attention_forward(ConstView qkv, View out, View stash, int64_t b, int64_t t, int64_t c, int64_t h) = 0;
+  // qkv: (B, T, 3C); out: (B, T, C); stash: attention_stash(...) elements, saved for the backward;
+  // mask: which keys each query sees (AttentionMask; lengths (B) i32 or empty).
+  virtual void attention_forward(ConstView qkv, View out, View stash, int64_t b, int64_t t, int64_t c, int64_t h,
+                                 const AttentionMask& mask) = 0;
   // dout: (B, T, C), qkv: (B, T, 3C), out: (B, T, C) as the forward wrote it, stash: as the forward
-  // wrote it; dqkv: (B, T, 3C).
+  // wrote it, mask: the forward's; dqkv: (B, T, 3C).
   virtual void attention_backward(ConstView dout, ConstView qkv, ConstView out, ConstView stash, View dqkv, int64_t b,
-                                  int64_t t, int64_t c, int64_t h) = 0;
+                                  int64_t t, int64_t c, int64_t h, const AttentionMask& mask) = 0;
   // tokens: (B, T) i32 in [0, V), wte: (V, C), wpe: (Tmax, C), out: (B, T, C). Throws Error for an id
   // out of range.
   virtual void embedding_forward(ConstView tokens, ConstView wte, ConstView wpe, View out, int64_t b, int64_t t,
@@ -226,10 +244,17 @@ class Backend {
   // dout: (B, T, C); dwte: (V, C) +=; dwpe: (Tmax, C) +=.
   virtual void embedding_backward(ConstView tokens, ConstView dout, View dwte, View dwpe, int64_t b, int64_t t,
                                   int64_t c) = 0;
-  // logits: (N, V), targets: (N) i32; lse: (N); loss: (1) f64 = mean of -log softmax[target].
-  // Throws Error for a target out of range.
+  // types: (N) i32 in [0, R), table: (R, C); out: (N, C) += table[types[i]] (BERT's token-type embedding).
+  // Throws Error for a type out of range.
+  virtual void type_embedding_forward(ConstView types, ConstView table, View out, int64_t n, int64_t c, int64_t r) = 0;
+  // types: (N), dout: (N, C); dtable: (R, C) += the rows of dout summed by type, each in row order.
+  virtual void type_embedding_backward(ConstView types, ConstView dout, View dtable, int64_t n, int64_t c, int64_t r) = 0;
+  // logits: (N, V), targets: (N) i32 in [0, V) or kIgnoreTarget (data.hpp: a position no loss counts);
+  // lse: (N); loss: (1) f64 = the mean of -log softmax[target] over the K rows whose target is not ignored
+  // (0 when K = 0). Throws Error for any other target out of range.
   virtual void cross_entropy_forward(ConstView logits, ConstView targets, View lse, View loss, int64_t n, int64_t v) = 0;
-  // dlogits: (N, V) = (softmax - onehot) * loss_scale / N; may alias logits.
+  // dlogits: (N, V) = (softmax - onehot) * loss_scale / K on the counted rows, 0 on ignored ones (the
+  // gradient of loss_scale * the forward's loss); may alias logits.
   virtual void cross_entropy_backward(ConstView logits, ConstView targets, ConstView lse, View dlogits, int64_t n,
                                       int64_t v, double loss_scale) = 0;
   // out = a + b, (n); out may alias a or b.

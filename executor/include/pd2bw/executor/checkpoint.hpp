@@ -34,6 +34,7 @@ struct CheckpointManifest {
   int64_t step = 0;            // optimizer steps completed; the sampler is stateless, so also the data position
   uint64_t seed = 0;           // the run's seed (initialisation and data order)
   std::string data_label;      // which data was used (TokenData::label())
+  std::string model;           // the model family, "gpt" | "bert" (optional in files; absent: not recorded)
   std::vector<CheckpointStage> stages;  // exactly `depth` entries, stage i at index i
   schemas::Provenance provenance;
 };

@@ -17,6 +17,9 @@ inline constexpr int64_t kLlmcHeaderBytes = 256 * 4;
 // Vocabulary of byte-level data and of GPT-2 (llm.c files).
 inline constexpr int64_t kByteVocab = 256;
 inline constexpr int64_t kGpt2Vocab = 50257;
+// A target that no loss counts (a position a masked-LM batch does not predict, or padding): the
+// cross-entropy ops skip it and average over the others. PyTorch's ignore_index default.
+inline constexpr int32_t kIgnoreTarget = -100;
 
 // An immutable sequence of token ids with its vocabulary size. Cheap to move; copying copies the tokens.
 class TokenData {

@@ -52,18 +52,28 @@ void gelu_forward(const T* x, T* y, int64_t n);
 // dy: (n), x: (n) the forward input; dx: (n) overwritten, may alias dy.
 template <typename T>
 void gelu_backward(const T* dy, const T* x, T* dx, int64_t n);
+// ---- GELU, exact (as BERT): x Phi(x) = 0.5 x (1 + erf(x / sqrt(2))); shapes as above ------------------
+template <typename T>
+void gelu_erf_forward(const T* x, T* y, int64_t n);
+// dx = dy (Phi(x) + x phi(x)).
+template <typename T>
+void gelu_erf_backward(const T* dy, const T* x, T* dx, int64_t n);
 
-// ---- causal multi-head self-attention core (no projections) -------------------------------------
+// ---- multi-head self-attention core (no projections) --------------------------------------------
 // qkv: (B, T, 3C) laid out [q | k | v] along the last dimension, head h owning columns
 // [h*hd, (h+1)*hd) of each part, hd = C / H (C must be divisible by H).
-// out: (B, T, C) = softmax(q k^T / sqrt(hd) + causal mask) v, heads concatenated.
-// probs: (B, H, T, T) saved softmax probabilities; entries above the diagonal are written as 0.
+// out: (B, T, C) = softmax(q k^T / sqrt(hd) + mask) v, heads concatenated. The mask: with `causal`, query
+// r sees keys s <= r (GPT); otherwise it sees every key s < lengths[b] (BERT's key padding mask), or all
+// T keys when lengths is nullptr. lengths: (B), each in [1, T], else pd2bw::Error.
+// probs: (B, H, T, T) saved softmax probabilities; masked entries are written as 0.
 template <typename T>
-void attention_forward(const T* qkv, T* out, T* probs, int64_t b, int64_t t, int64_t c, int64_t h);
-// dout: (B, T, C), qkv: (B, T, 3C), probs: (B, H, T, T) as saved; dqkv: (B, T, 3C) overwritten.
+void attention_forward(const T* qkv, T* out, T* probs, int64_t b, int64_t t, int64_t c, int64_t h, bool causal = true,
+                       const int32_t* lengths = nullptr);
+// dout: (B, T, C), qkv: (B, T, 3C), probs: (B, H, T, T) as saved, causal and lengths: the forward's;
+// dqkv: (B, T, 3C) overwritten.
 template <typename T>
 void attention_backward(const T* dout, const T* qkv, const T* probs, T* dqkv, int64_t b, int64_t t, int64_t c,
-                        int64_t h);
+                        int64_t h, bool causal = true, const int32_t* lengths = nullptr);
 
 // ---- token + position embedding ------------------------------------------------------------------
 // tokens: (B, T) ids in [0, V), wte: (V, C), wpe: (Tmax, C) with T <= Tmax, out: (B, T, C).
@@ -77,15 +87,26 @@ template <typename T>
 void embedding_backward(const int32_t* tokens, const T* dout, T* dwte, T* dwpe, int64_t b, int64_t t,
                         int64_t c);
 
+// ---- token-type embedding (BERT's segment embedding) ------------------------------------------------
+// types: (N) ids in [0, R), table: (R, C); out: (N, C) += table[types[i]].
+// Throws pd2bw::Error naming the position of the first type outside [0, R).
+template <typename T>
+void type_embedding_forward(const int32_t* types, const T* table, T* out, int64_t n, int64_t c, int64_t r);
+// dout: (N, C); dtable: (R, C) += rows of dout gathered by type, in row order.
+template <typename T>
+void type_embedding_backward(const int32_t* types, const T* dout, T* dtable, int64_t n, int64_t c);
+
 // ---- softmax cross-entropy --------------------------------------------------------------------------
-// logits: (N, V), targets: (N) ids in [0, V); lse: (N) saved log-sum-exp of each row.
-// Returns the mean over the N rows of -log softmax(logits)[target], accumulated in double.
-// Throws pd2bw::Error naming the row of the first target outside [0, V).
+// logits: (N, V), targets: (N) ids in [0, V) or kIgnoreTarget (data.hpp, -100: a row no loss counts);
+// lse: (N) saved log-sum-exp of each row (every row, counted or not).
+// Returns the mean over the K counted rows of -log softmax(logits)[target], accumulated in double (0 when
+// K = 0). Throws pd2bw::Error naming the row of the first other target outside [0, V).
 template <typename T>
 double cross_entropy_forward(const T* logits, const int32_t* targets, T* lse, int64_t n, int64_t v);
 // logits: (N, V), targets: (N), lse: (N) as saved; dlogits: (N, V) overwritten with
-// (softmax(logits) - onehot(target)) * loss_scale / N, i.e. the gradient of loss_scale * mean loss.
-// A step of m microbatches passes loss_scale = 1/m. dlogits may alias logits.
+// (softmax(logits) - onehot(target)) * loss_scale / K on the counted rows and 0 on the ignored ones, i.e.
+// the gradient of loss_scale * the forward's loss. A step of m microbatches passes loss_scale = 1/m.
+// dlogits may alias logits.
 template <typename T>
 void cross_entropy_backward(const T* logits, const int32_t* targets, const T* lse, T* dlogits, int64_t n,
                             int64_t v, double loss_scale);

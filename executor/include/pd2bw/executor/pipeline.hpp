@@ -15,7 +15,7 @@
 
 #include "pd2bw/executor/backend.hpp"
 #include "pd2bw/executor/comm.hpp"
-#include "pd2bw/executor/gpt.hpp"
+#include "pd2bw/executor/layers.hpp"
 #include "pd2bw/executor/optimizer.hpp"
 #include "pd2bw/pipeline/shape.hpp"
 #include "pd2bw/schemas/plan.hpp"
@@ -41,7 +41,7 @@ struct OptimizerOptions {
 // The pipeline's shape (schedule, depth, width, microbatches, microbatch_size in sequences, bounds,
 // recompute, ranks; see pipeline::PipelineShape) and what the executor adds to run it.
 struct PipelineConfig : pipeline::PipelineShape {
-  GptConfig model;
+  ModelConfig model;
   int64_t seq = 1;             // tokens per sequence (<= model.seq_len)
   uint64_t seed = 1234;        // weight initialisation
   OptimizerOptions optimizer;
@@ -55,7 +55,7 @@ struct PipelineConfig : pipeline::PipelineShape {
 
 // The plan's schedule, shape, stages and rank table for `model` (whose layer count must equal the
 // plan's). Throws UsageError when they do not match.
-PipelineConfig pipeline_from_plan(const schemas::Plan& plan, const GptConfig& model);
+PipelineConfig pipeline_from_plan(const schemas::Plan& plan, const ModelConfig& model);
 
 // Where microbatch `microbatch` of step `step` on replica `replica` comes from: tokens and targets,
 // both (b, seq). Must be a pure function of its arguments (the first and the last stage both call it).
@@ -63,6 +63,13 @@ class MicrobatchSource {
  public:
   virtual ~MicrobatchSource() = default;
   virtual void fill(int64_t step, int64_t microbatch, int64_t replica, int32_t* tokens, int32_t* targets) const = 0;
+  // The same microbatch's token types (b, seq) and key lengths (b), which a bert model reads (the first
+  // stage the types; every stage with blocks the lengths, for the padding mask). Pure like fill().
+  // Returns false when the source has none: then every type is 0 and every row has seq keys.
+  virtual bool fill_segments(int64_t /*step*/, int64_t /*microbatch*/, int64_t /*replica*/, int32_t* /*types*/,
+                             int32_t* /*lengths*/) const {
+    return false;
+  }
 };
 
 // Receives each microbatch's loss from the last stage, and hears of every update on every rank (called

@@ -42,6 +42,7 @@ struct TrainOptions {
   std::string transport = "threads";  // "threads": every rank a thread of this process; "mpi" or "nccl":
                                       // this process is one rank of a ProcessGroup (process_group.hpp)
   std::string device;                 // backend: "cpu" or "cuda"; empty: the plan's (resolve_train_device)
+  double mask_rate = 0.15;            // bert: share of each row's tokens the masked-LM loss predicts, in (0, 1)
 };
 
 // The divergence guard's bound: a step whose mean loss exceeds this many times the first step's (of this

@@ -17,7 +17,7 @@ struct PlanFinding {
   std::string message;  // e.g. "is 1200 but its terms add up to 1100"
 };
 
-// The rules a plan must follow on its own, whatever profile it came from: a gpt model has
+// The rules a plan must follow on its own, whatever profile it came from: a gpt or bert model has
 // /num_layers = blocks + 2 (embedding, blocks, head: the model `train` builds); each stage's memory total is
 // the sum of its terms and within its limit (the cluster's device memory), its dominant term is the
 // largest; in_flight follows the schedule (min(d - i, m) for 2bw and flush, m for gpipe); a stage's

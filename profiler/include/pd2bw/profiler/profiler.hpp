@@ -28,6 +28,8 @@ inline constexpr int64_t kDefaultLinkMaxBytes = int64_t{16} << 20;
 // What to measure and how. Sizes are in bytes; the model is a GPT with `blocks` transformer blocks of
 // width `d_model`, `heads` attention heads, `seq_len` tokens per sample and a vocabulary of `vocab`.
 struct ProfileOptions {
+  std::string model = "gpt";                      // family: "gpt" or "bert" (executor/model.hpp)
+  std::string ln;                                 // bert's layer-norm placement: "post" or "pre"; empty: the family's
   int64_t blocks = 4, d_model = 64, heads = 4, seq_len = 64, vocab = 256;
   std::vector<int64_t> microbatches{1, 2, 4, 8};  // samples per microbatch; strictly increasing, > 0
   std::string device = "cpu";                     // "cpu" or "cuda" (the current GPU)
@@ -38,7 +40,7 @@ struct ProfileOptions {
   int64_t link_max_bytes = kDefaultLinkMaxBytes;  // largest link message (measured even off the grid)
   uint64_t seed = 1234;                           // initial weights, tokens and activations
   std::string name;                               // model name in the profile; empty: derived from dims
-  bool tie_embeddings = false;                    // the head reuses the embedding's token table
+  bool tie_embeddings = false;                    // the head reuses the embedding's token table (bert: always)
   std::string command_line;                       // recorded in provenance (the CLI passes its argv)
 };
 

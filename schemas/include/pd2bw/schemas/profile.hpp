@@ -11,10 +11,12 @@
 
 namespace pd2bw::schemas {
 
-// The model the layers belong to. For kind "gpt": `blocks` transformer blocks of width `d_model`
-// with `heads` attention heads, sequence length `seq_len` tokens, vocabulary `vocab`.
+// The model the layers belong to. For kind "gpt" (a causal decoder) and "bert" (an encoder trained with
+// masked-LM): an embedding layer, `blocks` transformer blocks of width `d_model` with `heads` attention
+// heads, and a head layer; sequence length `seq_len` tokens, vocabulary `vocab` (for bert, special tokens
+// included).
 struct ModelDesc {
-  std::string kind;  // "gpt"
+  std::string kind;  // "gpt" or "bert" (other kinds are planned, not trained)
   std::string name;  // e.g. "gpt-3.8b"
   int64_t blocks = 0;
   int64_t d_model = 0;
@@ -26,6 +28,9 @@ struct ModelDesc {
   // true). When the head and the embedding sit on different stages, the head's stage keeps a copy whose
   // gradient is summed with the embedding's before each update; the head's param_bytes should count it.
   bool tie_embeddings = false;
+  // Where the blocks put their layer norms: "pre" (before attention and MLP, GPT's) or "post" (after each
+  // residual add, BERT's). Optional in files: empty means the kind's own ("pre" for gpt, "post" for bert).
+  std::string ln;
 };
 
 struct DeviceDesc {

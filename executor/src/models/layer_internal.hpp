@@ -1,4 +1,4 @@
-// Internal helpers shared by the GPT layer sources. Not a public header.
+// Internal helpers shared by the layer sources of every model family. Not a public header.
 #pragma once
 
 #include <fmt/format.h>
@@ -6,12 +6,12 @@
 #include <cstdint>
 
 #include "pd2bw/error.hpp"
-#include "pd2bw/executor/gpt.hpp"
+#include "pd2bw/executor/layers.hpp"
 
 namespace pd2bw::executor::detail {
 
 // Throws pd2bw::UsageError unless 0 < batch and 0 < seq <= config.seq_len.
-inline void check_microbatch(const GptConfig& config, int64_t batch, int64_t seq, const char* layer) {
+inline void check_microbatch(const ModelConfig& config, int64_t batch, int64_t seq, const char* layer) {
   if (batch <= 0 || seq <= 0 || seq > config.seq_len) {
     throw UsageError(fmt::format("{}: microbatch of {} x {} tokens; need batch > 0 and 0 < seq <= {}", layer,
                                  batch, seq, config.seq_len));
