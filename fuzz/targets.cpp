@@ -180,9 +180,10 @@ void plan_and_check(const schemas::Profile& profile, const schemas::Cluster& clu
     for (const auto& x : found) std::fprintf(stderr, "%s: %s\n", x.pointer.c_str(), x.message.c_str());
     broken(what);
   };
-  // A "gpt" profile whose layers are not blocks + 2 plans, but its plan is one `train` cannot build and the
-  // plan checks refuse (/model/blocks): the planner does not check a model's shape (issue 28, open).
-  const bool gpt_shape = profile.model.kind != "gpt" || static_cast<int64_t>(profile.layers.size()) - 2 == profile.model.blocks;
+  // A "gpt" or "bert" profile whose layers are not blocks + 2 plans, but its plan is one `train` cannot
+  // build and the plan checks refuse (/model/blocks): the planner does not check a model's shape.
+  const bool trained_kind = profile.model.kind == "gpt" || profile.model.kind == "bert";
+  const bool gpt_shape = !trained_kind || static_cast<int64_t>(profile.layers.size()) - 2 == profile.model.blocks;
   if (gpt_shape)
     report(planner::check_plan_numbers(plan), "a plan the planner wrote breaks the rules of a plan's numbers");
   report(planner::check_plan_against(profile, plan), "a plan the planner wrote disagrees with its own profile");

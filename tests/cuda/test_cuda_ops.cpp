@@ -1,7 +1,9 @@
 // CUDA-vs-CPU parity of every op of the cuda backend, table-driven over odd sizes (1, 7, 127 and one
 // either side of the kernels' block sizes: 32, 64 and 256), in fp32 (max-norm relative error < 1e-5)
-// and bf16 (< 1e-2) against the cpu backend in the same dtype on the same inputs. Optimizer steps and
-// casts are compared bit for bit: their kernels promise the reference's bits.
+// and bf16 (< 1e-2) against the cpu backend in the same dtype on the same inputs: GPT's ops and BERT's
+// (bidirectional attention with key padding, erf GELU, ignored targets, token types). Optimizer steps
+// and casts are compared bit for bit: their kernels promise the reference's bits. Data errors (a bad
+// sequence length or token type) must surface as Error at the next synchronising call.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -11,6 +13,7 @@
 
 #include "cuda_test_util.hpp"
 #include "pd2bw/error.hpp"
+#include "pd2bw/executor/data.hpp"
 #include "pd2bw/executor/optimizer.hpp"
 
 using namespace pd2bw::executor;
@@ -25,6 +28,70 @@ struct Backends {
   std::unique_ptr<Backend> cpu = make_backend("cpu");
   std::unique_ptr<Backend> gpu = make_backend("cuda");
 };
+
+struct AttentionCase {
+  int64_t b, t, c, h;
+  std::vector<int32_t> lengths;  // (B) for a key padding mask, or empty
+};
+
+// Attention forward and backward of one case on both backends (causal, or bidirectional with the case's
+// lengths), compared at the dtype's tolerance.
+void check_attention(Backends& be, DType t, const AttentionCase& s, bool causal) {
+  const int64_t n = s.b * s.t;
+  const AttentionStash cpu_stash = be.cpu->attention_stash(t, s.b, s.t, s.h);
+  const AttentionStash gpu_stash = be.gpu->attention_stash(t, s.b, s.t, s.h);
+  CHECK(gpu_stash.dtype == DType::f32);
+  CHECK(gpu_stash.numel == s.b * s.h * s.t);  // the log-sum-exp, never (T, T)
+  Twin qkv = Twin::random(*be.gpu, t, n * 3 * s.c, 31, 2.0), out = Twin::random(*be.gpu, t, n * s.c, 0);
+  Twin dout = Twin::random(*be.gpu, t, n * s.c, 32), dqkv = Twin::random(*be.gpu, t, n * 3 * s.c, 0);
+  Twin lengths = Twin::ids(*be.gpu, s.lengths);
+  const AttentionMask cpu_mask = causal ? AttentionMask{} : AttentionMask::bidirectional(lengths.cpu());
+  const AttentionMask gpu_mask = causal ? AttentionMask{} : AttentionMask::bidirectional(lengths.gpu());
+  std::vector<std::byte> probs(static_cast<size_t>(cpu_stash.numel * dtype_bytes(cpu_stash.dtype)));
+  const View cpu_probs{probs.data(), cpu_stash.dtype, cpu_stash.numel};
+  Buffer lse = be.gpu->alloc(gpu_stash.dtype, gpu_stash.numel);
+  be.cpu->attention_forward(qkv.cpu(), out.cpu(), cpu_probs, s.b, s.t, s.c, s.h, cpu_mask);
+  be.gpu->attention_forward(qkv.gpu(), out.gpu(), lse.view(), s.b, s.t, s.c, s.h, gpu_mask);
+  PD2BW_CHECK_PARITY(out, t, "out");
+  be.cpu->attention_backward(dout.cpu(), qkv.cpu(), out.cpu(), cpu_probs, dqkv.cpu(), s.b, s.t, s.c, s.h, cpu_mask);
+  be.gpu->attention_backward(dout.gpu(), qkv.gpu(), out.gpu(), lse.view(), dqkv.gpu(), s.b, s.t, s.c, s.h, gpu_mask);
+  PD2BW_CHECK_PARITY(dqkv, t, "dqkv");
+}
+
+// Targets: (n) ids in [0, v), each row ignored (kIgnoreTarget) with probability about 1/3.
+std::vector<int32_t> targets_with_ignored(int64_t n, int64_t v, uint64_t seed) {
+  std::vector<int32_t> ids = random_ids(n, static_cast<int32_t>(v), seed);
+  const std::vector<int32_t> coin = random_ids(n, 3, seed + 1);
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (coin[i] == 0) ids[i] = kIgnoreTarget;
+  return ids;
+}
+
+// The cpu's and the gpu's cross-entropy on the same logits and targets: loss, lse and dlogits (also in
+// place), at the dtype's tolerance.
+void check_cross_entropy(Backends& be, DType t, int64_t n, int64_t v, const std::vector<int32_t>& ids) {
+  Twin targets = Twin::ids(*be.gpu, ids);
+  Twin logits = Twin::random(*be.gpu, t, n * v, 52, 5.0), dlogits = Twin::random(*be.gpu, t, n * v, 0);
+  Twin lse = Twin::random(*be.gpu, DType::f32, n, 0);
+  double cpu_loss = 0, gpu_loss = 0;
+  Buffer loss = be.gpu->alloc(DType::f64, 1);
+  be.cpu->cross_entropy_forward(logits.cpu(), targets.cpu(), lse.cpu(), view_of(&cpu_loss, 1), n, v);
+  be.gpu->cross_entropy_forward(logits.gpu(), targets.gpu(), lse.gpu(), loss.view(), n, v);
+  be.gpu->to_host(loss.view(), &gpu_loss);
+  INFO("loss: cpu " << cpu_loss << ", gpu " << gpu_loss);
+  CHECK(std::abs(gpu_loss - cpu_loss) <= pd2bw::test::kFp32Tolerance * std::abs(cpu_loss));
+  PD2BW_CHECK_PARITY(lse, DType::f32, "lse");
+  be.cpu->cross_entropy_backward(logits.cpu(), targets.cpu(), lse.cpu(), dlogits.cpu(), n, v, 1.0 / 3.0);
+  be.gpu->cross_entropy_backward(logits.gpu(), targets.gpu(), lse.gpu(), dlogits.gpu(), n, v, 1.0 / 3.0);
+  PD2BW_CHECK_PARITY(dlogits, t, "dlogits");
+  const std::vector<float> grads = dlogits.gpu_values();
+  for (int64_t i = 0; i < n; ++i)  // an ignored row's gradient is exactly zero
+    if (ids[static_cast<size_t>(i)] == kIgnoreTarget)
+      CHECK(std::all_of(grads.begin() + i * v, grads.begin() + (i + 1) * v, [](float g) { return g == 0.0F; }));
+  be.cpu->cross_entropy_backward(logits.cpu(), targets.cpu(), lse.cpu(), logits.cpu(), n, v, 1.0 / 3.0);
+  be.gpu->cross_entropy_backward(logits.gpu(), targets.gpu(), lse.gpu(), logits.gpu(), n, v, 1.0 / 3.0);
+  PD2BW_CHECK_PARITY(logits, t, "dlogits in place");
+}
 
 }  // namespace
 
@@ -97,62 +164,103 @@ TEST_CASE("layer norm forward and backward match the cpu backend") {
     }
 }
 
-TEST_CASE("GELU forward and backward match the cpu backend, also in place") {
+TEST_CASE("GELU forward and backward match the cpu backend in both forms (tanh, erf), also in place") {
   Backends be;
-  for (DType t : kDtypes)
-    for (int64_t n : {1, 7, 255, 256, 257, 100003}) {
-      CAPTURE(to_string(t));
-      CAPTURE(n);
-      Twin x = Twin::random(*be.gpu, t, n, 21, 4.0), y = Twin::random(*be.gpu, t, n, 0);
-      Twin dy = Twin::random(*be.gpu, t, n, 22), dx = Twin::random(*be.gpu, t, n, 0);
-      be.cpu->gelu_forward(x.cpu(), y.cpu(), n);
-      be.gpu->gelu_forward(x.gpu(), y.gpu(), n);
-      PD2BW_CHECK_PARITY(y, t, "y");
-      be.cpu->gelu_backward(dy.cpu(), x.cpu(), dx.cpu(), n);
-      be.gpu->gelu_backward(dy.gpu(), x.gpu(), dx.gpu(), n);
-      PD2BW_CHECK_PARITY(dx, t, "dx");
-      be.cpu->gelu_backward(dy.cpu(), x.cpu(), dy.cpu(), n);  // dx may alias dy
-      be.gpu->gelu_backward(dy.gpu(), x.gpu(), dy.gpu(), n);
-      PD2BW_CHECK_PARITY(dy, t, "dx in place");
-      be.cpu->gelu_forward(x.cpu(), x.cpu(), n);  // y may alias x
-      be.gpu->gelu_forward(x.gpu(), x.gpu(), n);
-      PD2BW_CHECK_PARITY(x, t, "y in place");
-    }
+  for (GeluKind kind : {GeluKind::tanh, GeluKind::erf})
+    for (DType t : kDtypes)
+      for (int64_t n : {1, 7, 255, 256, 257, 100003}) {
+        CAPTURE(kind == GeluKind::erf ? "erf" : "tanh");
+        CAPTURE(to_string(t));
+        CAPTURE(n);
+        Twin x = Twin::random(*be.gpu, t, n, 21, 4.0), y = Twin::random(*be.gpu, t, n, 0);
+        Twin dy = Twin::random(*be.gpu, t, n, 22), dx = Twin::random(*be.gpu, t, n, 0);
+        be.cpu->gelu_forward(x.cpu(), y.cpu(), n, kind);
+        be.gpu->gelu_forward(x.gpu(), y.gpu(), n, kind);
+        PD2BW_CHECK_PARITY(y, t, "y");
+        be.cpu->gelu_backward(dy.cpu(), x.cpu(), dx.cpu(), n, kind);
+        be.gpu->gelu_backward(dy.gpu(), x.gpu(), dx.gpu(), n, kind);
+        PD2BW_CHECK_PARITY(dx, t, "dx");
+        be.cpu->gelu_backward(dy.cpu(), x.cpu(), dy.cpu(), n, kind);  // dx may alias dy
+        be.gpu->gelu_backward(dy.gpu(), x.gpu(), dy.gpu(), n, kind);
+        PD2BW_CHECK_PARITY(dy, t, "dx in place");
+        be.cpu->gelu_forward(x.cpu(), x.cpu(), n, kind);  // y may alias x
+        be.gpu->gelu_forward(x.gpu(), x.gpu(), n, kind);
+        PD2BW_CHECK_PARITY(x, t, "y in place");
+      }
 }
 
 TEST_CASE("causal attention forward and backward match the cpu backend over head dims 1 to 128") {
   Backends be;
-  struct Case {
-    int64_t b, t, c, h;
-  };
   // Head dims 1, 7, 16, 32, 33, 64, 65, 128 (one, two and four lanes per row); T on either side of the
   // 32-row tiles and 64-row blocks.
-  const Case cases[] = {{1, 1, 2, 2},    {2, 7, 21, 3},    {3, 32, 96, 3},  {1, 33, 64, 2}, {2, 65, 66, 2},
-                        {1, 64, 128, 2}, {1, 129, 130, 2}, {1, 63, 256, 2}, {2, 31, 48, 3}, {1, 127, 64, 4}};
+  const AttentionCase cases[] = {{1, 1, 2, 2, {}},   {2, 7, 21, 3, {}},   {3, 32, 96, 3, {}},   {1, 33, 64, 2, {}},
+                                 {2, 65, 66, 2, {}}, {1, 64, 128, 2, {}}, {1, 129, 130, 2, {}}, {1, 63, 256, 2, {}},
+                                 {2, 31, 48, 3, {}}, {1, 127, 64, 4, {}}};
   for (DType t : kDtypes)
-    for (const Case& s : cases) {
+    for (const AttentionCase& s : cases) {
       CAPTURE(to_string(t));
       CAPTURE(s.b);
       CAPTURE(s.t);
       CAPTURE(s.c);
       CAPTURE(s.h);
-      const int64_t n = s.b * s.t;
-      const AttentionStash cpu_stash = be.cpu->attention_stash(t, s.b, s.t, s.h);
-      const AttentionStash gpu_stash = be.gpu->attention_stash(t, s.b, s.t, s.h);
-      CHECK(gpu_stash.dtype == DType::f32);
-      CHECK(gpu_stash.numel == s.b * s.h * s.t);  // the log-sum-exp, never (T, T)
-      Twin qkv = Twin::random(*be.gpu, t, n * 3 * s.c, 31, 2.0), out = Twin::random(*be.gpu, t, n * s.c, 0);
-      Twin dout = Twin::random(*be.gpu, t, n * s.c, 32), dqkv = Twin::random(*be.gpu, t, n * 3 * s.c, 0);
-      std::vector<std::byte> probs(static_cast<size_t>(cpu_stash.numel * dtype_bytes(cpu_stash.dtype)));
-      const View cpu_probs{probs.data(), cpu_stash.dtype, cpu_stash.numel};
-      Buffer lse = be.gpu->alloc(gpu_stash.dtype, gpu_stash.numel);
-      be.cpu->attention_forward(qkv.cpu(), out.cpu(), cpu_probs, s.b, s.t, s.c, s.h);
-      be.gpu->attention_forward(qkv.gpu(), out.gpu(), lse.view(), s.b, s.t, s.c, s.h);
-      PD2BW_CHECK_PARITY(out, t, "out");
-      be.cpu->attention_backward(dout.cpu(), qkv.cpu(), out.cpu(), cpu_probs, dqkv.cpu(), s.b, s.t, s.c, s.h);
-      be.gpu->attention_backward(dout.gpu(), qkv.gpu(), out.gpu(), lse.view(), dqkv.gpu(), s.b, s.t, s.c, s.h);
-      PD2BW_CHECK_PARITY(dqkv, t, "dqkv");
+      check_attention(be, t, s, true);
     }
+}
+
+TEST_CASE("bidirectional attention, with and without key padding lengths, matches the cpu backend") {
+  Backends be;
+  // Lengths of 1 and T, T off the 32-row tiles and 64-row blocks, several heads of one, two and four lanes
+  // per row; (3, 129): a 64-key block that is all padding in the sequences of length 1 and 40.
+  const AttentionCase cases[] = {{1, 1, 2, 2, {}},
+                                 {1, 1, 2, 2, {1}},
+                                 {2, 7, 21, 3, {}},
+                                 {2, 7, 21, 3, {1, 7}},
+                                 {3, 33, 64, 4, {33, 1, 17}},
+                                 {2, 65, 66, 2, {64, 65}},
+                                 {2, 65, 66, 2, {}},
+                                 {3, 129, 96, 3, {1, 40, 129}},
+                                 {2, 31, 256, 2, {31, 2}},
+                                 {1, 97, 128, 1, {70}}};
+  for (DType t : kDtypes)
+    for (const AttentionCase& s : cases) {
+      CAPTURE(to_string(t));
+      CAPTURE(s.b);
+      CAPTURE(s.t);
+      CAPTURE(s.c);
+      CAPTURE(s.h);
+      CAPTURE(s.lengths.size());
+      check_attention(be, t, s, false);
+    }
+}
+
+TEST_CASE("a sequence length outside [1, T] raises Error at the next synchronising call, then clears") {
+  Backends be;
+  const int64_t b = 2, t = 5, c = 4, h = 2;
+  Twin qkv = Twin::random(*be.gpu, DType::f32, b * t * 3 * c, 81);
+  Twin out = Twin::random(*be.gpu, DType::f32, b * t * c, 0);
+  Twin dqkv = Twin::random(*be.gpu, DType::f32, b * t * 3 * c, 0);
+  Buffer lse = be.gpu->alloc(DType::f32, b * h * t);
+  std::vector<float> probs(static_cast<size_t>(b * h * t * t));
+  const View cpu_probs = view_of(probs.data(), b * h * t * t);
+  for (const std::vector<int32_t>& bad : {std::vector<int32_t>{5, 0}, std::vector<int32_t>{6, 5}}) {
+    const int32_t wrong = bad[0] == 6 ? 6 : 0;
+    CAPTURE(wrong);
+    Twin lengths = Twin::ids(*be.gpu, bad);
+    const AttentionMask mask = AttentionMask::bidirectional(lengths.gpu());
+    CHECK_NOTHROW(be.gpu->attention_forward(qkv.gpu(), out.gpu(), lse.view(), b, t, c, h, mask));  // asynchronous
+    try {
+      be.gpu->synchronize();
+      FAIL("a bad length was not reported");
+    } catch (const pd2bw::Error& e) {
+      CHECK(std::string(e.what()).find("has length " + std::to_string(wrong)) != std::string::npos);
+    }
+    CHECK_NOTHROW(be.gpu->synchronize());  // the flag cleared
+    be.gpu->attention_backward(out.gpu(), qkv.gpu(), out.gpu(), lse.view(), dqkv.gpu(), b, t, c, h, mask);
+    CHECK_THROWS_AS(be.gpu->synchronize(), pd2bw::Error);  // the backward checks them too
+    CHECK_THROWS_AS(be.cpu->attention_forward(qkv.cpu(), out.cpu(), cpu_probs, b, t, c, h,
+                                              AttentionMask::bidirectional(lengths.cpu())),
+                    pd2bw::Error);  // as the reference
+  }
 }
 
 TEST_CASE("embedding forward and backward match the cpu backend, with repeated and GPT-2-sized vocabularies") {
@@ -192,23 +300,71 @@ TEST_CASE("cross-entropy forward and backward match the cpu backend, in place to
       CAPTURE(to_string(t));
       CAPTURE(n);
       CAPTURE(v);
-      Twin targets = Twin::ids(*be.gpu, random_ids(n, static_cast<int32_t>(v), 51));
-      Twin logits = Twin::random(*be.gpu, t, n * v, 52, 5.0), dlogits = Twin::random(*be.gpu, t, n * v, 0);
-      Twin lse = Twin::random(*be.gpu, DType::f32, n, 0);
-      double cpu_loss = 0, gpu_loss = 0;
-      Buffer loss = be.gpu->alloc(DType::f64, 1);
-      be.cpu->cross_entropy_forward(logits.cpu(), targets.cpu(), lse.cpu(), view_of(&cpu_loss, 1), n, v);
-      be.gpu->cross_entropy_forward(logits.gpu(), targets.gpu(), lse.gpu(), loss.view(), n, v);
-      be.gpu->to_host(loss.view(), &gpu_loss);
-      CHECK(std::abs(gpu_loss - cpu_loss) <= pd2bw::test::kFp32Tolerance * std::abs(cpu_loss));
-      PD2BW_CHECK_PARITY(lse, DType::f32, "lse");
-      be.cpu->cross_entropy_backward(logits.cpu(), targets.cpu(), lse.cpu(), dlogits.cpu(), n, v, 1.0 / 3.0);
-      be.gpu->cross_entropy_backward(logits.gpu(), targets.gpu(), lse.gpu(), dlogits.gpu(), n, v, 1.0 / 3.0);
-      PD2BW_CHECK_PARITY(dlogits, t, "dlogits");
-      be.cpu->cross_entropy_backward(logits.cpu(), targets.cpu(), lse.cpu(), logits.cpu(), n, v, 1.0 / 3.0);
-      be.gpu->cross_entropy_backward(logits.gpu(), targets.gpu(), lse.gpu(), logits.gpu(), n, v, 1.0 / 3.0);
-      PD2BW_CHECK_PARITY(logits, t, "dlogits in place");
+      check_cross_entropy(be, t, n, v, random_ids(n, static_cast<int32_t>(v), 51));
     }
+}
+
+TEST_CASE("cross-entropy counts only rows whose target is not ignored; all ignored gives 0 and no gradient") {
+  Backends be;
+  const std::pair<int64_t, int64_t> cases[] = {{7, 7}, {65, 127}, {257, 33}, {300, 5}};
+  for (DType t : kDtypes) {
+    CAPTURE(to_string(t));
+    for (const auto& shape : cases) {
+      const int64_t n = shape.first, v = shape.second;
+      CAPTURE(n);
+      CAPTURE(v);
+      check_cross_entropy(be, t, n, v, targets_with_ignored(n, v, 57));
+    }
+    CAPTURE("all ignored");
+    check_cross_entropy(be, t, 9, 11, std::vector<int32_t>(9, kIgnoreTarget));  // loss 0, dlogits 0, exactly
+  }
+  // Any other target outside [0, V) is still an error.
+  const int64_t n = 3, v = 5;
+  Twin targets = Twin::ids(*be.gpu, {kIgnoreTarget, -1, 3});
+  Twin logits = Twin::random(*be.gpu, DType::f32, n * v, 60), lse = Twin::random(*be.gpu, DType::f32, n, 0);
+  Buffer loss = be.gpu->alloc(DType::f64, 1);
+  double value = 0;
+  be.gpu->cross_entropy_forward(logits.gpu(), targets.gpu(), lse.gpu(), loss.view(), n, v);
+  CHECK_THROWS_AS(be.gpu->to_host(loss.view(), &value), pd2bw::Error);
+  CHECK_THROWS_AS(be.cpu->cross_entropy_forward(logits.cpu(), targets.cpu(), lse.cpu(), view_of(&value, 1), n, v),
+                  pd2bw::Error);
+}
+
+TEST_CASE("token type embedding forward and backward match the cpu backend; a bad type raises Error") {
+  Backends be;
+  struct Case {
+    int64_t n, c, r;
+  };
+  const Case cases[] = {{1, 1, 1}, {7, 5, 2}, {257, 33, 2}, {64, 256, 3}, {130, 768, 2}};
+  for (DType t : kDtypes)
+    for (const Case& s : cases) {
+      CAPTURE(to_string(t));
+      CAPTURE(s.n);
+      CAPTURE(s.c);
+      CAPTURE(s.r);
+      Twin types = Twin::ids(*be.gpu, random_ids(s.n, static_cast<int32_t>(s.r), 71));
+      Twin table = Twin::random(*be.gpu, t, s.r * s.c, 72), out = Twin::random(*be.gpu, t, s.n * s.c, 73);
+      Twin dout = Twin::random(*be.gpu, t, s.n * s.c, 74), dtable = Twin::random(*be.gpu, DType::f32, s.r * s.c, 75);
+      be.cpu->type_embedding_forward(types.cpu(), table.cpu(), out.cpu(), s.n, s.c, s.r);
+      be.gpu->type_embedding_forward(types.gpu(), table.gpu(), out.gpu(), s.n, s.c, s.r);
+      PD2BW_CHECK_PARITY(out, t, "out (+=)");
+      be.cpu->type_embedding_backward(types.cpu(), dout.cpu(), dtable.cpu(), s.n, s.c, s.r);
+      be.gpu->type_embedding_backward(types.gpu(), dout.gpu(), dtable.gpu(), s.n, s.c, s.r);
+      PD2BW_CHECK_PARITY(dtable, DType::f32, "dtable (+=)");
+      if (t == DType::f32) CHECK(dtable.gpu_values() == dtable.cpu_values());  // same sums in the same order
+    }
+  const int64_t n = 4, c = 3, r = 2;
+  Twin types = Twin::ids(*be.gpu, {0, 1, 2, -1});
+  Twin table = Twin::random(*be.gpu, DType::f32, r * c, 76), out = Twin::random(*be.gpu, DType::f32, n * c, 0);
+  CHECK_NOTHROW(be.gpu->type_embedding_forward(types.gpu(), table.gpu(), out.gpu(), n, c, r));  // asynchronous
+  try {
+    be.gpu->synchronize();
+    FAIL("a bad token type was not reported");
+  } catch (const pd2bw::Error& e) {
+    CHECK(std::string(e.what()).find("token type 2 at position 2") != std::string::npos);
+  }
+  CHECK_NOTHROW(be.gpu->synchronize());
+  CHECK_THROWS_AS(be.cpu->type_embedding_forward(types.cpu(), table.cpu(), out.cpu(), n, c, r), pd2bw::Error);
 }
 
 TEST_CASE("add and accumulate match the cpu backend") {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "cuda_test_util.hpp"
-#include "pd2bw/executor/gpt.hpp"
+#include "pd2bw/executor/layers.hpp"
 #include "pipeline_reference.hpp"
 
 using namespace pd2bw::executor;

@@ -82,8 +82,8 @@ class FakeCpu final : public Backend {
                          const AttentionMask& mask) override {
     op().attention_forward(qkv, out, probs, b, t, c, h, mask);
   }
-  void attention_backward(ConstView dout, ConstView qkv, ConstView out, ConstView probs, View dqkv, int64_t b, int64_t t,
-                          int64_t c, int64_t h, const AttentionMask& mask) override {
+  void attention_backward(ConstView dout, ConstView qkv, ConstView out, ConstView probs, View dqkv, int64_t b,
+                          int64_t t, int64_t c, int64_t h, const AttentionMask& mask) override {
     op().attention_backward(dout, qkv, out, probs, dqkv, b, t, c, h, mask);
   }
   void embedding_forward(ConstView tokens, ConstView wte, ConstView wpe, View out, int64_t b, int64_t t, int64_t c,

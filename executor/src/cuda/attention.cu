@@ -1,16 +1,22 @@
-// CUDA causal multi-head self-attention (cpu reference: executor/src/cpu/attention.cpp), fused in the
-// manner of FlashAttention: the forward streams key/value tiles through shared memory with an online
-// softmax and keeps only each row's log-sum-exp (B, H, T) for the backward, never the (T, T) scores.
-// The backward recomputes the probabilities from it in two kernels that each own what they write,
-// so no sum needs atomics: one per key row block (dK, dV over the queries that see it), one per
-// query row block (dQ over its keys); D = rowsum(dO * O) comes first.
+// CUDA multi-head self-attention (cpu reference: executor/src/cpu/attention.cpp), causal (GPT) or
+// bidirectional with an optional key padding mask (BERT: keys at or past the sequence's length get no
+// weight), fused in the manner of FlashAttention: the forward streams key/value tiles through shared
+// memory with an online softmax and keeps only each row's log-sum-exp (B, H, T) for the backward, never
+// the (T, T) scores. The backward recomputes the probabilities from it in two kernels that each own what
+// they write, so no sum needs atomics: one per key row block (dK, dV over the queries that see it), one
+// per query row block (dQ over its keys); D = rowsum(dO * O) comes first.
 //
 // Threads: a row (a query, or a key in the dK/dV kernel) belongs to TPR adjacent lanes of one warp,
 // each holding kDpt = 32 of its head dimensions in registers (TPR = 1, 2, 4 for head dims up to 32,
 // 64, 128); their partial dot products are summed with warp shuffles that every lane executes.
 // Arithmetic is fp32 (expf, not the fast approximation); bf16 inputs are widened on load.
+//
+// The mask is a template parameter (kCausal), so the causal kernels are the same code as before the
+// bidirectional ones were added; a bidirectional block reads its sequence's length once (all of its
+// threads, the same value) and visits only the key tiles below it.
 #include <climits>
 #include <cmath>
+#include <type_traits>
 
 #include "cuda/kernels.hpp"
 
@@ -96,6 +102,23 @@ __device__ __forceinline__ void store_row(T* dst, int64_t ld, int row, int t, in
     if (d0 + dd < hd) dst[static_cast<int64_t>(row) * ld + d0 + dd] = from_float<T>(v[dd] * scale);
 }
 
+// Whether key j is visible from query i: j <= i (causal), else j < len (the sequence's length).
+template <bool kCausal>
+__device__ __forceinline__ bool visible(int i, int j, int len) {
+  return kCausal ? j <= i : j < len;
+}
+
+// The length of sequence b: lengths[b], or t without lengths. A length outside [1, t] is taken as the
+// nearest of 1 and t (every row keeps a visible key) and, when `report`, lowers *bad to (b << 32 | len).
+__device__ __forceinline__ int sequence_length(const int32_t* lengths, unsigned long long* bad, int b, int t,
+                                               bool report) {
+  if (lengths == nullptr) return t;
+  const int32_t len = lengths[b];
+  if (len >= 1 && len <= t) return len;
+  if (report) atomicMin(bad, (static_cast<unsigned long long>(b) << 32) | static_cast<uint32_t>(len));
+  return len < 1 ? 1 : t;
+}
+
 // Where this thread's row sits. Block (x, y) holds rows [x * kRows, ...) of (batch, head) =
 // (y / h, y % h); its threads are the rows' TPR-lane groups. qkv and dqkv rows are 3C apart, out and
 // dout rows C; the head's columns start at head * hd in each.
@@ -105,6 +128,15 @@ struct Place {
   int64_t qkv_offset;   // of (batch b, row 0, head) in qkv / dqkv
   int64_t out_offset;   // of (batch b, row 0, head) in out / dout
 };
+
+// The keys the rows of a block see: [0, end) with end = the block's last query row + 1 (causal) or the
+// sequence's length (bidirectional; the first block of the sequence's first head reports a bad one).
+template <bool kCausal>
+__device__ __forceinline__ int keys_end(const Place& at, const int32_t* lengths, unsigned long long* bad, int t,
+                                        int* len) {
+  *len = kCausal ? t : sequence_length(lengths, bad, at.b, t, threadIdx.x == 0 && blockIdx.x == 0 && at.head == 0);
+  return kCausal ? min(static_cast<int>(blockIdx.x) * kRows + kRows, t) : *len;
+}
 
 template <int TPR>
 __device__ __forceinline__ Place place(int t, int c, int h, int hd) {
@@ -121,9 +153,10 @@ __device__ __forceinline__ Place place(int t, int c, int h, int hd) {
 
 // Query rows of one (batch, head); see Place.
 // qkv: (B, T, 3C), out: (B, T, C), lse: (B, H, T).
-template <typename T, int TPR>
+template <typename T, int TPR, bool kCausal>
 static __global__ void __launch_bounds__(kRows * TPR)
-    attention_forward_kernel(const T* qkv, T* out, float* lse, int t, int c, int h, int hd, float scale) {
+    attention_forward_kernel(const T* qkv, T* out, float* lse, const int32_t* lengths, unsigned long long* bad, int t,
+                             int c, int h, int hd, float scale) {
   PD2BW_SHARED_ARRAY_ALIGNED(float, ks, kTileFloats<TPR>, 16);
   PD2BW_SHARED_ARRAY_ALIGNED(float, vs, kTileFloats<TPR>, 16);
   const Place at = place<TPR>(t, c, h, hd);
@@ -135,7 +168,8 @@ static __global__ void __launch_bounds__(kRows * TPR)
 #pragma unroll
   for (int dd = 0; dd < kDpt; ++dd) o[dd] = 0.0f;
   float m = -INFINITY, l = 0.0f;
-  const int last = min(static_cast<int>(blockIdx.x) * kRows + kRows, t) - 1;  // the block's last query row
+  int len = t;
+  const int last = keys_end<kCausal>(at, lengths, bad, t, &len) - 1;  // the last key the block's rows see
   for (int j0 = 0; j0 <= last; j0 += kTile) {
     __syncthreads();  // the previous tile is no longer read
     load_tile<T, TPR>(ks, q_base + c, ld, j0, t, hd);
@@ -147,7 +181,7 @@ static __global__ void __launch_bounds__(kRows * TPR)
     float tile_max = -INFINITY;
 #pragma unroll
     for (int jj = 0; jj < kTile; ++jj) {
-      s[jj] = (i < t && j0 + jj <= i) ? s[jj] * scale : -INFINITY;
+      s[jj] = (i < t && visible<kCausal>(i, j0 + jj, len)) ? s[jj] * scale : -INFINITY;
       tile_max = fmaxf(tile_max, s[jj]);
     }
     if (tile_max == -INFINITY) continue;  // no key of this tile is visible from row i
@@ -188,10 +222,11 @@ static __global__ void attention_dsum_kernel(const T* dout, const T* out, float*
 }
 
 // dQ of query rows [x * kRows, ...): dq = scale * sum_j p_ij (dp_ij - D_i) k_j over the visible keys.
-template <typename T, int TPR>
+template <typename T, int TPR, bool kCausal>
 static __global__ void __launch_bounds__(kRows * TPR)
-    attention_backward_dq_kernel(const T* qkv, const T* dout, const float* lse, const float* dsum, T* dqkv, int t,
-                                 int c, int h, int hd, float scale) {
+    attention_backward_dq_kernel(const T* qkv, const T* dout, const float* lse, const float* dsum, T* dqkv,
+                                 const int32_t* lengths, unsigned long long* bad, int t, int c, int h, int hd,
+                                 float scale) {
   PD2BW_SHARED_ARRAY_ALIGNED(float, ks, kTileFloats<TPR>, 16);
   PD2BW_SHARED_ARRAY_ALIGNED(float, vs, kTileFloats<TPR>, 16);
   const Place at = place<TPR>(t, c, h, hd);
@@ -206,7 +241,8 @@ static __global__ void __launch_bounds__(kRows * TPR)
   for (int dd = 0; dd < kDpt; ++dd) dq[dd] = 0.0f;
   const int64_t stat = (static_cast<int64_t>(at.b) * h + at.head) * t + i;
   const float lse_i = i < t ? lse[stat] : 0.0f, d_i = i < t ? dsum[stat] : 0.0f;
-  const int last = min(static_cast<int>(blockIdx.x) * kRows + kRows, t) - 1;
+  int len = t;
+  const int last = keys_end<kCausal>(at, lengths, bad, t, &len) - 1;
   for (int j0 = 0; j0 <= last; j0 += kTile) {
     __syncthreads();
     load_tile<T, TPR>(ks, q_base + c, ld, j0, t, hd);
@@ -216,19 +252,20 @@ static __global__ void __launch_bounds__(kRows * TPR)
     for (int jj = 0; jj < kTile; ++jj) {
       const float s = group_sum<TPR>(dot_tile<TPR>(q, ks, jj, sub));
       const float dp = group_sum<TPR>(dot_tile<TPR>(dov, vs, jj, sub));
-      const float p = (i < t && j0 + jj <= i) ? expf(s * scale - lse_i) : 0.0f;
+      const float p = (i < t && visible<kCausal>(i, j0 + jj, len)) ? expf(s * scale - lse_i) : 0.0f;
       axpy_tile<TPR>(dq, p * (dp - d_i), ks, jj, sub);
     }
   }
   store_row(dqkv + at.qkv_offset, ld, i, t, sub * kDpt, hd, dq, scale);
 }
 
-// dK and dV of key rows [x * kRows, ...) over the queries that see them (i >= j):
-// dv = sum_i p_ij dO_i, dk = scale * sum_i p_ij (dp_ij - D_i) q_i.
-template <typename T, int TPR>
+// dK and dV of key rows [x * kRows, ...) over the queries that see them (causal: i >= j; bidirectional:
+// every query when j < len, none otherwise): dv = sum_i p_ij dO_i, dk = scale * sum_i p_ij (dp_ij - D_i) q_i.
+template <typename T, int TPR, bool kCausal>
 static __global__ void __launch_bounds__(kRows * TPR)
-    attention_backward_dkdv_kernel(const T* qkv, const T* dout, const float* lse, const float* dsum, T* dqkv, int t,
-                                   int c, int h, int hd, float scale) {
+    attention_backward_dkdv_kernel(const T* qkv, const T* dout, const float* lse, const float* dsum, T* dqkv,
+                                   const int32_t* lengths, unsigned long long* bad, int t, int c, int h, int hd,
+                                   float scale) {
   PD2BW_SHARED_ARRAY_ALIGNED(float, qs, kTileFloats<TPR>, 16);
   PD2BW_SHARED_ARRAY_ALIGNED(float, dos, kTileFloats<TPR>, 16);
   PD2BW_SHARED_ARRAY(float, lse_s, kTile);
@@ -245,7 +282,12 @@ static __global__ void __launch_bounds__(kRows * TPR)
   load_row(v, q_base + 2 * c, ld, j, t, sub * kDpt, hd);
 #pragma unroll
   for (int dd = 0; dd < kDpt; ++dd) dk[dd] = dv[dd] = 0.0f;
-  for (int i0 = first_key / kTile * kTile; i0 < t; i0 += kTile) {
+  int len = t;
+  const int keys = keys_end<kCausal>(at, lengths, bad, t, &len);
+  // The first query tile that sees a key of the block: causal, the one of the first key; bidirectional,
+  // the first, or none (t) when every key of the block is padding.
+  const int first_query = kCausal ? first_key / kTile * kTile : (first_key < keys ? 0 : t);
+  for (int i0 = first_query; i0 < t; i0 += kTile) {
     __syncthreads();
     load_tile<T, TPR>(qs, q_base, ld, i0, t, hd);
     load_tile<T, TPR>(dos, do_base, c, i0, t, hd);
@@ -260,7 +302,7 @@ static __global__ void __launch_bounds__(kRows * TPR)
       const float s = group_sum<TPR>(dot_tile<TPR>(k, qs, ii, sub));
       const float dp = group_sum<TPR>(dot_tile<TPR>(v, dos, ii, sub));
       const int i = i0 + ii;
-      const float p = (j < t && i < t && j <= i) ? expf(s * scale - lse_s[ii]) : 0.0f;
+      const float p = (j < t && i < t && visible<kCausal>(i, j, len)) ? expf(s * scale - lse_s[ii]) : 0.0f;
       axpy_tile<TPR>(dv, p, dos, ii, sub);
       axpy_tile<TPR>(dk, p * (dp - d_s[ii]), qs, ii, sub);
     }
@@ -290,21 +332,29 @@ Shape check_shape(const char* op, int64_t b, int64_t t, int64_t c, int64_t h) {
           static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)))};
 }
 
-template <typename T, int TPR>
-void forward_with(const T* qkv, T* out, float* lse, const Shape& s, cudaStream_t stream) {
-  launch<attention_forward_kernel<T, TPR>>(s.grid, kRows * TPR, 0, stream, qkv, out, lse, s.t, s.c, s.h, s.hd, s.scale);
-  check_launch("attention_forward_kernel");
+// Calls f(TPR, kCausal) as integral constants: TPR lanes per row for head dimension hd (1, 2, 4 for up to
+// 32, 64, 128), and the mask.
+template <typename F>
+void dispatch(int hd, bool causal, F&& f) {
+  const auto with = [&](auto tpr) {
+    if (causal)
+      f(tpr, std::true_type{});
+    else
+      f(tpr, std::false_type{});
+  };
+  if (hd <= 32)
+    with(std::integral_constant<int, 1>{});
+  else if (hd <= 64)
+    with(std::integral_constant<int, 2>{});
+  else
+    with(std::integral_constant<int, 4>{});
 }
 
-template <typename T, int TPR>
-void backward_with(const T* qkv, const T* dout, const float* lse, const float* dsum, T* dqkv, const Shape& s,
-                   cudaStream_t stream) {
-  launch<attention_backward_dq_kernel<T, TPR>>(s.grid, kRows * TPR, 0, stream,
-         qkv, dout, lse, dsum, dqkv, s.t, s.c, s.h, s.hd, s.scale);
-  check_launch("attention_backward_dq_kernel");
-  launch<attention_backward_dkdv_kernel<T, TPR>>(s.grid, kRows * TPR, 0, stream,
-         qkv, dout, lse, dsum, dqkv, s.t, s.c, s.h, s.hd, s.scale);
-  check_launch("attention_backward_dkdv_kernel");
+// The mask's arguments as the kernels take them: causal kernels read no lengths.
+AttentionKeys device_keys(const char* op, const AttentionKeys& keys) {
+  if (keys.causal) return {true, nullptr, nullptr};
+  if (keys.lengths != nullptr && keys.bad == nullptr) throw_usage(op, "lengths without an error flag");
+  return keys;
 }
 
 }  // namespace
@@ -313,37 +363,45 @@ int64_t attention_backward_scratch(int64_t b, int64_t t, int64_t h) { return b *
 
 template <typename T>
 void attention_forward(const T* qkv, T* out, float* lse, int64_t b, int64_t t, int64_t c, int64_t h,
-                       cudaStream_t stream) {
+                       const AttentionKeys& keys, cudaStream_t stream) {
   const Shape s = check_shape("attention_forward", b, t, c, h);
-  if (s.hd <= 32)
-    forward_with<T, 1>(qkv, out, lse, s, stream);
-  else if (s.hd <= 64)
-    forward_with<T, 2>(qkv, out, lse, s, stream);
-  else
-    forward_with<T, 4>(qkv, out, lse, s, stream);
+  const AttentionKeys k = device_keys("attention_forward", keys);
+  dispatch(s.hd, k.causal, [&](auto tpr, auto causal) {
+    constexpr int kTpr = decltype(tpr)::value;
+    launch<attention_forward_kernel<T, kTpr, decltype(causal)::value>>(s.grid, kRows * kTpr, 0, stream, qkv, out, lse,
+                                                                       k.lengths, k.bad, s.t, s.c, s.h, s.hd, s.scale);
+  });
+  check_launch("attention_forward_kernel");
 }
 
 template <typename T>
 void attention_backward(const T* dout, const T* qkv, const T* out, const float* lse, T* dqkv, int64_t b, int64_t t,
-                        int64_t c, int64_t h, float* scratch, cudaStream_t stream) {
+                        int64_t c, int64_t h, const AttentionKeys& keys, float* scratch, cudaStream_t stream) {
   const Shape s = check_shape("attention_backward", b, t, c, h);
+  const AttentionKeys k = device_keys("attention_backward", keys);
   const int64_t rows = b * h * t;
   constexpr int kThreads = 256;
-  launch<attention_dsum_kernel<T>>(static_cast<unsigned>(ceil_div(rows * 32, kThreads)), kThreads, 0, stream, 
-      dout, out, scratch, rows, s.t, s.c, s.h, s.hd);
+  launch<attention_dsum_kernel<T>>(static_cast<unsigned>(ceil_div(rows * 32, kThreads)), kThreads, 0, stream, dout, out,
+                                   scratch, rows, s.t, s.c, s.h, s.hd);
   check_launch("attention_dsum_kernel");
-  if (s.hd <= 32)
-    backward_with<T, 1>(qkv, dout, lse, scratch, dqkv, s, stream);
-  else if (s.hd <= 64)
-    backward_with<T, 2>(qkv, dout, lse, scratch, dqkv, s, stream);
-  else
-    backward_with<T, 4>(qkv, dout, lse, scratch, dqkv, s, stream);
+  const float* dsum = scratch;
+  dispatch(s.hd, k.causal, [&](auto tpr, auto causal) {
+    constexpr int kTpr = decltype(tpr)::value;
+    constexpr bool kCausal = decltype(causal)::value;
+    launch<attention_backward_dq_kernel<T, kTpr, kCausal>>(s.grid, kRows * kTpr, 0, stream, qkv, dout, lse, dsum, dqkv,
+                                                           k.lengths, k.bad, s.t, s.c, s.h, s.hd, s.scale);
+    check_launch("attention_backward_dq_kernel");
+    launch<attention_backward_dkdv_kernel<T, kTpr, kCausal>>(s.grid, kRows * kTpr, 0, stream, qkv, dout, lse, dsum,
+                                                             dqkv, k.lengths, k.bad, s.t, s.c, s.h, s.hd, s.scale);
+    check_launch("attention_backward_dkdv_kernel");
+  });
 }
 
 #define PD2BW_INSTANTIATE(T)                                                                                 \
-  template void attention_forward<T>(const T*, T*, float*, int64_t, int64_t, int64_t, int64_t, cudaStream_t); \
-  template void attention_backward<T>(const T*, const T*, const T*, const float*, T*, int64_t, int64_t, int64_t, \
-                                      int64_t, float*, cudaStream_t);
+  template void attention_forward<T>(const T*, T*, float*, int64_t, int64_t, int64_t, int64_t, const AttentionKeys&, \
+                                     cudaStream_t);                                                                 \
+  template void attention_backward<T>(const T*, const T*, const T*, const float*, T*, int64_t, int64_t, int64_t,     \
+                                      int64_t, const AttentionKeys&, float*, cudaStream_t);
 PD2BW_INSTANTIATE(float)
 PD2BW_INSTANTIATE(bf16_t)
 #undef PD2BW_INSTANTIATE

@@ -1,7 +1,8 @@
 // CUDA softmax cross-entropy (cpu reference: executor/src/cpu/cross_entropy.cpp): one block per row for
-// the log-sum-exp and the row's loss, one block for their mean (in double, row order), and an
-// elementwise gradient that may overwrite the logits in place, so the head's backward needs no second
-// (N, V) buffer.
+// the log-sum-exp and the row's loss, one block for their mean over the K counted rows (in double, row
+// order; rows whose target is kIgnoredTarget count for nothing), and an elementwise gradient that may
+// overwrite the logits in place, so the head's backward needs no second (N, V) buffer. The backward
+// first counts K into a device scalar with one block (integer sums: exact in any order).
 #include <climits>
 #include <cmath>
 
@@ -29,7 +30,8 @@ __device__ R block_reduce(R* shared, R mine) {
   return result;
 }
 
-// Row `blockIdx.x` of logits: (N, V). lse: (N); row_loss: (N) = lse - logit[target], 0 for a bad target.
+// Row `blockIdx.x` of logits: (N, V). lse: (N); row_loss: (N) = lse - logit[target], 0 for an ignored or
+// a bad target.
 template <typename T>
 static __global__ void __launch_bounds__(kThreads)
     cross_entropy_row_kernel(const T* logits, const int32_t* targets, float* lse, double* row_loss, int64_t v,
@@ -47,6 +49,10 @@ static __global__ void __launch_bounds__(kThreads)
   const float l = mx + logf(sum);
   lse[row] = l;
   const int32_t tgt = targets[row];
+  if (tgt == kIgnoredTarget) {
+    row_loss[row] = 0.0;
+    return;
+  }
   if (tgt < 0 || tgt >= v) {
     atomicMin(bad, (static_cast<unsigned long long>(row) << 32) | static_cast<uint32_t>(tgt));
     row_loss[row] = 0.0;
@@ -55,26 +61,53 @@ static __global__ void __launch_bounds__(kThreads)
   row_loss[row] = static_cast<double>(l) - static_cast<double>(to_float(x[tgt]));
 }
 
-// loss[0] = the mean of row_loss: (n), summed by one block in a fixed order.
-static __global__ void __launch_bounds__(kThreads) mean_kernel(const double* row_loss, double* loss, int64_t n) {
+// The number of targets: (n) that are not kIgnoredTarget, on every thread of the block (the block's
+// kThreads threads all call it; shared: kThreads ints).
+__device__ int counted_rows(int* shared, const int32_t* targets, int64_t n) {
+  int k = 0;
+  for (int64_t i = threadIdx.x; i < n; i += kThreads) k += targets[i] != kIgnoredTarget ? 1 : 0;
+  return block_reduce<int, false>(shared, k);
+}
+
+// loss[0] = the mean of row_loss: (n) over the rows whose target is counted, summed by one block in a
+// fixed order; 0 when no row counts.
+static __global__ void __launch_bounds__(kThreads)
+    mean_kernel(const double* row_loss, const int32_t* targets, double* loss, int64_t n) {
   PD2BW_SHARED_ARRAY(double, shared, kThreads);
+  PD2BW_SHARED_ARRAY(int, counts, kThreads);
   double s = 0.0;
   for (int64_t i = threadIdx.x; i < n; i += kThreads) s += row_loss[i];
   s = block_reduce<double, false>(shared, s);
-  if (threadIdx.x == 0) loss[0] = s / static_cast<double>(n);
+  const int k = counted_rows(counts, targets, n);
+  if (threadIdx.x == 0) loss[0] = k == 0 ? 0.0 : s / static_cast<double>(k);
 }
 
-// dlogits[i][j] = (exp(logit - lse[i]) - [j == target]) * scale; may overwrite logits (each element is
-// read, then written, by the same thread).
+// count[0] = the number of counted targets: (n), by one block.
+static __global__ void __launch_bounds__(kThreads) count_kernel(const int32_t* targets, int32_t* count, int64_t n) {
+  PD2BW_SHARED_ARRAY(int, counts, kThreads);
+  const int k = counted_rows(counts, targets, n);
+  if (threadIdx.x == 0) count[0] = k;
+}
+
+// dlogits[i][j] = (exp(logit - lse[i]) - [j == target]) * loss_scale / K, 0 on an ignored row; may
+// overwrite logits (each element is read, then written, by the same thread). count: (1) = K.
 template <typename T>
 static __global__ void cross_entropy_backward_kernel(const T* logits, const int32_t* targets, const float* lse,
-                                                     T* dlogits, int64_t n, int64_t v, float scale) {
+                                                     T* dlogits, int64_t n, int64_t v, double loss_scale,
+                                                     const int32_t* count) {
+  const int k = *count;
+  const float scale = k == 0 ? 0.0f : static_cast<float>(loss_scale / static_cast<double>(k));
   const int64_t total = n * v;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += stride) {
     const int64_t row = e / v, j = e % v;
+    const int32_t tgt = targets[row];
+    if (tgt == kIgnoredTarget) {
+      dlogits[e] = from_float<T>(0.0f);
+      continue;
+    }
     const float p = expf(to_float(logits[e]) - lse[row]);
-    dlogits[e] = from_float<T>((p - (j == targets[row] ? 1.0f : 0.0f)) * scale);
+    dlogits[e] = from_float<T>((p - (j == tgt ? 1.0f : 0.0f)) * scale);
   }
 }
 
@@ -89,17 +122,18 @@ void cross_entropy_forward(const T* logits, const int32_t* targets, float* lse, 
   launch<cross_entropy_row_kernel<T>>(static_cast<unsigned>(n), kThreads, 0, stream,
          logits, targets, lse, scratch, v, bad);
   check_launch("cross_entropy_row_kernel");
-  launch<mean_kernel>(1, kThreads, 0, stream, scratch, loss, n);
+  launch<mean_kernel>(1, kThreads, 0, stream, scratch, targets, loss, n);
   check_launch("mean_kernel");
 }
 
 template <typename T>
 void cross_entropy_backward(const T* logits, const int32_t* targets, const float* lse, T* dlogits, int64_t n, int64_t v,
-                            double scale, cudaStream_t stream) {
-  if (n <= 0 || v <= 0) throw_usage("cross_entropy_backward", "bad shape");
-  launch<cross_entropy_backward_kernel<T>>(grid_for(n * v, kThreads), kThreads, 0, stream,
-         logits, targets, lse, dlogits, n,
-                                                                                     v, static_cast<float>(scale));
+                            double loss_scale, int32_t* count, cudaStream_t stream) {
+  if (n <= 0 || v <= 0 || n > INT_MAX) throw_usage("cross_entropy_backward", "bad shape");
+  launch<count_kernel>(1, kThreads, 0, stream, targets, count, n);
+  check_launch("count_kernel");
+  launch<cross_entropy_backward_kernel<T>>(grid_for(n * v, kThreads), kThreads, 0, stream, logits, targets, lse,
+                                           dlogits, n, v, loss_scale, count);
   check_launch("cross_entropy_backward_kernel");
 }
 
@@ -107,7 +141,7 @@ void cross_entropy_backward(const T* logits, const int32_t* targets, const float
   template void cross_entropy_forward<T>(const T*, const int32_t*, float*, double*, int64_t, int64_t, double*, \
                                          unsigned long long*, cudaStream_t);                                    \
   template void cross_entropy_backward<T>(const T*, const int32_t*, const float*, T*, int64_t, int64_t, double, \
-                                          cudaStream_t);
+                                          int32_t*, cudaStream_t);
 PD2BW_INSTANTIATE(float)
 PD2BW_INSTANTIATE(bf16_t)
 #undef PD2BW_INSTANTIATE

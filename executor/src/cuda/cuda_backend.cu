@@ -9,6 +9,7 @@
 #include <new>
 
 #include "backend/arena.hpp"
+#include "cuda/backend_checks.hpp"
 #include "cuda/backend_scope.hpp"
 #include "cuda/kernels.hpp"
 #include "cuda/linear.hpp"
@@ -46,45 +47,6 @@ void* device_block(int64_t bytes) {
   return p;
 }
 
-// The compute dtype the op's activation arguments share: f32 or bf16.
-DType compute_of(const char* op, std::initializer_list<DType> dtypes) {
-  const DType t = *dtypes.begin();
-  for (DType d : dtypes)
-    if (d != t) throw_usage(op, std::string("arguments of ") + std::string(to_string(t)) + " and " + std::string(to_string(d)));
-  if (t != DType::f32 && t != DType::bf16)
-    throw_usage(op, std::string("no kernel computes in ") + std::string(to_string(t)) + "; use float or bf16");
-  return t;
-}
-
-// `v` holds at least `numel` elements of `dtype` (and a pointer when numel > 0).
-void need(const char* op, const char* what, ConstView v, DType dtype, int64_t numel) {
-  if (v.dtype != dtype)
-    throw_usage(op, std::string(what) + " is " + std::string(to_string(v.dtype)) + ", needs " + std::string(to_string(dtype)));
-  if (v.numel < numel || (numel > 0 && v.data == nullptr))
-    throw_usage(op, std::string(what) + " has " + str(v.numel) + " elements, needs " + str(numel));
-}
-
-// Calls f(T{}) with the storage type of t (f32 or bf16).
-template <typename F>
-void dispatch(DType t, F&& f) {
-  if (t == DType::f32)
-    f(float{});
-  else
-    f(bf16_t{});
-}
-
-template <typename T>
-const T* ptr(ConstView v) {
-  return v.empty() ? nullptr : static_cast<const T*>(v.data);
-}
-template <typename T>
-T* ptr(View v) {
-  return v.empty() ? nullptr : static_cast<T*>(v.data);
-}
-
-// Allocates scratch of `numel` elements of t from the backend's arena (empty for 0).
-Buffer scratch(Backend& be, DType t, int64_t numel) { return numel > 0 ? be.alloc(t, numel) : Buffer{}; }
-
 }  // namespace
 
 CudaBackend::CudaBackend() {
@@ -118,32 +80,6 @@ CudaBackend::~CudaBackend() {
   chunk_tables_.clear();
   ones_f32_.reset();
   ones_bf16_.reset();
-}
-
-void CudaBackend::check_flags() {
-  volatile Flags* mapped = flags_;  // written by kernels: read the memory, not a cached copy
-  Flags seen;
-  seen.bad_token = mapped->bad_token;
-  seen.bad_target = mapped->bad_target;
-  // Kernels queued later may still run and lower a flag: the host writes the flags only when it has seen
-  // one raised (and then ends the run), so no raise can be lost between this read and a reset.
-  if (seen.bad_token == ~0ULL && seen.bad_target == ~0ULL) return;
-  mapped->bad_token = ~0ULL;
-  mapped->bad_target = ~0ULL;
-  if (seen.bad_token != ~0ULL) {
-    const auto position = static_cast<int64_t>(seen.bad_token >> 32);
-    const auto token = static_cast<int32_t>(static_cast<uint32_t>(seen.bad_token & 0xffffffffULL));
-    throw Error("embedding: token " + std::to_string(token) + " at (batch " + str(position / embedding_t_) +
-                    ", position " + str(position % embedding_t_) + ") is outside [0, " + str(embedding_v_) + ")",
-                "check that the data set was tokenised with the model's vocabulary");
-  }
-  if (seen.bad_target != ~0ULL) {
-    const auto row = static_cast<int64_t>(seen.bad_target >> 32);
-    const auto target = static_cast<int32_t>(static_cast<uint32_t>(seen.bad_target & 0xffffffffULL));
-    throw Error("cross_entropy: target " + std::to_string(target) + " in row " + str(row) + " is outside [0, " +
-                    str(cross_entropy_v_) + ")",
-                "check that the data set was tokenised with the model's vocabulary");
-  }
 }
 
 void CudaBackend::wait() {
@@ -302,18 +238,18 @@ void CudaBackend::layernorm_backward(ConstView dy, ConstView x, ConstView gamma,
   });
 }
 
-void CudaBackend::gelu_forward(ConstView x, View y, int64_t n) {
+void CudaBackend::gelu_forward(ConstView x, View y, int64_t n, GeluKind kind) {
   Scope scope(*this, "gelu_forward");
   const DType t = compute_of("gelu_forward", {x.dtype, y.dtype});
   need("gelu_forward", "x", x, t, n);
   need("gelu_forward", "y", y, t, n);
   dispatch(t, [&](auto z) {
     using T = decltype(z);
-    cuda::gelu_forward<T>(ptr<T>(x), ptr<T>(y), n, stream());
+    cuda::gelu_forward<T>(ptr<T>(x), ptr<T>(y), n, kind, stream());
   });
 }
 
-void CudaBackend::gelu_backward(ConstView dy, ConstView x, View dx, int64_t n) {
+void CudaBackend::gelu_backward(ConstView dy, ConstView x, View dx, int64_t n, GeluKind kind) {
   Scope scope(*this, "gelu_backward");
   const DType t = compute_of("gelu_backward", {dy.dtype, x.dtype, dx.dtype});
   need("gelu_backward", "dy", dy, t, n);
@@ -321,7 +257,7 @@ void CudaBackend::gelu_backward(ConstView dy, ConstView x, View dx, int64_t n) {
   need("gelu_backward", "dx", dx, t, n);
   dispatch(t, [&](auto z) {
     using T = decltype(z);
-    cuda::gelu_backward<T>(ptr<T>(dy), ptr<T>(x), ptr<T>(dx), n, stream());
+    cuda::gelu_backward<T>(ptr<T>(dy), ptr<T>(x), ptr<T>(dx), n, kind, stream());
   });
 }
 
@@ -329,21 +265,23 @@ AttentionStash CudaBackend::attention_stash(DType /*compute*/, int64_t b, int64_
   return {DType::f32, b * h * t};
 }
 
-void CudaBackend::attention_forward(ConstView qkv, View out, View lse, int64_t b, int64_t t, int64_t c, int64_t h) {
+void CudaBackend::attention_forward(ConstView qkv, View out, View lse, int64_t b, int64_t t, int64_t c, int64_t h,
+                                    const AttentionMask& mask) {
   Scope scope(*this, "attention_forward");
   const char* op = "attention_forward";
   const DType dt = compute_of(op, {qkv.dtype, out.dtype});
   need(op, "qkv", qkv, dt, b * t * 3 * c);
   need(op, "out", out, dt, b * t * c);
   need(op, "stash", lse, DType::f32, b * h * t);
+  const AttentionKeys keys = attention_keys(op, mask, b, t);
   dispatch(dt, [&](auto z) {
     using T = decltype(z);
-    cuda::attention_forward<T>(ptr<T>(qkv), ptr<T>(out), ptr<float>(lse), b, t, c, h, stream());
+    cuda::attention_forward<T>(ptr<T>(qkv), ptr<T>(out), ptr<float>(lse), b, t, c, h, keys, stream());
   });
 }
 
 void CudaBackend::attention_backward(ConstView dout, ConstView qkv, ConstView out, ConstView lse, View dqkv, int64_t b,
-                                     int64_t t, int64_t c, int64_t h) {
+                                     int64_t t, int64_t c, int64_t h, const AttentionMask& mask) {
   Scope scope(*this, "attention_backward");
   const char* op = "attention_backward";
   const DType dt = compute_of(op, {dout.dtype, qkv.dtype, out.dtype, dqkv.dtype});
@@ -352,83 +290,20 @@ void CudaBackend::attention_backward(ConstView dout, ConstView qkv, ConstView ou
   need(op, "out", out, dt, b * t * c);
   need(op, "stash", lse, DType::f32, b * h * t);
   need(op, "dqkv", dqkv, dt, b * t * 3 * c);
+  const AttentionKeys keys = attention_keys(op, mask, b, t);
   Buffer work = scratch(*this, DType::f32, attention_backward_scratch(b, t, h));
   dispatch(dt, [&](auto z) {
     using T = decltype(z);
-    cuda::attention_backward<T>(ptr<T>(dout), ptr<T>(qkv), ptr<T>(out), ptr<float>(lse), ptr<T>(dqkv), b, t, c, h,
+    cuda::attention_backward<T>(ptr<T>(dout), ptr<T>(qkv), ptr<T>(out), ptr<float>(lse), ptr<T>(dqkv), b, t, c, h, keys,
                                 work.data<float>(), stream());
   });
 }
 
-void CudaBackend::embedding_forward(ConstView tokens, ConstView wte, ConstView wpe, View out, int64_t b, int64_t t,
-                                    int64_t c, int64_t v) {
-  Scope scope(*this, "embedding_forward");
-  const char* op = "embedding_forward";
-  const DType dt = compute_of(op, {wte.dtype, wpe.dtype, out.dtype});
-  need(op, "tokens", tokens, DType::i32, b * t);
-  need(op, "wte", wte, dt, v * c);
-  need(op, "wpe", wpe, dt, t * c);
-  need(op, "out", out, dt, b * t * c);
-  embedding_t_ = t;
-  embedding_v_ = v;
-  dispatch(dt, [&](auto z) {
-    using T = decltype(z);
-    cuda::embedding_forward<T>(ptr<int32_t>(tokens), ptr<T>(wte), ptr<T>(wpe), ptr<T>(out), b, t, c, v,
-                               &flags_device_->bad_token, stream());
-  });
-}
-
-void CudaBackend::embedding_backward(ConstView tokens, ConstView dout, View dwte, View dwpe, int64_t b, int64_t t,
-                                     int64_t c) {
-  Scope scope(*this, "embedding_backward");
-  const char* op = "embedding_backward";
-  const DType dt = compute_of(op, {dout.dtype});
-  if (c <= 0) throw_usage(op, "bad width");
-  need(op, "tokens", tokens, DType::i32, b * t);
-  need(op, "dout", dout, dt, b * t * c);
-  need(op, "dwpe", dwpe, DType::f32, t * c);
-  need(op, "dwte", dwte, DType::f32, c);
-  const int64_t v = dwte.numel / c;  // the table's rows: the vocabulary
-  const int64_t bytes = embedding_backward_scratch(b * t);
-  Buffer work = scratch(*this, DType::i32, ceil_div(bytes, 4));
-  dispatch(dt, [&](auto z) {
-    using T = decltype(z);
-    cuda::embedding_backward<T>(ptr<int32_t>(tokens), ptr<T>(dout), ptr<float>(dwte), ptr<float>(dwpe), b, t, c, v,
-                                work.data<void>(), bytes, stream());
-  });
-}
-
-void CudaBackend::cross_entropy_forward(ConstView logits, ConstView targets, View lse, View loss, int64_t n, int64_t v) {
-  Scope scope(*this, "cross_entropy_forward");
-  const char* op = "cross_entropy_forward";
-  const DType dt = compute_of(op, {logits.dtype});
-  need(op, "logits", logits, dt, n * v);
-  need(op, "targets", targets, DType::i32, n);
-  need(op, "lse", lse, DType::f32, n);
-  if (loss.dtype != DType::f64 || loss.numel != 1) throw_usage(op, "the loss is one double");
-  cross_entropy_v_ = v;
-  Buffer work = scratch(*this, DType::f64, cross_entropy_scratch(n));
-  dispatch(dt, [&](auto z) {
-    using T = decltype(z);
-    cuda::cross_entropy_forward<T>(ptr<T>(logits), ptr<int32_t>(targets), ptr<float>(lse), ptr<double>(loss), n, v,
-                                   work.data<double>(), &flags_device_->bad_target, stream());
-  });
-}
-
-void CudaBackend::cross_entropy_backward(ConstView logits, ConstView targets, ConstView lse, View dlogits, int64_t n,
-                                         int64_t v, double loss_scale) {
-  Scope scope(*this, "cross_entropy_backward");
-  const char* op = "cross_entropy_backward";
-  const DType dt = compute_of(op, {logits.dtype, dlogits.dtype});
-  need(op, "logits", logits, dt, n * v);
-  need(op, "targets", targets, DType::i32, n);
-  need(op, "lse", lse, DType::f32, n);
-  need(op, "dlogits", dlogits, dt, n * v);
-  dispatch(dt, [&](auto z) {
-    using T = decltype(z);
-    cuda::cross_entropy_backward<T>(ptr<T>(logits), ptr<int32_t>(targets), ptr<float>(lse), ptr<T>(dlogits), n, v,
-                                    loss_scale / static_cast<double>(n), stream());
-  });
+AttentionKeys CudaBackend::attention_keys(const char* op, const AttentionMask& mask, int64_t b, int64_t t) {
+  if (mask.causal) return {};  // a causal mask reads no lengths, as the cpu's
+  if (!mask.lengths.empty()) need(op, "lengths", mask.lengths, DType::i32, b);
+  attention_t_ = t;
+  return {false, ptr<int32_t>(mask.lengths), &flags_device_->bad_length};
 }
 
 void CudaBackend::add(ConstView a, ConstView b, View out, int64_t n) {

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "cuda/cuda_api.hpp"
+#include "pd2bw/executor/backend.hpp"
 
 namespace pd2bw::executor::cuda {
 
@@ -35,12 +36,12 @@ template <typename From, typename To>
 void cast(const From* src, To* dst, int64_t n, cudaStream_t stream);
 
 // ---- gelu.cu ----------------------------------------------------------------------------------------
-// x, y: (n); y may alias x.
+// x, y: (n); y may alias x. kind: the tanh approximation or the exact erf form.
 template <typename T>
-void gelu_forward(const T* x, T* y, int64_t n, cudaStream_t stream);
+void gelu_forward(const T* x, T* y, int64_t n, GeluKind kind, cudaStream_t stream);
 // dy, x: (n); dx: (n), may alias dy.
 template <typename T>
-void gelu_backward(const T* dy, const T* x, T* dx, int64_t n, cudaStream_t stream);
+void gelu_backward(const T* dy, const T* x, T* dx, int64_t n, GeluKind kind, cudaStream_t stream);
 
 // ---- layernorm.cu -----------------------------------------------------------------------------------
 // x: (N, C), gamma, beta: (C), y: (N, C); mean, rstd: (N).
@@ -58,16 +59,26 @@ void layernorm_backward(const T* dy, const T* x, const T* gamma, const float* me
 // ---- attention.cu -----------------------------------------------------------------------------------
 // The largest head dimension C / H the kernels take.
 inline constexpr int64_t kMaxHeadDim = 128;
+// Which keys a query sees (AttentionMask on the device). causal: keys <= the query (lengths unused);
+// otherwise keys < lengths[b], or all T when lengths is null. lengths: (B) i32, each in [1, T]: a length
+// outside is taken as the nearest of 1 and T and lowers *bad (initially ~0) to (b << 32 | length) of the
+// first such sequence (bad may be null when lengths is).
+struct AttentionKeys {
+  bool causal = true;
+  const int32_t* lengths = nullptr;
+  unsigned long long* bad = nullptr;
+};
 // qkv: (B, T, 3C); out: (B, T, C); lse: (B, H, T) log-sum-exp of each row's scaled, masked scores.
 template <typename T>
 void attention_forward(const T* qkv, T* out, float* lse, int64_t b, int64_t t, int64_t c, int64_t h,
-                       cudaStream_t stream);
+                       const AttentionKeys& keys, cudaStream_t stream);
 // Floats of scratch attention_backward needs.
 int64_t attention_backward_scratch(int64_t b, int64_t t, int64_t h);
-// dout, out: (B, T, C), qkv: (B, T, 3C), lse: (B, H, T) as the forward wrote; dqkv: (B, T, 3C).
+// dout, out: (B, T, C), qkv: (B, T, 3C), lse: (B, H, T) as the forward wrote, keys: the forward's;
+// dqkv: (B, T, 3C).
 template <typename T>
 void attention_backward(const T* dout, const T* qkv, const T* out, const float* lse, T* dqkv, int64_t b, int64_t t,
-                        int64_t c, int64_t h, float* scratch, cudaStream_t stream);
+                        int64_t c, int64_t h, const AttentionKeys& keys, float* scratch, cudaStream_t stream);
 
 // ---- embedding.cu -----------------------------------------------------------------------------------
 // tokens: (B, T) in [0, V), wte: (V, C), wpe: (>= T, C), out: (B, T, C). A token outside [0, V) gives a
@@ -83,18 +94,34 @@ template <typename T>
 void embedding_backward(const int32_t* tokens, const T* dout, float* dwte, float* dwpe, int64_t b, int64_t t,
                         int64_t c, int64_t v, void* scratch, int64_t scratch_bytes, cudaStream_t stream);
 
+// ---- type_embedding.cu ------------------------------------------------------------------------------
+// types: (N) in [0, R), table: (R, C); out: (N, C) += table[types[i]]. A type outside [0, R) adds
+// nothing and lowers *bad (initially ~0) to (row << 32 | type) of the first such row.
+template <typename T>
+void type_embedding_forward(const int32_t* types, const T* table, T* out, int64_t n, int64_t c, int64_t r,
+                            unsigned long long* bad, cudaStream_t stream);
+// types: (N), dout: (N, C); dtable: (R, C) += the rows of dout of each type, added in row order (rows of a
+// type outside [0, R) are skipped).
+template <typename T>
+void type_embedding_backward(const int32_t* types, const T* dout, float* dtable, int64_t n, int64_t c, int64_t r,
+                             cudaStream_t stream);
+
 // ---- cross_entropy.cu -------------------------------------------------------------------------------
+// The target of a row no loss counts (kIgnoreTarget of data.hpp).
+inline constexpr int32_t kIgnoredTarget = -100;
 // Doubles of scratch cross_entropy_forward needs.
 int64_t cross_entropy_scratch(int64_t n);
-// logits: (N, V), targets: (N); lse: (N); loss: (1) = the mean over rows of lse - logit[target]. A target
-// outside [0, V) counts 0 and lowers *bad to (row << 32 | target) of the first such row.
+// logits: (N, V), targets: (N); lse: (N) of every row; loss: (1) = the mean of lse - logit[target] over
+// the K rows whose target is not kIgnoredTarget (0 when K = 0). Any other target outside [0, V) counts
+// 0 and lowers *bad to (row << 32 | target) of the first such row.
 template <typename T>
 void cross_entropy_forward(const T* logits, const int32_t* targets, float* lse, double* loss, int64_t n, int64_t v,
                            double* scratch, unsigned long long* bad, cudaStream_t stream);
-// dlogits: (N, V) = (softmax - onehot) * scale; may alias logits.
+// dlogits: (N, V) = (softmax - onehot) * loss_scale / K on the counted rows, 0 on the ignored ones; may
+// alias logits. count: (1) device scratch, where K is counted first.
 template <typename T>
 void cross_entropy_backward(const T* logits, const int32_t* targets, const float* lse, T* dlogits, int64_t n, int64_t v,
-                            double scale, cudaStream_t stream);
+                            double loss_scale, int32_t* count, cudaStream_t stream);
 
 // ---- adamw.cu, sgd.cu: fp32 master weights, gradients and moments ------------------------------------
 // A range of one tensor of a flat parameter buffer; the update kernels run one block per chunk.

@@ -21,9 +21,15 @@ struct BlockContext {
   ConstView params;
   View grads;  // empty where a call computes no parameter gradient
 
-  ConstView p(size_t role) const { return params.slice(layout[role].offset, layout[role].numel()); }
+  // Elements of a role's tensor: the fused projection spans q, k and v (3C x C, 3C) even where the family
+  // names them apart (then its first tensor is q's, and k's and v's follow).
+  int64_t numel(size_t role) const {
+    if (role == roles.qkv_w) return 3 * c * c;
+    return role == roles.qkv_b ? 3 * c : layout[role].numel();
+  }
+  ConstView p(size_t role) const { return params.slice(layout[role].offset, numel(role)); }
   // The gradient of a role's tensor, or empty when the call computes none.
-  View g(size_t role) const { return grads.empty() ? View{} : grads.slice(layout[role].offset, layout[role].numel()); }
+  View g(size_t role) const { return grads.empty() ? View{} : grads.slice(layout[role].offset, numel(role)); }
 };
 
 // Allocates the stash buffers both arrangements fill (x, ln1/ln2 and their statistics, qkv, the attention
