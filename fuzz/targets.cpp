@@ -114,7 +114,7 @@ class Draw {
 schemas::Profile drawn_profile(Draw& d, int64_t cap) {
   schemas::Profile p;
   // Kind "stack": any number of layers (a "gpt" plan must have blocks + 2 of them).
-  p.model = {"stack", "fuzz", 1, 64, 4, 64, 256, d.in(0, 1) ? schemas::DType::bf16 : schemas::DType::fp32, false};
+  p.model = {"stack", "fuzz", 1, 64, 4, 64, 256, d.in(0, 1) ? schemas::DType::bf16 : schemas::DType::fp32, false, {}};
   p.device = device(d.bytes(cap));
   for (int64_t b = 1; b <= 16; b *= 2)
     if (d.in(0, 1) || (b == 16 && p.microbatch_sizes.empty())) p.microbatch_sizes.push_back(b);
@@ -180,8 +180,9 @@ void plan_and_check(const schemas::Profile& profile, const schemas::Cluster& clu
     for (const auto& x : found) std::fprintf(stderr, "%s: %s\n", x.pointer.c_str(), x.message.c_str());
     broken(what);
   };
-  // A "gpt" or "bert" profile whose layers are not blocks + 2 plans, but its plan is one `train` cannot
-  // build and the plan checks refuse (/model/blocks): the planner does not check a model's shape.
+  // A "gpt" or "bert" profile whose layers are not blocks + 2 plans here, but its plan is one `train` cannot
+  // build and the plan checks refuse (/model/blocks): the planner library does not check a model's shape
+  // (the CLI refuses such a profile before planning: tools/pd2bw/inputs.cpp).
   const bool trained_kind = profile.model.kind == "gpt" || profile.model.kind == "bert";
   const bool gpt_shape = !trained_kind || static_cast<int64_t>(profile.layers.size()) - 2 == profile.model.blocks;
   if (gpt_shape)

@@ -24,6 +24,14 @@ mutate "$TMP/nolayers.json" 'd["layers"] = []'
 expect_exit 2 "/layers" -- "$PD2BW" plan --profile "$TMP/nolayers.json" -o "$TMP/x.json"
 mutate "$TMP/major.json" 'd["schema_version"] = "2.0.0"'
 expect_exit 2 "schema_version" -- "$PD2BW" plan --profile "$TMP/major.json" -o "$TMP/x.json"
+# A gpt's (or bert's) layers are its embedding, blocks and head: another count could never be trained.
+mutate "$TMP/shape.json" 'd["model"]["blocks"] = 23'
+expect_exit 2 "/model/blocks: is 23, but the profile lists 26 layers" -- "$PD2BW" plan --profile "$TMP/shape.json" \
+  -o "$TMP/x.json"
+expect_exit 2 "/model/blocks: is 23, but the profile lists 26 layers" -- "$PD2BW" validate "$TMP/shape.json"
+[ ! -e "$TMP/x.json" ] && ok || fail "a refused profile was planned"
+mutate "$TMP/other-kind.json" 'd["model"].update(kind="synthetic", blocks=23)'
+expect_exit 0 "" -- "$PD2BW" plan -q --profile "$TMP/other-kind.json" -o "$TMP/other.json"
 mutate "$TMP/unknown.json" 'd["model"]["colour"] = "blue"'
 expect_exit 2 "/model/colour: unknown key" -- "$PD2BW" validate "$TMP/unknown.json"
 mutate "$TMP/missing.json" 'del d["device"]["memory_bytes"]'

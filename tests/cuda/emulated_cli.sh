@@ -2,8 +2,10 @@
 # The CLI's cuda path end to end on the emulated device (the cuda-emu preset): `pd2bw profile --device
 # cuda` writes a valid profile whose device says it is emulated; a 2-stage plan trains with `--device
 # cuda` to the cpu backend's fp32 losses within 1e-4 (relative); two cuda runs give the same bits; and
-# under mpirun the nccl transport gives the mpi transport's losses. Sizes are the micro model's (2
-# blocks, d_model 32): every GPU thread is a fiber here. Arguments: the pd2bw binary, the source dir.
+# under mpirun the nccl transport gives the mpi transport's losses. The same for a BERT: `pd2bw profile
+# --model bert --device cuda` writes a valid profile, and a 2-stage plan trains on cuda to the cpu's
+# losses. Sizes are the micro model's (2 blocks, d_model 32): every GPU thread is a fiber here.
+# Arguments: the pd2bw binary, the source dir.
 source "$2/tests/cli/lib.bash"
 PY="${PD2BW_PYTHON:-/usr/bin/python3}"
 
@@ -25,24 +27,38 @@ expect_exit 0 "note: the profile was measured on the emulated CUDA device" -- "$
 micro_profile "$TMP/micro.json"
 expect_exit 0 "" -- "$PD2BW" plan --profile "$TMP/micro.json" --nodes 1 --gpus-per-node 2 --depth 2 --width 1 \
   --global-batch 4 --schedule flush -o "$TMP/plan.json" -q
-train() {  # train NAME ARGS...: 3 steps of the plan, losses to $TMP/NAME.jsonl
+train() {  # train NAME ARGS...: 3 steps of the plan ($PLAN, default plan.json), losses to $TMP/NAME.jsonl
   local name="$1"
   shift
-  expect_exit 0 "" -- "$@" --plan "$TMP/plan.json" --steps 3 --log "$TMP/$name.jsonl" -q
+  expect_exit 0 "" -- "$@" --plan "$TMP/${PLAN:-plan}.json" --steps 3 --log "$TMP/$name.jsonl" -q
 }
 train cpu "$PD2BW" train --device cpu
 train cuda "$PD2BW" train --device cuda
 train cuda2 "$PD2BW" train --device cuda
 losses() { "$PY" -c 'import json,sys; print(" ".join(repr(json.loads(l)["loss"]) for l in open(sys.argv[1])))' "$1"; }
-if "$PY" - "$(losses "$TMP/cpu.jsonl")" "$(losses "$TMP/cuda.jsonl")" <<'PYEOF'
+close_losses() {  # close_losses A B: the same number of steps, each loss within 1e-4 (relative)
+  "$PY" - "$(losses "$1")" "$(losses "$2")" <<'PYEOF'
 import sys
 cpu, cuda = ([float(x) for x in a.split()] for a in sys.argv[1:3])
 assert len(cpu) == len(cuda) == 3, (cpu, cuda)
 for a, b in zip(cpu, cuda):
     assert abs(a - b) <= 1e-4 * abs(a), (cpu, cuda)
 PYEOF
-then ok; else fail "cuda losses $(losses "$TMP/cuda.jsonl") differ from the cpu's $(losses "$TMP/cpu.jsonl")"; fi
+}
+close_losses "$TMP/cpu.jsonl" "$TMP/cuda.jsonl" && ok ||
+  fail "cuda losses $(losses "$TMP/cuda.jsonl") differ from the cpu's $(losses "$TMP/cpu.jsonl")"
 [ "$(losses "$TMP/cuda.jsonl")" = "$(losses "$TMP/cuda2.jsonl")" ] && ok || fail "two cuda runs differ"
+
+expect_exit 0 "wrote $TMP/bert.json" -- "$PD2BW" profile --model bert --device cuda --blocks 1 --d-model 32 --heads 2 \
+  --seq 16 --microbatch 1 --warmup 1 --iters 1 --link-ranks 2 --link-max-bytes 16KiB -o "$TMP/bert.json"
+expect_exit 0 "" -- "$PD2BW" validate "$TMP/bert.json"
+json_edit "$TMP/micro.json" "$TMP/micro-bert.json" 'd["model"].update(kind="bert", ln="post", tie_embeddings=True, vocab=260)'
+expect_exit 0 "" -- "$PD2BW" plan --profile "$TMP/micro-bert.json" --nodes 1 --gpus-per-node 2 --depth 2 --width 1 \
+  --global-batch 4 --schedule 2bw -o "$TMP/bert-plan.json" -q
+PLAN=bert-plan train bert-cpu "$PD2BW" train --device cpu
+PLAN=bert-plan train bert-cuda "$PD2BW" train --device cuda
+close_losses "$TMP/bert-cpu.jsonl" "$TMP/bert-cuda.jsonl" && ok ||
+  fail "bert: cuda losses $(losses "$TMP/bert-cuda.jsonl") differ from the cpu's $(losses "$TMP/bert-cpu.jsonl")"
 
 if command -v mpirun >/dev/null && "$PD2BW" --version | grep -q "nccl"; then
   MPI=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2)

@@ -127,6 +127,15 @@ void check_losses(const RecordedLosses& gpu, const RecordedLosses& cpu, double t
   }
 }
 
+// Rank r's weights of `version` on the GPU within kStepTolerance (max-norm relative) of the cpu's.
+void check_weights(Job& cpu, Job& gpu, int64_t r, int64_t version) {
+  const auto a = cpu.worker(r).weights(version);
+  const std::vector<float> wa(a.begin(), a.end());
+  const auto b = gpu.worker(r).weights(version);
+  const std::vector<float> wb(b.begin(), b.end());
+  CHECK(max_norm_error(wb, wa) <= kStepTolerance);
+}
+
 }  // namespace
 
 TEST_CASE("a whole GPT step in fp32 on the GPU matches the cpu: the loss and every gradient within 1e-4") {
@@ -150,13 +159,7 @@ TEST_CASE("the tiny 2BW plan, d = 2 as two stages on one GPU, equals the cpu run
       CAPTURE(r);
       CHECK(gpu->worker(r).versions_allocated() == 2);
       if (!sgd) continue;  // AdamW's m / sqrt(v) flips with the sign of a near-zero gradient: compare SGD's
-      for (int64_t version : {9, 10}) {
-        const auto a = cpu->worker(r).weights(version);
-        const std::vector<float> wa(a.begin(), a.end());
-        const auto b = gpu->worker(r).weights(version);
-        const std::vector<float> wb(b.begin(), b.end());
-        CHECK(max_norm_error(wb, wa) <= kStepTolerance);
-      }
+      for (int64_t version : {9, 10}) check_weights(*cpu, *gpu, r, version);
     }
   }
 }
@@ -177,11 +180,7 @@ TEST_CASE("bert: 2BW and zb-h1 with two stages on one GPU equal the cpu run (pad
     check_losses(gpu_losses, cpu_losses, kStepTolerance);
     for (int64_t r = 0; r < c.ranks_total(); ++r) {
       CAPTURE(r);
-      const auto a = cpu->worker(r).weights(5);
-      const std::vector<float> wa(a.begin(), a.end());
-      const auto b = gpu->worker(r).weights(5);
-      const std::vector<float> wb(b.begin(), b.end());
-      CHECK(max_norm_error(wb, wa) <= kStepTolerance);
+      check_weights(*cpu, *gpu, r, 5);
     }
   }
 }

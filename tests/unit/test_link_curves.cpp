@@ -37,11 +37,12 @@ s::LinkLevel link(const char* name, double gbps, double latency_ms, double busbw
   return l;
 }
 
-// A two-layer profile with every optional field set.
+// A two-layer profile with every optional field set (of a kind pd2bw plans but does not train: two layers
+// are not a gpt's embedding, blocks and head).
 s::Profile curves_profile() {
   s::Profile p;
   p.provenance = {"pd2bw", "0.1.0", "abc123", "pd2bw profile --links", "made in a unit test"};
-  p.model = {"gpt", "gpt-tiny", 1, 64, 4, 32, 100, s::DType::bf16};
+  p.model = {"synthetic", "curves", 1, 64, 4, 32, 100, s::DType::bf16};
   p.device = {"NVIDIA H200", int64_t{16} << 30};
   p.microbatch_sizes = {1, 2};
   for (int i = 0; i < 2; ++i) {

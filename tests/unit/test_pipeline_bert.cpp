@@ -1,9 +1,11 @@
 // BERT through the pipeline runtime, against the sequential reference bit for bit: 2BW over d = 2 and 4
 // (post-LN and pre-LN, with padded rows and ignored targets) is the delayed rule W(j+1) = W(j) -
 // update(g(W(j-1))); Flush, GPipe and zb-h1 equal plain minibatch training. The tied decoder sits on
-// the last stage, apart from the word table on the first, so the tied gradient is summed across them.
+// the last stage, apart from the word table on the first, so the tied gradient is summed across them. A
+// sequence longer than the position table is refused.
 #include <doctest/doctest.h>
 
+#include "pd2bw/error.hpp"
 #include "pipeline_reference.hpp"
 
 using namespace pd2bw;
@@ -61,4 +63,22 @@ TEST_CASE("bert: the padded rows and ignored targets of the test data are really
   CHECK(ignored > 0);
   CHECK(ignored < 30);
   CHECK(padded > 0);
+}
+
+TEST_CASE("bert: a sequence longer than the position table is refused before anything runs") {
+  ModelConfig m = ModelConfig::of(ModelFamily::bert);
+  m.vocab = 11;
+  m.seq_len = 5;
+  m.d_model = 8;
+  m.heads = 2;
+  m.blocks = 1;
+  const HostEmbedding<double> embedding(m, 1);
+  EmbeddingStash stash;
+  std::vector<int32_t> tokens(6, 1), types(6, 0);
+  std::vector<double> out(6 * 8);
+  CHECK_THROWS_WITH_AS(embedding.forward(embedding.params().data(), tokens.data(), 1, 6, stash, out.data(), types.data()),
+                       doctest::Contains("0 < seq <= 5"), pd2bw::UsageError);
+  PipelineConfig c = bert_pipeline(Schedule::two_bw, 2, 3, 1, 0, LnPlacement::post);
+  c.seq = c.model.seq_len + 1;
+  CHECK_THROWS_WITH_AS(c.validate(), doctest::Contains("outside 1..5"), pd2bw::UsageError);
 }

@@ -44,6 +44,7 @@ void run_validate(const ValidateOptions& o) {
     try {
       r = schemas::validate_document(text);
       if (r.schema == "pd2bw.plan") check_plan_file(path, text, profile ? &*profile : nullptr);
+      if (r.schema == "pd2bw.profile") check_profile_shape(schemas::parse_profile(text), path);
     } catch (const SchemaError& e) {
       if (std::string_view(e.what()).starts_with(path + ": ")) throw;
       throw SchemaError(fmt::format("{}: {}", path, e.what()), e.hint());

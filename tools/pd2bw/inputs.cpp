@@ -11,6 +11,17 @@
 
 namespace pd2bw::cli {
 
+void check_profile_shape(const schemas::Profile& profile, const std::string& label) {
+  const schemas::ModelDesc& m = profile.model;
+  const auto layers = static_cast<int64_t>(profile.layers.size());
+  if ((m.kind == "gpt" || m.kind == "bert") && layers - 2 != m.blocks)
+    throw SchemaError(fmt::format("{}: /model/blocks: is {}, but the profile lists {} layers, and a {} model has its "
+                                  "embedding, its blocks and its head ({} blocks)",
+                                  label, m.blocks, layers, m.kind, layers - 2),
+                      "profile the model again with `pd2bw profile`; a model pd2bw does not train may name another "
+                      "/model/kind, and is then planned from its layers alone");
+}
+
 LoadedProfile load_profile(const std::string& path) {
   LoadedProfile out;
   std::string text;
@@ -26,6 +37,7 @@ LoadedProfile load_profile(const std::string& path) {
   } catch (const SchemaError& e) {
     throw SchemaError(fmt::format("{}: {}", out.label, e.what()), e.hint());
   }
+  check_profile_shape(out.profile, out.label);
   out.sha256 = schemas::sha256_hex(text);
   return out;
 }

@@ -34,6 +34,11 @@ schemas::Plan load_plan(const std::string& path, std::string* sha256 = nullptr);
 // The rules every plan follows (planner::check_plan_numbers); throws SchemaError naming each breach.
 void check_plan_rules(const schemas::Plan& plan, const std::string& path);
 
+// A gpt or bert profile must list blocks + 2 layers (embedding, blocks, head): `train` builds the model
+// from /model, so a plan of any other count could never run. Other kinds pass. Throws SchemaError naming
+// /model/blocks, prefixed with `label`.
+void check_profile_shape(const schemas::Profile& profile, const std::string& label);
+
 // Throws UsageError unless `plan` was made from `profile` (same sha256 of the profile file).
 void check_plan_profile(const schemas::Plan& plan, const std::string& plan_path, const LoadedProfile& profile);
 
