@@ -51,7 +51,7 @@ void run_simulate(const SimulateOptions& o) {
   }
   if (!o.svg_path.empty()) {
     planner::GanttOptions g;
-    g.title = fmt::format("{} {}: b={} m={} d={} w={}, {} steps", plan.model.name, schemas::to_string(plan.schedule),
+    g.title = fmt::format("{} {}: b={} m={} d={} w={}, {} steps", bounded(plan.model.name), schemas::to_string(plan.schedule),
                           plan.microbatch_size, plan.microbatches_per_step, plan.depth, plan.width, in.spec.steps);
     schemas::write_text_file(o.svg_path, planner::gantt_svg(in, sim, g));
     if (!o.quiet) fmt::print(stderr, "wrote {}\n", o.svg_path);

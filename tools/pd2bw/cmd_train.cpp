@@ -99,7 +99,7 @@ std::string ranks_text(const schemas::Plan& plan, const Launch& l) {
 void print_header(const schemas::Plan& plan, const TrainFlags& f, const Launch& l) {
   const auto& m = plan.model;
   const auto& o = f.o;
-  fmt::print(stderr, "model: {} ({} blocks, d_model {}, {} heads, vocab {}, seq {}), {} on {}\n", m.name, m.blocks,
+  fmt::print(stderr, "model: {} ({} blocks, d_model {}, {} heads, vocab {}, seq {}), {} on {}\n", bounded(m.name), m.blocks,
              m.d_model, m.heads, m.vocab, m.seq_len, o.dtype, o.device == "cuda" ? "the GPU (cuda)" : "the CPU");
   fmt::print(stderr, "plan: {} | {} b={} m={} d={} w={} | {} | global batch {} sequences\n", f.plan_path,
              schemas::to_string(plan.schedule), plan.microbatch_size, plan.microbatches_per_step, plan.depth, plan.width,

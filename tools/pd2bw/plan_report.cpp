@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "cli.hpp"
 #include "pd2bw/error.hpp"
 #include "pd2bw/schemas/common.hpp"
 
@@ -24,14 +25,14 @@ std::string layer_range(const schemas::StagePlan& s) {
 void print_plan_header(const PlanInputs& in, const planner::CostModel& model) {
   const auto& m = in.profile.model;
   fmt::print(stderr, "profile: {}\n  model {} ({}, {} layers, d_model {}, seq {}, {})\n",
-             in.profile_label, m.name, m.kind, model.num_layers(), m.d_model, m.seq_len,
+             bounded(in.profile_label), bounded(m.name), bounded(m.kind), model.num_layers(), m.d_model, m.seq_len,
              schemas::to_string(m.dtype));
   fmt::print(stderr, "cluster: {}\n  {} device(s) '{}', {} each\n", in.cluster_label,
-             in.cluster.total_devices(), in.cluster.device.name,
+             in.cluster.total_devices(), bounded(in.cluster.device.name),
              schemas::format_bytes(in.cluster.device.memory_bytes));
   for (const auto& l : in.cluster.levels) {
     fmt::print(stderr, "  level {:<8} size {:>5}  p2p {:.1f} GB/s, {:.3f} ms latency, allreduce busbw {:.1f} GB/s\n",
-               l.name, l.size, l.p2p_gbps, l.p2p_latency_ms, l.allreduce_busbw_gbps);
+               bounded(l.name), l.size, l.p2p_gbps, l.p2p_latency_ms, l.allreduce_busbw_gbps);
     // Measured curves replace the scalars above in the cost model; say so.
     if (!l.p2p_curve.empty())
       fmt::print(stderr, "    p2p time from a measured curve: {} point(s), {} .. {}\n", l.p2p_curve.size(),
