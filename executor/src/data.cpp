@@ -80,12 +80,6 @@ std::string read_nonempty(const std::string& path) {
   return bytes;
 }
 
-// Folds one value into a running hash; each step is a full splitmix64 avalanche.
-uint64_t absorb(uint64_t h, uint64_t value) {
-  uint64_t state = h ^ value;
-  return splitmix64(state);
-}
-
 }  // namespace
 
 TokenData::TokenData(std::vector<uint16_t> tokens, int64_t vocab, std::string label)
@@ -124,11 +118,8 @@ int64_t TokenData::sample_offset(uint64_t seed, int64_t step, int64_t microbatch
     throw UsageError(fmt::format("data sample indices must be >= 0 (step {}, microbatch {}, replica {}, row {})",
                                  step, microbatch, replica, s));
   }
-  uint64_t h = absorb(seed, 0x7064326277646174ULL);  // "pd2bwdat": separates this stream from others
-  h = absorb(h, static_cast<uint64_t>(step));
-  h = absorb(h, static_cast<uint64_t>(microbatch));
-  h = absorb(h, static_cast<uint64_t>(replica));
-  h = absorb(h, static_cast<uint64_t>(s));
+  // "pd2bwdat": separates this stream from others.
+  const uint64_t h = row_seed(seed, 0x7064326277646174ULL, step, microbatch, replica, s);
   // Offsets 0 .. size - seq - 1 keep the shifted target window inside the data.
   return static_cast<int64_t>(h % static_cast<uint64_t>(size() - seq));
 }

@@ -19,22 +19,11 @@ namespace {
 // "pd2bwmlm": separates this stream from TokenData::sample's and from parameter initialisation.
 constexpr uint64_t kMlmStreamTag = 0x70643262776D6C6DULL;
 
-// Folds one value into a running hash; each step is a full splitmix64 avalanche (as in data.cpp).
-uint64_t absorb(uint64_t h, uint64_t value) {
-  uint64_t state = h ^ value;
-  return splitmix64(state);
-}
-
 // The random stream of one row.
 class RowStream {
  public:
-  RowStream(uint64_t seed, int64_t step, int64_t microbatch, int64_t replica, int64_t s) {
-    uint64_t h = absorb(seed, kMlmStreamTag);
-    h = absorb(h, static_cast<uint64_t>(step));
-    h = absorb(h, static_cast<uint64_t>(microbatch));
-    h = absorb(h, static_cast<uint64_t>(replica));
-    state_ = absorb(h, static_cast<uint64_t>(s));
-  }
+  RowStream(uint64_t seed, int64_t step, int64_t microbatch, int64_t replica, int64_t s)
+      : state_(row_seed(seed, kMlmStreamTag, step, microbatch, replica, s)) {}
   uint64_t next() { return splitmix64(state_); }
   // Uniform in [0, n) for n >= 1 (modulo bias below n / 2^64).
   int64_t below(int64_t n) { return static_cast<int64_t>(next() % static_cast<uint64_t>(n)); }
@@ -59,6 +48,9 @@ int64_t content_position(const MlmRowLayout& row, int64_t i) {
   return i < row.a_tokens ? 1 + i : 2 + i;
 }
 
+// The segment of row position p: 1 for B and the final [SEP], 0 for [CLS], A, the first [SEP] and padding.
+int32_t row_type(const MlmRowLayout& row, int64_t p) { return p > row.a_tokens + 1 && p < row.length ? 1 : 0; }
+
 // [CLS] A [SEP] B [SEP] [PAD]..., its segment types, and no targets yet.
 void fill_row(const TokenData& data, const MlmSpecialTokens& special, const MlmRowLayout& row, int64_t seq,
               int32_t* tokens, int32_t* types, int32_t* targets) {
@@ -66,19 +58,15 @@ void fill_row(const TokenData& data, const MlmSpecialTokens& special, const MlmR
   const int64_t last = row.length - 1;
   for (int64_t p = 0; p < seq; ++p) {
     targets[p] = kIgnoreTarget;
-    if (p >= row.length) {
+    types[p] = row_type(row, p);
+    if (p >= row.length)
       tokens[p] = special.pad;
-      types[p] = 0;
-    } else if (p == 0) {
+    else if (p == 0)
       tokens[p] = special.cls;
-      types[p] = 0;
-    } else if (p == a + 1 || p == last) {
+    else if (p == a + 1 || p == last)
       tokens[p] = special.sep;
-      types[p] = p == last ? 1 : 0;
-    } else {
+    else
       tokens[p] = data.token(row.offset + (p <= a ? p - 1 : p - 2));
-      types[p] = p <= a ? 0 : 1;
-    }
   }
 }
 
@@ -167,6 +155,17 @@ int64_t MlmSampler::predicted(uint64_t seed, int64_t step, int64_t microbatch, i
     total += masked_count(draw_layout(rng, short_threshold_, data_->size(), seq).length);
   }
   return total;
+}
+
+void MlmSampler::segments(uint64_t seed, int64_t step, int64_t microbatch, int64_t replica, int64_t b, int64_t seq,
+                          int32_t* token_types, int32_t* lengths) const {
+  check_args(step, microbatch, replica, b, seq);
+  for (int64_t s = 0; s < b; ++s) {
+    RowStream rng(seed, step, microbatch, replica, s);
+    const MlmRowLayout row = draw_layout(rng, short_threshold_, data_->size(), seq);
+    lengths[s] = static_cast<int32_t>(row.length);
+    for (int64_t p = 0; p < seq; ++p) token_types[s * seq + p] = row_type(row, p);
+  }
 }
 
 void MlmSampler::sample(uint64_t seed, int64_t step, int64_t microbatch, int64_t replica, int64_t b, int64_t seq,

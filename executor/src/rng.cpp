@@ -52,6 +52,16 @@ uint64_t tensor_seed(uint64_t seed, int64_t layer, std::string_view name) {
   return mix64(mix64(mix64(seed) ^ static_cast<uint64_t>(layer)) ^ fnv1a64(name));
 }
 
+uint64_t row_seed(uint64_t seed, uint64_t tag, int64_t step, int64_t microbatch, int64_t replica, int64_t row) {
+  uint64_t h = seed;
+  for (const uint64_t value : {tag, static_cast<uint64_t>(step), static_cast<uint64_t>(microbatch),
+                               static_cast<uint64_t>(replica), static_cast<uint64_t>(row)}) {
+    uint64_t state = h ^ value;
+    h = splitmix64(state);
+  }
+  return h;
+}
+
 double portable_log(double x) {
   int e = 0;
   double m = std::frexp(x, &e);  // exact: x = m * 2^e, m in [0.5, 1)

@@ -162,6 +162,11 @@ TEST_CASE("mlm: row layout, segment types, padding, lengths and targets match th
         CAPTURE(s);
         check_row(sampler, data, batch, sampler.row_layout(11, step, 2, 1, s, seq), s);
       }
+      // segments() gives the same types and lengths without building the rows.
+      std::vector<int32_t> types(static_cast<size_t>(b * seq), -1), lengths(static_cast<size_t>(b), -1);
+      sampler.segments(11, step, 2, 1, b, seq, types.data(), lengths.data());
+      CHECK(types == batch.types);
+      CHECK(lengths == batch.lengths);
     }
   }
 }

@@ -38,10 +38,6 @@ void check_model_size(const ModelConfig& g) {
   (void)checked_mul(all, 64, "the model's parameter bytes (weights, gradients and moments in double)");
 }
 
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
 }  // namespace
 
 std::string_view to_string(ModelFamily family) { return family == ModelFamily::bert ? "bert" : "gpt"; }
@@ -136,7 +132,7 @@ void init_layer(const ModelConfig& config, int64_t layer, uint64_t seed, std::sp
     const int64_t n = t.numel();
     if (!t.is_matrix()) {
       // Layer-norm gammas ("*.weight" of 1-D tensors) start at 1; every bias and beta at 0.
-      const T value = ends_with(t.name, ".weight") ? T(1) : T(0);
+      const T value = t.name.ends_with(".weight") ? T(1) : T(0);
       for (int64_t i = 0; i < n; ++i) out[i] = value;
       continue;
     }

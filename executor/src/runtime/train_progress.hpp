@@ -84,11 +84,11 @@ class TrainProgress final : public LossSink {
     const double mfu = peak_flops_ > 0 ? flops_per_token_ * tps / peak_flops_ : 0.0;
     const std::string mfu_text = peak_flops_ > 0 ? fmt::format(" | MFU {:4.1f}%", 100.0 * mfu) : std::string();
     const int64_t counted = counted_ ? counted_(step) : -1;
-    const std::string loss_text = counted >= 0 ? fmt::format("loss {:.4f} (masked {})", std::isnan(loss) ? std::fabs(loss) : loss, counted)
-                                               : fmt::format("loss {:.4f}", std::isnan(loss) ? std::fabs(loss) : loss);
+    const std::string counted_text = counted >= 0 ? fmt::format(" (masked {})", counted) : std::string();
     if (out_)
-      fmt::print(out_, "step {:>5}/{} | {} | lr {:.2e} | {:>8.0f} tok/s{} | {:>7.1f} s elapsed | ETA {:.0f} s{}\n",
-                 step + 1, total_, loss_text, lr_.at(step), tps, mfu_text, elapsed, eta,
+      fmt::print(out_, "step {:>5}/{} | loss {:.4f}{} | lr {:.2e} | {:>8.0f} tok/s{} | {:>7.1f} s elapsed | ETA {:.0f} s{}\n",
+                 step + 1, total_, std::isnan(loss) ? std::fabs(loss) : loss, counted_text, lr_.at(step), tps, mfu_text,
+                 elapsed, eta,
                  skipped ? fmt::format(" | skipped, not finite: {}", skip->second) : std::string());
     if (log_)
       log_->append(fmt::format("{{\"step\": {}, \"loss\": {}, \"lr\": {}, \"tokens\": {}, \"tokens_per_s\": {}, "

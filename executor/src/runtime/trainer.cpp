@@ -40,8 +40,8 @@ class DataSource final : public MicrobatchSource {
   int64_t b_, seq_;
 };
 
-// A bert model's masked-LM batches (data_mlm.hpp). fill() and fill_segments() each sample the whole
-// microbatch (it is a pure function, and cheap next to the model) and keep their part.
+// A bert model's masked-LM batches (data_mlm.hpp): fill() samples the whole microbatch and keeps tokens
+// and targets; fill_segments() derives the types and lengths from the rows' layouts alone.
 class MlmSource final : public MicrobatchSource {
  public:
   MlmSource(const TokenData& data, MlmOptions options, uint64_t seed, int64_t b, int64_t seq)
@@ -52,8 +52,7 @@ class MlmSource final : public MicrobatchSource {
     sampler_.sample(seed_, step, microbatch, replica, b_, seq_, tokens, types.data(), lengths.data(), targets);
   }
   bool fill_segments(int64_t step, int64_t microbatch, int64_t replica, int32_t* types, int32_t* lengths) const override {
-    std::vector<int32_t> tokens(static_cast<size_t>(b_ * seq_)), targets(tokens.size());
-    sampler_.sample(seed_, step, microbatch, replica, b_, seq_, tokens.data(), types, lengths, targets.data());
+    sampler_.segments(seed_, step, microbatch, replica, b_, seq_, types, lengths);
     return true;
   }
   // The masked positions the loss of `step` counts, over every microbatch and replica.

@@ -74,6 +74,11 @@ class MlmSampler {
   void sample(uint64_t seed, int64_t step, int64_t microbatch, int64_t replica, int64_t b, int64_t seq, int32_t* tokens,
               int32_t* token_types, int32_t* lengths, int32_t* targets) const;
 
+  // The token_types (b, seq) and lengths (b) that sample() writes for these arguments, without building
+  // the rows (a pipeline's every stage reads the lengths, only its first stage the tokens). Same throws.
+  void segments(uint64_t seed, int64_t step, int64_t microbatch, int64_t replica, int64_t b, int64_t seq,
+                int32_t* token_types, int32_t* lengths) const;
+
   // The exact number of targets != kIgnoreTarget that sample() would write for these arguments (for
   // logs and loss normalisation), without building the rows. Same throws as sample().
   int64_t predicted(uint64_t seed, int64_t step, int64_t microbatch, int64_t replica, int64_t b, int64_t seq) const;

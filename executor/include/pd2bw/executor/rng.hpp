@@ -19,6 +19,11 @@ uint64_t fnv1a64(std::string_view text);
 // into stages or on which other tensors exist.
 uint64_t tensor_seed(uint64_t seed, int64_t layer, std::string_view name);
 
+// The seed of row `row` of microbatch `microbatch` of `step` on `replica` in a data stream named by `tag`:
+// (seed, tag, step, microbatch, replica, row) folded in that order, each fold a full splitmix64 avalanche
+// of the running hash xor the value. Streams of different tags are independent.
+uint64_t row_seed(uint64_t seed, uint64_t tag, int64_t step, int64_t microbatch, int64_t replica, int64_t row);
+
 // ln(x) for finite x > 0, within a few ulp of the exact value; deterministic everywhere.
 double portable_log(double x);
 // sin(2 pi u) and cos(2 pi u) for u in [0, 1), within a few ulp; deterministic everywhere.

@@ -48,9 +48,8 @@ BlockRoles block_roles() { return {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}; }
 // GPT-2 scales the residual projections by 1 / sqrt(2 blocks).
 double init_std(const ModelConfig& config, std::string_view tensor_name) {
   const double std_dev = 0.02;
-  const std::string_view suffix = "c_proj.weight";
-  const bool residual = tensor_name.size() >= suffix.size() && tensor_name.substr(tensor_name.size() - suffix.size()) == suffix;
-  return residual ? std_dev / std::sqrt(2.0 * static_cast<double>(std::max<int64_t>(config.blocks, 1))) : std_dev;
+  if (!tensor_name.ends_with("c_proj.weight")) return std_dev;
+  return std_dev / std::sqrt(2.0 * static_cast<double>(std::max<int64_t>(config.blocks, 1)));
 }
 
 }  // namespace pd2bw::executor::detail::gpt
