@@ -349,7 +349,10 @@ double step_objective(const Candidate& c, const std::vector<StageCost>& stages) 
     case Schedule::flush: return fold_stages<detail::FlushFold>(c, stages);
     case Schedule::gpipe: return fold_stages<detail::GpipeFold>(c, stages);
     case Schedule::zb_h1: return fold_stages<detail::ZbH1Fold>(c, stages);
-    case Schedule::two_bw: break;
+    case Schedule::two_bw:
+    case Schedule::interleaved:
+    case Schedule::zb_h2:
+    case Schedule::zb_v: break;
   }
   return fold_stages<detail::TwoBwFold>(c, stages);
 }

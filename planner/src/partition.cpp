@@ -135,7 +135,10 @@ auto with_fold(Schedule s, Body&& body) {
     case Schedule::flush: return body(detail::FlushFold{});
     case Schedule::gpipe: return body(detail::GpipeFold{});
     case Schedule::zb_h1: return body(detail::ZbH1Fold{});
-    case Schedule::two_bw: break;
+    case Schedule::two_bw:
+    case Schedule::interleaved:
+    case Schedule::zb_h2:
+    case Schedule::zb_v: break;
   }
   return body(detail::TwoBwFold{});
 }

@@ -39,7 +39,8 @@ E parse_word(std::string_view s, std::string_view pointer, const std::pair<std::
 constexpr std::pair<std::string_view, DType> kDTypes[] = {
     {"fp32", DType::fp32}, {"bf16", DType::bf16}, {"fp16", DType::fp16}};
 constexpr std::pair<std::string_view, Schedule> kSchedules[] = {
-    {"2bw", Schedule::two_bw}, {"flush", Schedule::flush}, {"gpipe", Schedule::gpipe}, {"zb-h1", Schedule::zb_h1}};
+    {"2bw", Schedule::two_bw}, {"flush", Schedule::flush}, {"gpipe", Schedule::gpipe}, {"zb-h1", Schedule::zb_h1},
+    {"interleaved", Schedule::interleaved}, {"zb-h2", Schedule::zb_h2}, {"zb-v", Schedule::zb_v}};
 constexpr std::pair<std::string_view, Placement> kPlacements[] = {
     {"replicas-inner", Placement::replicas_inner}, {"stages-inner", Placement::stages_inner}};
 constexpr std::pair<std::string_view, Optimizer> kOptimizers[] = {{"adamw", Optimizer::adamw},

@@ -40,7 +40,11 @@ schemas::MemoryBreakdown stage_memory(const MemoryFactors& f, const StageMemoryI
   m.master_bytes = f.master_copy(in.param_bytes);
   m.grads_bytes = f.grads(in.param_bytes);
   m.optimizer_bytes = f.optimizer(in.param_bytes);
-  m.stash_bytes = in.split_backward ? split_stash_term(in.depth, in.microbatches, in.stage, in.recompute,
+  if (in.walk != nullptr)
+    m.stash_bytes = stash_peak(*in.walk, {{in.recompute ? in.input_bytes : in.stash_bytes, in.recompute ? in.stash_bytes : 0,
+                                           in.split_backward ? in.weight_grad_bytes : 0}});
+  else
+    m.stash_bytes = in.split_backward ? split_stash_term(in.depth, in.microbatches, in.stage, in.recompute,
                                                        in.input_bytes, in.stash_bytes, in.weight_grad_bytes)
                                     : stash_term(in.in_flight, in.recompute, in.input_bytes, in.stash_bytes);
   m.comm_bytes = in.comm_bytes;

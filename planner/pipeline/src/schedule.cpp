@@ -1,9 +1,12 @@
-// The schedule generator: per-stage op streams and lists for 2BW, PipeDream-Flush, GPipe and ZB-H1.
+// The schedule generator: per-rank op streams and lists for 2BW, PipeDream-Flush, GPipe, ZB-H1, ZB-H2,
+// interleaved 1F1B and ZB-V.
 #include "pd2bw/pipeline/schedule.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <utility>
 
 #include "pd2bw/error.hpp"
 
@@ -38,22 +41,91 @@ void check_spec(const ScheduleSpec& s, int64_t stage) {
                                  s.depth, s.microbatches, s.steps, s.width));
   if (stage < 0 || stage >= s.depth)
     throw UsageError(fmt::format("stage {} is outside 0..{}", stage, s.depth - 1));
+  if (!chunks_allowed(s.kind, s.chunks))
+    throw UsageError(fmt::format("{} cannot hold {} chunks per rank", to_string(s.kind), s.chunks),
+                     "interleaved takes 2 or more, zb-v exactly 2, the other schedules 1");
   if (s.microbatches < min_microbatches(s.kind, s.depth))
-    throw UsageError(fmt::format("2bw needs m >= d (got m={} d={})", s.microbatches, s.depth),
+    throw UsageError(fmt::format("{} needs m >= d (got m={} d={})", to_string(s.kind), s.microbatches, s.depth),
                      "raise the microbatches per step or use fewer stages");
+  if (s.microbatches % microbatch_multiple(s.kind, s.depth) != 0)
+    throw UsageError(fmt::format("{} needs m to be a multiple of d (got m={} d={})", to_string(s.kind),
+                                 s.microbatches, s.depth),
+                     "Megatron's rule: the microbatches go round the ranks in groups of d");
+}
+
+using LocalUnit = std::pair<OpKind, std::pair<int64_t, int64_t>>;  // kind, (local chunk, microbatch)
+
+// One step of interleaved 1F1B on position i (see stage_ops): the k-th forward and backward by Megatron's
+// order, after its warm-up, one forward and one backward at a time.
+void interleaved_units(int64_t d, int64_t v, int64_t m, int64_t i, std::vector<LocalUnit>& out) {
+  const int64_t total = m * v;
+  const auto at = [&](int64_t k, bool fwd) {
+    const int64_t w = k % (d * v), j = w / d;
+    return std::make_pair(fwd ? j : v - 1 - j, (k / (d * v)) * d + w % d);
+  };
+  const int64_t warm = m == d ? total : std::min(total, 2 * (d - i - 1) + (v - 1) * d);
+  int64_t nf = 0, nb = 0;
+  for (; nf < warm; ++nf) out.push_back({OpKind::forward, at(nf, true)});
+  for (; nb < total; ++nb) {
+    if (nf < total) out.push_back({OpKind::forward, at(nf++, true)});
+    out.push_back({OpKind::backward, at(nb, false)});
+  }
+}
+
+// One step of zb-v on position i (see stage_ops): chunk 0 is i, chunk 1 is 2 d - 1 - i.
+void zbv_units(int64_t d, int64_t m, int64_t i, std::vector<LocalUnit>& out) {
+  std::array<int64_t, 2> f{}, b{}, w{};
+  const auto fwd = [&](int64_t j) {
+    if (f[j] < m) out.push_back({OpKind::forward, {j, f[j]++}});
+  };
+  const auto bwd = [&](int64_t j) {
+    if (b[j] < f[j]) out.push_back({OpKind::backward_input, {j, b[j]++}});
+  };
+  const auto wgt = [&](int64_t j) {
+    if (w[j] < b[j]) out.push_back({OpKind::backward_weight, {j, w[j]++}});
+  };
+  for (int64_t n = 0; n < std::min(m, 2 * (d - i) - 1); ++n) fwd(0);
+  for (int64_t n = 0; n < i; ++n) fwd(1), fwd(0);
+  for (int64_t n = 0; n < d - i; ++n) fwd(1), bwd(1), wgt(1);
+  while (f[1] < f[0] || f[0] < m) {
+    fwd(0);
+    if (b[0] < b[1]) bwd(0), wgt(0);
+    fwd(1), bwd(1), wgt(1);
+  }
+  for (int64_t n = 0; n < i; ++n) bwd(0), bwd(1);
+  for (int64_t n = 0; n < d - i; ++n) bwd(0), wgt(0);
+  while (w[1] < b[1]) wgt(1);
+  while (w[0] < b[0]) wgt(0);
+  while (b[1] < m) bwd(1), wgt(1);
+  while (b[0] < m) bwd(0), wgt(0);
 }
 
 }  // namespace
 
+std::vector<int64_t> chunks_at(Schedule kind, int64_t depth, int64_t chunks, int64_t stage) {
+  std::vector<int64_t> out;
+  for (int64_t c = 0; c < depth * chunks; ++c)
+    if (chunk_position(kind, depth, c) == stage) out.push_back(c);
+  return out;
+}
+
 // Microbatches are numbered in one stream, g = step * m + k. The cursor walks the schedule's units (a
 // forward, a backward, a step's end) in order: 2bw is one 1F1B segment over all steps with an update after
 // every m-th backward; flush is one 1F1B segment per step followed by the step's end; gpipe a step's
-// forwards, then its backwards, then its end. zb-h1 is flush with each backward's B in its place and its
-// W `stage` microbatches later (after the B of microbatch k comes the W of k - stage); the step's W's
-// still waiting run, one per unit, before its end.
+// forwards, then its backwards, then its end. zb-h1 and zb-h2 are flush with each backward's B in its
+// place and its W `defer_` microbatches later (after the B of microbatch k comes the W of k - defer_); the
+// step's W's still waiting run, one per unit, before its end. The chunked schedules (interleaved, zb-v)
+// lay one step's compute ops out once (units_) and walk them every step.
 StageOpStream::StageOpStream(const ScheduleSpec& spec, int64_t stage, bool recompute)
     : s_(spec), stage_(stage), recompute_(recompute) {
   check_spec(spec, stage);
+  buf_.reserve(static_cast<size_t>(2 * spec.chunks + 4));
+  std::vector<LocalUnit> units;
+  if (spec.kind == Schedule::interleaved) interleaved_units(spec.depth, spec.chunks, spec.microbatches, stage, units);
+  if (spec.kind == Schedule::zb_v) zbv_units(spec.depth, spec.microbatches, stage, units);
+  const auto held = chunks_at(spec.kind, spec.depth, spec.chunks, stage);
+  for (const auto& [kind, at] : units) units_.push_back({kind, held[static_cast<size_t>(at.first)], at.second});
+  defer_ = spec.kind == Schedule::zb_h2 ? 2 * stage : stage;
   start_step(0);
   refill();
 }
@@ -62,19 +134,29 @@ void StageOpStream::next() {
   if (++head_ == count_) refill();
 }
 
+bool StageOpStream::split() const { return s_.kind == Schedule::zb_h1 || s_.kind == Schedule::zb_h2; }
+
 void StageOpStream::start_step(int64_t step) {
   step_ = step;
   const int64_t m = s_.microbatches;
   first_ = s_.kind == Schedule::two_bw ? 0 : step * m;
   end_ = s_.kind == Schedule::two_bw ? m * s_.steps : first_ + m;
   next_f_ = next_b_ = next_w_ = first_;
-  warm_left_ = s_.kind == Schedule::gpipe ? 0 : std::min(s_.depth - stage_ - 1, end_ - first_);
+  const int64_t warm = s_.kind == Schedule::zb_h2 ? 2 * (s_.depth - stage_) - 1 : s_.depth - stage_ - 1;
+  warm_left_ = s_.kind == Schedule::gpipe ? 0 : std::min(warm, end_ - first_);
   phase_ = Phase::forward;
+  next_unit_ = 0;
 }
 
 void StageOpStream::refill() {
   head_ = count_ = 0;
-  while (count_ == 0 && !finished_) unit();
+  buf_.clear();
+  while (count_ == 0 && !finished_) {
+    if (units_.empty())
+      unit();
+    else
+      chunked_unit();
+  }
 }
 
 // Emits the next unit's ops (possibly none, when the unit is a phase change).
@@ -82,20 +164,20 @@ void StageOpStream::unit() {
   const int64_t m = s_.microbatches;
   if (warm_left_ > 0) {
     --warm_left_;
-    forward(next_f_++);
+    forward(next_f_++, stage_);
     return;
   }
   switch (phase_) {
     case Phase::forward:
       phase_ = s_.kind == Schedule::gpipe && next_f_ + 1 < end_ ? Phase::forward : Phase::backward;
-      if (next_f_ < end_) forward(next_f_++);
+      if (next_f_ < end_) forward(next_f_++, stage_);
       return;
     case Phase::backward:
-      if (s_.kind == Schedule::zb_h1) {
-        backward(next_b_++, OpKind::backward_input);
-        if (next_b_ - 1 - next_w_ >= stage_) weight(next_w_++);
+      if (split()) {
+        backward(next_b_++, OpKind::backward_input, stage_);
+        if (next_b_ - 1 - next_w_ >= defer_) weight(next_w_++, stage_);
       } else {
-        backward(next_b_++);
+        backward(next_b_++, OpKind::backward, stage_);
       }
       phase_ = s_.kind == Schedule::gpipe ? (next_b_ < end_ ? Phase::backward : Phase::end) : Phase::update;
       return;
@@ -105,8 +187,8 @@ void StageOpStream::unit() {
       if (next_b_ == end_) phase_ = s_.kind == Schedule::two_bw ? Phase::done : Phase::end;
       return;
     case Phase::end:
-      if (next_w_ < end_ && s_.kind == Schedule::zb_h1) {  // the deferred W's, then the step's end
-        weight(next_w_++);
+      if (next_w_ < end_ && split()) {  // the deferred W's, then the step's end
+        weight(next_w_++, stage_);
         return;
       }
       finish_step(step_);
@@ -119,34 +201,59 @@ void StageOpStream::unit() {
   }
 }
 
-void StageOpStream::forward(int64_t g) {
-  const int64_t step = g / s_.microbatches, k = g % s_.microbatches;
-  if (stage_ > 0) push(OpKind::recv_activation, step, k, 0);
-  push(OpKind::forward, step, k, version_for_step(s_.kind, step));
-  if (stage_ + 1 < s_.depth) push(OpKind::send_activation, step, k, 0);
+void StageOpStream::chunked_unit() {
+  if (phase_ == Phase::done) {
+    finished_ = true;
+    return;
+  }
+  if (next_unit_ == units_.size()) {
+    finish_step(step_);
+    if (step_ + 1 < s_.steps)
+      start_step(step_ + 1);
+    else
+      phase_ = Phase::done;
+    return;
+  }
+  const Unit& u = units_[next_unit_++];
+  const int64_t g = step_ * s_.microbatches + u.microbatch;
+  if (u.kind == OpKind::forward)
+    forward(g, u.chunk);
+  else if (u.kind == OpKind::backward_weight)
+    weight(g, u.chunk);
+  else
+    backward(g, u.kind, u.chunk);
 }
 
-void StageOpStream::backward(int64_t g, OpKind kind) {
+void StageOpStream::forward(int64_t g, int64_t chunk) {
+  const int64_t step = g / s_.microbatches, k = g % s_.microbatches;
+  if (chunk > 0) push(OpKind::recv_activation, step, k, 0, chunk);
+  push(OpKind::forward, step, k, version_for_step(s_.kind, step), chunk);
+  if (chunk + 1 < s_.depth * s_.chunks) push(OpKind::send_activation, step, k, 0, chunk);
+}
+
+void StageOpStream::backward(int64_t g, OpKind kind, int64_t chunk) {
   const int64_t step = g / s_.microbatches, k = g % s_.microbatches;
   const int64_t v = version_for_step(s_.kind, step);
-  if (stage_ + 1 < s_.depth) push(OpKind::recv_gradient, step, k, 0);
-  if (recompute_) push(OpKind::recompute, step, k, v);
-  push(kind, step, k, v);
-  if (stage_ > 0) push(OpKind::send_gradient, step, k, 0);
+  if (chunk + 1 < s_.depth * s_.chunks) push(OpKind::recv_gradient, step, k, 0, chunk);
+  if (recompute_) push(OpKind::recompute, step, k, v, chunk);
+  push(kind, step, k, v, chunk);
+  if (chunk > 0) push(OpKind::send_gradient, step, k, 0, chunk);
 }
 
-void StageOpStream::weight(int64_t g) {
+void StageOpStream::weight(int64_t g, int64_t chunk) {
   const int64_t step = g / s_.microbatches, k = g % s_.microbatches;
-  push(OpKind::backward_weight, step, k, version_for_step(s_.kind, step));
+  push(OpKind::backward_weight, step, k, version_for_step(s_.kind, step), chunk);
 }
 
 void StageOpStream::finish_step(int64_t step) {
-  if (s_.width > 1) push(OpKind::allreduce, step, -1, 0);
-  push(OpKind::update, step, -1, step + 1);
+  if (s_.width > 1)
+    for (int64_t c : chunks_at(s_.kind, s_.depth, s_.chunks, stage_)) push(OpKind::allreduce, step, -1, 0, c);
+  push(OpKind::update, step, -1, step + 1, -1);
 }
 
-void StageOpStream::push(OpKind kind, int64_t step, int64_t k, int64_t v) {
-  buf_[static_cast<size_t>(count_++)] = {kind, step, k, v};
+void StageOpStream::push(OpKind kind, int64_t step, int64_t k, int64_t v, int64_t chunk) {
+  buf_.push_back({kind, step, k, v, chunk});
+  ++count_;
 }
 
 std::vector<Op> stage_ops(const ScheduleSpec& spec, int64_t stage, bool recompute) {
@@ -156,7 +263,7 @@ std::vector<Op> stage_ops(const ScheduleSpec& spec, int64_t stage, bool recomput
 }
 
 ScheduleSpec schedule_spec(const PipelineShape& shape, int64_t steps) {
-  return {shape.schedule, shape.depth, shape.microbatches, steps, shape.width};
+  return {shape.schedule, shape.depth, shape.microbatches, steps, shape.width, shape.chunks};
 }
 
 }  // namespace pd2bw::pipeline

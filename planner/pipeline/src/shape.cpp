@@ -7,6 +7,7 @@
 #include <set>
 
 #include "pd2bw/error.hpp"
+#include "pd2bw/pipeline/stash.hpp"
 
 namespace pd2bw::pipeline {
 
@@ -19,13 +20,29 @@ std::vector<std::vector<int64_t>> rank_table(Placement p, int64_t depth, int64_t
   return table;
 }
 
-int64_t in_flight(Schedule s, int64_t depth, int64_t microbatches, int64_t stage) {
-  if (s == Schedule::gpipe) return microbatches;
-  return std::min(depth - stage, microbatches);
+int64_t in_flight(Schedule s, int64_t depth, int64_t microbatches, int64_t stage, int64_t chunks) {
+  switch (s) {
+    case Schedule::gpipe: return microbatches;
+    case Schedule::zb_h2: return std::min(2 * (depth - stage) - 1, microbatches);
+    case Schedule::interleaved:
+    case Schedule::zb_v: {
+      const StashWalk walk = stash_walk({s, depth, microbatches, 1, 1, chunks}, stage, false);
+      int64_t most = 0;
+      for (const auto& moment : walk.moments) {
+        int64_t held = 0;
+        for (const auto& c : moment) held += c.activations;
+        most = std::max(most, held);
+      }
+      return most;
+    }
+    default: return std::min(depth - stage, microbatches);
+  }
 }
 
 int64_t deferred_weight_grads(Schedule s, int64_t microbatches, int64_t stage) {
-  return s == Schedule::zb_h1 ? std::min(stage, microbatches - 1) : 0;
+  if (s == Schedule::zb_h1) return std::min(stage, microbatches - 1);
+  if (s == Schedule::zb_h2) return std::min(2 * stage, microbatches - 1);
+  return 0;
 }
 
 int64_t pipeline_factor(Schedule s, int64_t depth, int64_t microbatches) {
@@ -39,10 +56,10 @@ int64_t optimizer_moments(Optimizer o) { return o == Optimizer::adamw ? 2 : 1; }
 namespace {
 
 void check_bounds(const PipelineShape& p, int64_t num_layers) {
-  if (static_cast<int64_t>(p.bounds.size()) != p.depth + 1 || p.bounds.front() != 0 || p.bounds.back() != num_layers)
-    throw UsageError(fmt::format("stage bounds must run from 0 to the model's {} layers in {} stages", num_layers,
-                                 p.depth));
-  for (int64_t i = 0; i < p.depth; ++i)
+  const int64_t n = p.chunks_total();
+  if (static_cast<int64_t>(p.bounds.size()) != n + 1 || p.bounds.front() != 0 || p.bounds.back() != num_layers)
+    throw UsageError(fmt::format("stage bounds must run from 0 to the model's {} layers in {} stages", num_layers, n));
+  for (int64_t i = 0; i < n; ++i)
     if (p.bounds[static_cast<size_t>(i)] >= p.bounds[static_cast<size_t>(i + 1)])
       throw UsageError(fmt::format("stage {} holds no layers", i));
 }
@@ -64,11 +81,19 @@ void PipelineShape::validate(int64_t num_layers) const {
   if (depth < 1 || width < 1 || microbatches < 1 || microbatch_size < 1)
     throw UsageError(fmt::format("pipeline needs d, w, m, b >= 1 (got d={} w={} m={} b={})", depth, width,
                                  microbatches, microbatch_size));
+  if (!chunks_allowed(schedule, chunks))
+    throw UsageError(fmt::format("{} cannot hold {} chunks per rank", to_string(schedule), chunks),
+                     "interleaved takes 2 or more, zb-v exactly 2, the other schedules 1");
   if (microbatches < min_microbatches(schedule, depth))
     throw UsageError(fmt::format("{} needs m >= d (got m={} d={})", to_string(schedule), microbatches, depth),
                      "raise the microbatches per step or use fewer stages");
+  if (microbatches % microbatch_multiple(schedule, depth) != 0)
+    throw UsageError(fmt::format("{} needs m to be a multiple of d (got m={} d={})", to_string(schedule),
+                                 microbatches, depth),
+                     "Megatron's rule: the microbatches go round the ranks in groups of d");
   check_bounds(*this, num_layers);
-  if (static_cast<int64_t>(recompute.size()) != depth) throw UsageError("one recompute flag per stage is needed");
+  if (static_cast<int64_t>(recompute.size()) != chunks_total())
+    throw UsageError("one recompute flag per stage is needed");
   check_ranks(*this);
 }
 
@@ -79,10 +104,11 @@ PipelineShape shape_of(const schemas::Plan& plan) {
   s.width = plan.width;
   s.microbatches = plan.microbatches_per_step;
   s.microbatch_size = plan.microbatch_size;
+  s.chunks = plan.chunks_per_rank;
   for (const auto& st : plan.stages) {
     s.bounds.push_back(st.layer_begin);
     s.recompute.push_back(st.recompute);
-    s.ranks.push_back(st.ranks);
+    if (static_cast<int64_t>(s.ranks.size()) < s.depth) s.ranks.push_back(st.ranks);  // chunks 0..d-1: positions 0..d-1
   }
   if (!plan.stages.empty()) s.bounds.push_back(plan.stages.back().layer_end);
   return s;

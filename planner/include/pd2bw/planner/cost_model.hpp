@@ -31,8 +31,8 @@ inline constexpr int64_t kMaxGlobalBatch = int64_t{1} << 24;  // samples per ste
 inline constexpr int64_t kMaxLayers = int64_t{1} << 16;       // layers in a profile
 inline constexpr int64_t kMaxDepth = int64_t{1} << 12;        // pipeline stages (--depth, --max-depth)
 
-// The schedules, for tables indexed by Schedule (2bw, flush, gpipe, zb-h1).
-inline constexpr size_t kSchedules = 4;
+// The schedules, for tables indexed by Schedule (2bw, flush, gpipe, zb-h1, interleaved, zb-h2, zb-v).
+inline constexpr size_t kSchedules = 7;
 
 // auto_: recompute a stage only when it does not fit otherwise. never / always: pinned.
 enum class RecomputePolicy { auto_, never, always };
@@ -65,6 +65,8 @@ struct Candidate {
   int64_t depth = 0;             // d, stages
   int64_t microbatches = 0;      // m = global_batch / (b * w)
   Placement placement = Placement::replicas_inner;
+  int64_t chunks = 1;            // v, model chunks per rank (interleaved >= 2, zb-v 2, else 1): a split
+                                 // has d v + 1 bounds, chunk c on position chunk_position(schedule, d, c)
 };
 
 // The price of layers [begin, end) placed as stage `stage` of a candidate.

@@ -17,13 +17,41 @@ namespace pd2bw::schemas {
 // drain per step). gpipe: all forwards then all backwards, one version. zb_h1: ZB-H1 (Qi et al., "Zero
 // Bubble Pipeline Parallelism", ICLR 2024): Flush's 1F1B order and math with each backward split into
 // its input-gradient half B and its weight-gradient half W, the W's deferred into the drain's bubble.
-enum class Schedule { two_bw, flush, gpipe, zb_h1 };
-std::string_view to_string(Schedule s);                                 // "2bw", "flush", "gpipe", "zb-h1"
+// interleaved: Megatron's interleaved 1F1B (Narayanan et al., SC 2021): each rank holds v >= 2 model
+// chunks in a loop (rank r holds chunks r, r + d, ...), Flush's math. zb_h2: ZB-H2 (the same paper as
+// ZB-H1): 2 (d - i) - 1 warm-up forwards on stage i and its W's deferred by 2 i microbatches, no bubble
+// when F = B = W and m >= 2 d, at up to twice 1F1B's activations. zb_v: ZB-V (the same paper): two chunks
+// per rank in a V (rank r holds chunks r and 2 d - 1 - r), split backwards, Flush's math.
+enum class Schedule { two_bw, flush, gpipe, zb_h1, interleaved, zb_h2, zb_v };
+std::string_view to_string(Schedule s);  // "2bw", "flush", "gpipe", "zb-h1", "interleaved", "zb-h2", "zb-v"
 Schedule parse_schedule(std::string_view s, std::string_view pointer);  // throws SchemaError
 // Fewest microbatches per step schedule `s` allows on `depth` stages: depth for 2bw (with fewer, more than
-// two weight versions would be live), 1 otherwise (zb-h1 with m < d defers fewer W's, as many as there
-// are microbatches). The one statement of the rule; every check reads it.
-inline int64_t min_microbatches(Schedule s, int64_t depth) { return s == Schedule::two_bw ? depth : 1; }
+// two weight versions would be live) and for interleaved, 1 otherwise (zb-h1 with m < d defers fewer W's,
+// as many as there are microbatches). The one statement of the rule; every check reads it.
+inline int64_t min_microbatches(Schedule s, int64_t depth) {
+  return s == Schedule::two_bw || s == Schedule::interleaved ? depth : 1;
+}
+// What m must be a multiple of: depth for interleaved (Megatron's rule: its microbatches go round the
+// ranks in groups of d), 1 otherwise.
+inline int64_t microbatch_multiple(Schedule s, int64_t depth) { return s == Schedule::interleaved ? depth : 1; }
+// Whether schedule `s` splits the backward into B and W (needs the profile's halves).
+inline bool splits_backward(Schedule s) {
+  return s == Schedule::zb_h1 || s == Schedule::zb_h2 || s == Schedule::zb_v;
+}
+// Whether every step ends with a flush (all schedules but 2bw).
+inline bool synchronous(Schedule s) { return s != Schedule::two_bw; }
+// Model chunks per rank schedule `s` allows: interleaved any v >= 2, zb-v exactly 2, the others 1.
+inline bool chunks_allowed(Schedule s, int64_t chunks) {
+  if (s == Schedule::interleaved) return chunks >= 2;
+  return chunks == (s == Schedule::zb_v ? 2 : 1);
+}
+// The pipeline position (rank within one replica, 0 .. depth - 1) that holds model chunk `chunk`
+// (0 .. depth x v - 1): the V for zb-v (chunk c < d on c, else on 2 d - 1 - c), the loop otherwise
+// (c mod d; with v = 1 that is the chunk itself).
+inline int64_t chunk_position(Schedule s, int64_t depth, int64_t chunk) {
+  if (s == Schedule::zb_v) return chunk < depth ? chunk : 2 * depth - 1 - chunk;
+  return chunk % depth;
+}
 
 // How the width x depth grid of ranks is laid on the topology. replicas_inner: the replicas of a stage
 // get consecutive ranks (rank = stage * width + replica); stages_inner: the stages of a replica get
@@ -112,11 +140,13 @@ struct Plan {
   Placement placement = Placement::replicas_inner;
   int64_t microbatch_size = 0;        // b, samples
   int64_t microbatches_per_step = 0;  // m, per replica per step
-  int64_t depth = 0;                  // d, stages
+  int64_t depth = 0;                  // d, stages (ranks of one replica's pipeline)
   int64_t width = 0;                  // w, replicas of each stage
+  int64_t chunks_per_rank = 1;        // v, model chunks per rank (interleaved >= 2, zb-v 2, else 1)
   int64_t global_batch = 0;           // b * m * w samples per step
   int64_t reserve_bytes = 0;
-  std::vector<StagePlan> stages;      // d entries
+  std::vector<StagePlan> stages;      // d v entries, one per model chunk in model order; chunk c runs on
+                                      // position chunk_position(schedule, d, c), whose ranks it lists
   std::vector<RankEntry> ranks;       // w * d entries, by rank
   Predictions predictions;
   std::vector<Alternative> alternatives;  // best losers, best first

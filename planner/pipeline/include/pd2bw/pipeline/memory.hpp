@@ -11,6 +11,7 @@
 
 #include "pd2bw/checked.hpp"
 #include "pd2bw/pipeline/shape.hpp"
+#include "pd2bw/pipeline/stash.hpp"
 #include "pd2bw/schemas/plan.hpp"
 
 namespace pd2bw::pipeline {
@@ -98,6 +99,9 @@ struct StageMemoryInput {
   bool split_backward = false;
   int64_t weight_grad_bytes = 0;
   int64_t stage = 0, depth = 1, microbatches = 1;
+  // When set, the stash term is the walk's peak (stash_peak) with this stage's bytes instead of a closed
+  // form: zb-h2, whose counts over a step have none. The walk must be of this stage (v = 1).
+  const StashWalk* walk = nullptr;
 };
 
 // The same model in the form an event-by-event replay needs (the simulator adds and frees these).
@@ -113,7 +117,7 @@ struct StageMemoryTerms {
 StageMemoryTerms stage_memory_terms(const MemoryFactors& f, const StageMemoryInput& in);
 
 // The stage's peak by term: weights = versions x one version, stash = stash_term(...) (split_stash_term
-// when the backward is split), the others as above; total_bytes their sum (saturating), limit_bytes =
+// when the backward is split, stash_peak when a walk is given), the others as above; total_bytes their sum (saturating), limit_bytes =
 // `limit_bytes`, dominant the name of the largest term
 // ("weights", "master", "grads", "optimizer", "stash", "comm", "reserve"; the first of equals).
 schemas::MemoryBreakdown stage_memory(const MemoryFactors& f, const StageMemoryInput& in, int64_t limit_bytes);

@@ -1,0 +1,79 @@
+// The stash walk: counts per chunk after each op of one step, reduced to the moments that can peak.
+#include "pd2bw/pipeline/stash.hpp"
+
+#include <algorithm>
+
+#include "pd2bw/checked.hpp"
+#include "pd2bw/error.hpp"
+
+namespace pd2bw::pipeline {
+
+namespace {
+
+bool covers(const std::vector<ChunkHeld>& a, const std::vector<ChunkHeld>& b) {  // a >= b everywhere
+  for (size_t j = 0; j < a.size(); ++j)
+    if (a[j].activations < b[j].activations || a[j].rebuilt < b[j].rebuilt ||
+        a[j].weight_stashes < b[j].weight_stashes)
+      return false;
+  return true;
+}
+
+void keep(std::vector<std::vector<ChunkHeld>>& moments, const std::vector<ChunkHeld>& now) {
+  for (const auto& m : moments)
+    if (covers(m, now)) return;
+  std::erase_if(moments, [&](const auto& m) { return covers(now, m); });
+  moments.push_back(now);
+}
+
+}  // namespace
+
+StashWalk stash_walk(const ScheduleSpec& spec, int64_t stage, bool recompute) {
+  ScheduleSpec one = spec;
+  one.steps = 1;
+  StashWalk walk;
+  walk.chunks = chunks_at(one.kind, one.depth, one.chunks, stage);
+  std::vector<ChunkHeld> now(walk.chunks.size());
+  const auto local = [&](int64_t chunk) {
+    const auto it = std::find(walk.chunks.begin(), walk.chunks.end(), chunk);
+    return static_cast<size_t>(it - walk.chunks.begin());
+  };
+  for (StageOpStream s(one, stage, recompute); !s.done(); s.next()) {
+    const Op& op = s.op();
+    if (op.chunk < 0) continue;
+    ChunkHeld& h = now[local(op.chunk)];
+    switch (op.kind) {
+      case OpKind::forward: ++h.activations; break;
+      case OpKind::recompute: h.rebuilt = 1; break;
+      case OpKind::backward:
+      case OpKind::backward_input:
+        --h.activations;
+        h.rebuilt = 0;
+        if (op.kind == OpKind::backward_input) ++h.weight_stashes;
+        break;
+      case OpKind::backward_weight: --h.weight_stashes; break;
+      default: continue;
+    }
+    keep(walk.moments, now);
+  }
+  return walk;
+}
+
+int64_t stash_peak(const StashWalk& walk, const std::vector<ChunkStashBytes>& bytes) {
+  if (bytes.size() != walk.chunks.size())
+    throw UsageError("stash_peak needs the bytes of every chunk of the walk");
+  int64_t most = 0;
+  for (const auto& moment : walk.moments) {
+    int64_t sum = 0;
+    for (size_t j = 0; j < moment.size(); ++j) {
+      const auto& h = moment[j];
+      const auto& b = bytes[j];
+      sum = saturating_add(sum, saturating_add(saturating_mul(h.activations, b.activation),
+                                               saturating_add(saturating_mul(h.rebuilt, b.rebuilt),
+                                                              saturating_mul(h.weight_stashes, b.weight))));
+    }
+    most = std::max(most, sum);
+  }
+  return most;
+}
+
+}  // namespace pd2bw::pipeline
