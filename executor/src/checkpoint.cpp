@@ -96,8 +96,8 @@ template <class Fail>
 void check_rules(const CheckpointManifest& m, Fail fail) {
   if (!is_sha256(m.plan_sha256)) fail("/plan_sha256", "must be 64 lower-case hexadecimal characters");
   if (!is_sha256(m.profile_sha256)) fail("/profile_sha256", "must be 64 lower-case hexadecimal characters");
-  if (!one_of(m.schedule, {"2bw", "flush", "gpipe", "zb-h1"}))
-    fail("/schedule", "must be \"2bw\", \"flush\", \"gpipe\" or \"zb-h1\"");
+  if (!one_of(m.schedule, {"2bw", "flush", "gpipe", "zb-h1", "interleaved", "zb-h2", "zb-v"}))
+    fail("/schedule", "must be \"2bw\", \"flush\", \"gpipe\", \"zb-h1\", \"interleaved\", \"zb-h2\" or \"zb-v\"");
   if (!one_of(m.dtype, {"float", "double", "bf16"})) fail("/dtype", "must be \"float\", \"double\" or \"bf16\"");
   if (m.depth < 1) fail("/depth", "must be >= 1");
   if (m.width < 1) fail("/width", "must be >= 1");

@@ -2,6 +2,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "pd2bw/planner/search.hpp"
 
@@ -15,7 +17,8 @@ schemas::StagePlan stage_plan(const Candidate& c, const Split& split, const Stag
   st.layer_begin = split.bounds[static_cast<size_t>(i)];
   st.layer_end = split.bounds[static_cast<size_t>(i + 1)];
   st.recompute = sc.recompute;
-  for (int64_t r = 0; r < c.width; ++r) st.ranks.push_back(CostModel::rank_of(c, i, r));
+  const int64_t position = pipeline::chunk_position(c.schedule, c.depth, i);  // i itself when v = 1
+  for (int64_t r = 0; r < c.width; ++r) st.ranks.push_back(CostModel::rank_of(c, position, r));
   st.in_flight = sc.in_flight;
   st.compute_ms = sc.compute_ms;
   st.p2p_ms = sc.p2p_ms;
@@ -71,24 +74,39 @@ const StageCost& bottleneck(const Evaluated& e, size_t* index) {
   return e.stages[bi];
 }
 
-std::string step_terms(const Evaluated& e, const StageCost& s) {
-  return fmt::format("{} x ({:.2f} compute + {:.2f} p2p) + {:.2f} allreduce ms", e.candidate.microbatches,
+// A chunked candidate's busiest rank: its position and its chunks' times added up.
+std::pair<int64_t, double> busiest_rank(const Evaluated& e) {
+  const Candidate& c = e.candidate;
+  std::vector<double> lanes(static_cast<size_t>(c.depth), 0.0);
+  for (size_t k = 0; k < e.stages.size(); ++k)
+    lanes[static_cast<size_t>(pipeline::chunk_position(c.schedule, c.depth, static_cast<int64_t>(k)))] += e.stages[k].step_ms;
+  const auto top = std::max_element(lanes.begin(), lanes.end());
+  return {top - lanes.begin(), *top};
+}
+
+std::string bottleneck_text(const Evaluated& e) {
+  if (e.candidate.chunks > 1) {
+    const auto [position, ms] = busiest_rank(e);
+    return fmt::format("rank {} of the pipeline, {} chunks = {:.2f} ms", position, e.candidate.chunks, ms);
+  }
+  size_t i = 0;
+  const StageCost& s = bottleneck(e, &i);
+  return fmt::format("stage {} = {} x ({:.2f} compute + {:.2f} p2p) + {:.2f} allreduce ms", i, e.candidate.microbatches,
                      s.compute_ms, s.p2p_ms, s.allreduce_ms);
 }
+
 
 }  // namespace
 
 std::string why_lost(const Evaluated& winner, const Evaluated& loser) {
-  size_t wi = 0, li = 0;
-  const auto& ws = bottleneck(winner, &wi);
+  size_t li = 0;
   const auto& ls = bottleneck(loser, &li);
   std::string text;
   if (loser.step_ms == winner.step_ms)
     text = "same step time, ranked lower (uses more devices or comes later in search order)";
   else
     text = fmt::format("{:.1f}% slower", (loser.step_ms / winner.step_ms - 1.0) * 100.0);
-  text += fmt::format(": bottleneck stage {} = {} (winner's stage {} = {})", li, step_terms(loser, ls),
-                      wi, step_terms(winner, ws));
+  text += fmt::format(": bottleneck {} (winner's {})", bottleneck_text(loser), bottleneck_text(winner));
   if (loser.bubble_fraction >= 0.005)
     text += fmt::format("; {:.1f}% of its ranks' time idles in fill and drain", 100.0 * loser.bubble_fraction);
   if (loser.imbalance_fraction >= 0.005)
@@ -117,9 +135,10 @@ schemas::Plan build_plan(const CostModel& model, const SearchResult& result,
   plan.microbatches_per_step = c.microbatches;
   plan.depth = c.depth;
   plan.width = c.width;
+  plan.chunks_per_rank = c.chunks;
   plan.global_batch = model.constraints().global_batch;
   plan.reserve_bytes = model.constraints().reserve_bytes;
-  for (int64_t i = 0; i < c.depth; ++i)
+  for (int64_t i = 0; i < c.depth * c.chunks; ++i)
     plan.stages.push_back(stage_plan(c, win.split, win.stages[static_cast<size_t>(i)], i));
   plan.ranks = rank_table(model, c);
   plan.predictions = predictions(model, win);
@@ -129,7 +148,7 @@ schemas::Plan build_plan(const CostModel& model, const SearchResult& result,
     plan.alternatives.push_back({ec.schedule, ec.microbatch, ec.microbatches, ec.depth, ec.width,
                                  ec.placement, e.step_ms,
                                  static_cast<double>(plan.global_batch) / (e.step_ms / 1e3),
-                                 why_lost(win, e)});
+                                 why_lost(win, e), ec.chunks});
   }
   return plan;
 }

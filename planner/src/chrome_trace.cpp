@@ -1,5 +1,6 @@
 // Chrome trace event format writer for simulated runs (JSON object with a "traceEvents" array).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <iterator>
 
@@ -15,7 +16,7 @@ bool on_comm_track(OpKind k) {
          k == OpKind::recv_gradient;
 }
 
-std::string event_name(const SimEvent& e) {
+std::string op_name(const SimEvent& e) {
   switch (e.kind) {
     case OpKind::forward: return fmt::format("F{}", e.microbatch);
     case OpKind::backward: return fmt::format("B{}", e.microbatch);
@@ -30,6 +31,20 @@ std::string event_name(const SimEvent& e) {
     case OpKind::update: return fmt::format("update -> v{}", e.version);
   }
   return "?";
+}
+
+// With chunks, every op but the update names its chunk: "F3 c1", "send act 3 c1".
+std::string event_name(const SimEvent& e, bool chunked) {
+  if (!chunked || e.chunk < 0) return op_name(e);
+  return fmt::format("{} c{}", op_name(e), e.chunk);
+}
+
+// "stage i, replica r", with the chunks the position holds when it holds several.
+std::string rank_label(const SimInput& input, int64_t stage, int64_t replica) {
+  const ScheduleSpec& s = input.spec;
+  if (s.chunks == 1) return fmt::format("stage {}, replica {}", stage, replica);
+  return fmt::format("stage {} (chunks {}), replica {}", stage,
+                     fmt::join(pipeline::chunks_at(s.kind, s.depth, s.chunks, stage), ", "), replica);
 }
 
 }  // namespace
@@ -49,8 +64,8 @@ std::string chrome_trace(const SimInput& input, const SimResult& result) {
     for (size_t r = 0; r < input.ranks[i].size(); ++r) {
       const int64_t pid = input.ranks[i][r];
       sep();
-      fmt::format_to(it, R"({{"ph":"M","name":"process_name","pid":{},"args":{{"name":"rank {}: stage {}, replica {}"}}}})",
-                     pid, pid, i, r);
+      fmt::format_to(it, R"({{"ph":"M","name":"process_name","pid":{},"args":{{"name":"rank {}: {}"}}}})", pid, pid,
+                     rank_label(input, static_cast<int64_t>(i), static_cast<int64_t>(r)));
       sep();
       fmt::format_to(it, R"({{"ph":"M","name":"process_sort_index","pid":{},"args":{{"sort_index":{}}}}})", pid,
                      i * input.ranks[i].size() + r);
@@ -59,14 +74,17 @@ std::string chrome_trace(const SimInput& input, const SimResult& result) {
       sep();
       fmt::format_to(it, R"({{"ph":"M","name":"thread_name","pid":{},"tid":1,"args":{{"name":"comm"}}}})", pid);
     }
+  const bool chunked = input.spec.chunks > 1;
   for (const auto& e : result.events) {
     sep();
     const int64_t pid = input.ranks[static_cast<size_t>(e.stage)][static_cast<size_t>(e.replica)];
     fmt::format_to(it,
                    R"({{"ph":"X","name":"{}","cat":"{}","pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f},)"
-                   R"("args":{{"step":{},"microbatch":{},"version":{}}}}})",
-                   event_name(e), to_string(e.kind), pid, on_comm_track(e.kind) ? 1 : 0, e.start_ms * 1e3,
+                   R"("args":{{"step":{},"microbatch":{},"version":{})",
+                   event_name(e, chunked), to_string(e.kind), pid, on_comm_track(e.kind) ? 1 : 0, e.start_ms * 1e3,
                    (e.end_ms - e.start_ms) * 1e3, e.step, e.microbatch, e.version);
+    if (chunked) fmt::format_to(it, R"(,"chunk":{})", e.chunk);
+    out += "}}";
   }
   for (size_t i = 0; i < result.stages.size(); ++i) {
     const int64_t pid = input.ranks[i][0];

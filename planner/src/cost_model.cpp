@@ -7,6 +7,9 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "pd2bw/checked.hpp"
 #include "pd2bw/error.hpp"
@@ -99,12 +102,34 @@ void check_time_sums(const Profile& profile, int64_t global_batch) {
 
 }  // namespace
 
+struct CostModel::WalkMemo {
+  std::mutex mutex;
+  std::map<std::tuple<Schedule, int64_t, int64_t, int64_t>, std::shared_ptr<const PositionWalks>> walks;
+};
+
+std::shared_ptr<const CostModel::PositionWalks> CostModel::position_walks(const Candidate& c) const {
+  const auto key = std::make_tuple(c.schedule, c.depth, c.microbatches, c.chunks);
+  {
+    const std::lock_guard<std::mutex> lock(walks_->mutex);
+    if (const auto it = walks_->walks.find(key); it != walks_->walks.end()) return it->second;
+  }
+  auto out = std::make_shared<PositionWalks>();
+  const pipeline::ScheduleSpec spec{c.schedule, c.depth, c.microbatches, 1, 1, c.chunks};
+  for (int64_t p = 0; p < c.depth; ++p)
+    out->push_back({pipeline::stash_walk(spec, p, false), pipeline::stash_walk(spec, p, true)});
+  const std::lock_guard<std::mutex> lock(walks_->mutex);
+  if (walks_->walks.size() >= 1024) walks_->walks.clear();  // a bound on the memo, far above one search's use
+  return walks_->walks.emplace(key, std::move(out)).first->second;
+}
+
 CostModel::CostModel(const Profile& profile, const Cluster& cluster, const Constraints& constraints)
-    : profile_(profile), cluster_(cluster), constraints_(constraints) {
+    : walks_(std::make_shared<WalkMemo>()), profile_(profile), cluster_(cluster), constraints_(constraints) {
   check_constraints(profile_, cluster_, constraints_);
-  for (Schedule s : {Schedule::two_bw, Schedule::flush, Schedule::gpipe, Schedule::zb_h1})  // fp32 state
+  for (size_t i = 0; i < kSchedules; ++i) {  // fp32 state
+    const auto s = static_cast<Schedule>(i);
     statics_[static_cast<size_t>(s)] =
         pipeline::memory_factors(s, constraints_.optimizer, schemas::dtype_bytes(profile_.model.dtype), 4);
+  }
   int64_t span = 1;
   for (const auto& level : cluster_.levels) {
     span = checked_mul(span, level.size, "the cluster's device count");
@@ -197,7 +222,8 @@ void CostModel::prepare_split() {
   split_backward_ = n > 0 && std::all_of(profile_.layers.begin(), profile_.layers.end(), [](const auto& layer) {
     return std::all_of(layer.per_microbatch.begin(), layer.per_microbatch.end(), [](const auto& t) { return t.split; });
   });
-  if (constraints_.schedule == Schedule::zb_h1) require_split_backward("--schedule zb-h1");
+  if (constraints_.schedule && schemas::splits_backward(*constraints_.schedule))
+    require_split_backward(fmt::format("--schedule {}", schemas::to_string(*constraints_.schedule)));
   if (!split_backward_) return;  // zb-h1 cannot be priced: the tables stay 0
   double halves = 0.0, fused = 0.0;
   for (size_t j = 0; j < n; ++j)
@@ -333,7 +359,8 @@ double fold_stages(const Candidate& c, const std::vector<StageCost>& stages) {
     v = Fold::prepend(v,
                       detail::stage_terms(m, static_cast<int64_t>(k), static_cast<int64_t>(stages.size()),
                                           {s.compute_ms, s.p2p_ms, s.forward_ms, s.backward_ms, s.weight_ms, s.in_ms,
-                                           s.out_ms, s.allreduce_ms, s.update_ms}),
+                                           s.out_ms, s.allreduce_ms, s.update_ms},
+                                          detail::weight_defer(c.schedule, static_cast<int64_t>(k))),
                       m);
   }
   return v[0];
@@ -345,13 +372,29 @@ double step_objective(const Candidate& c, const std::vector<StageCost>& stages) 
   if (stages.empty()) return std::numeric_limits<double>::infinity();
   for (const auto& s : stages)
     if (!s.feasible) return std::numeric_limits<double>::infinity();
+  if (c.chunks > 1) {  // the busiest rank (its chunks' times added up), and interleaved's cycle
+    const auto d = static_cast<size_t>(c.depth);
+    std::vector<double> lanes(d, 0.0), h(d, 0.0), work(d), u(d);
+    for (size_t k = 0; k < stages.size(); ++k) {
+      const auto p = static_cast<size_t>(pipeline::chunk_position(c.schedule, c.depth, static_cast<int64_t>(k)));
+      lanes[p] += stages[k].step_ms;
+      h[p] += stages[k].allreduce_ms + stages[k].update_ms;
+    }
+    const double most = *std::max_element(lanes.begin(), lanes.end());
+    if (c.schedule != Schedule::interleaved) return most;
+    for (size_t p = 0; p < d; ++p) {
+      work[p] = lanes[p] - h[p];
+      u[p] = stages[p].forward_ms + stages[p].backward_ms;
+    }
+    return std::max(most, detail::interleaved_cycle(work, h, u));
+  }
   switch (c.schedule) {
     case Schedule::flush: return fold_stages<detail::FlushFold>(c, stages);
     case Schedule::gpipe: return fold_stages<detail::GpipeFold>(c, stages);
     case Schedule::zb_h1: return fold_stages<detail::ZbH1Fold>(c, stages);
+    case Schedule::zb_h2: return fold_stages<detail::ZbH2Fold>(c, stages);
     case Schedule::two_bw:
     case Schedule::interleaved:
-    case Schedule::zb_h2:
     case Schedule::zb_v: break;
   }
   return fold_stages<detail::TwoBwFold>(c, stages);

@@ -1,7 +1,9 @@
-// SVG Gantt chart of a simulated run: one row per stage (replica 0), a communication strip and a memory
-// curve under each row, a time axis in ms and a legend. Plain SVG 1.1, no scripts, so any renderer
-// (browsers, rsvg-convert) shows it.
+// SVG Gantt chart of a simulated run: one row per stage (rank position, replica 0), a communication strip
+// and a memory curve under each row, a time axis in ms and a legend. Plain SVG 1.1, no scripts, so any
+// renderer (browsers, rsvg-convert) shows it. A position holding several chunks draws its later chunks
+// darker and labels boxes "microbatch c chunk".
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -28,6 +30,19 @@ const char* colour(OpKind k) {
     case OpKind::update: return "#e45756";
     default: return "#8c8c8c";
   }
+}
+
+// `hex` ("#rrggbb") darkened towards black by `share` (0: unchanged, 1: black).
+std::string darker(const char* hex, double share) {
+  unsigned rgb = 0;
+  for (int i = 1; i <= 6; ++i) {
+    const char ch = hex[i];
+    rgb = rgb * 16 + static_cast<unsigned>(ch <= '9' ? ch - '0' : ch - 'a' + 10);
+  }
+  auto part = [&](int shift) {
+    return static_cast<unsigned>(std::lround((1.0 - share) * static_cast<double>((rgb >> shift) & 0xffu)));
+  };
+  return fmt::format("#{:02x}{:02x}{:02x}", part(16), part(8), part(0));
 }
 
 bool is_comm(OpKind k) {
@@ -67,10 +82,12 @@ struct Canvas {
   }
 };
 
-void draw_legend(Canvas& c, double y) {
-  const std::pair<const char*, OpKind> items[] = {{"forward", OpKind::forward},
-                                                  {"backward (zb-h1: its B)", OpKind::backward},
-                                                  {"zb-h1's W", OpKind::backward_weight},
+// The split backward's halves are named after the schedule that splits it (zb-h1 for the others).
+void draw_legend(Canvas& c, double y, const ScheduleSpec& spec) {
+  const std::string split(pipeline::splits_backward(spec.kind) ? to_string(spec.kind) : "zb-h1");
+  const std::pair<std::string, OpKind> items[] = {{"forward", OpKind::forward},
+                                                  {fmt::format("backward ({}: its B)", split), OpKind::backward},
+                                                  {fmt::format("{}'s W", split), OpKind::backward_weight},
                                                   {"recompute", OpKind::recompute},
                                                   {"send/recv", OpKind::send_activation},
                                                   {"allreduce", OpKind::allreduce},
@@ -79,11 +96,17 @@ void draw_legend(Canvas& c, double y) {
   for (const auto& [name, kind] : items) {
     c.add(R"(<rect x="{:.1f}" y="{:.1f}" width="14" height="12" fill="{}"/>)", x, y - 10, colour(kind));
     c.add(R"(<text x="{:.1f}" y="{:.1f}">{}</text>)", x + 18, y, name);
-    x += 30 + 7.5 * static_cast<double>(std::string_view(name).size());
+    x += 30 + 7.5 * static_cast<double>(name.size());
   }
   c.add(R"(<rect x="{:.1f}" y="{:.1f}" width="14" height="12" fill="#4c78a8" fill-opacity="0.5"/>)", x, y - 10);
-  c.add(R"(<text x="{:.1f}" y="{:.1f}">lighter: odd weight version; numbers: microbatch; grey curve: memory from its floor (dashed: device limit)</text>)",
-        x + 18, y);
+  if (spec.chunks == 1) {
+    c.add(R"(<text x="{:.1f}" y="{:.1f}">lighter: odd weight version; numbers: microbatch; grey curve: memory from its floor (dashed: device limit)</text>)",
+          x + 18, y);
+    return;
+  }
+  c.add(R"(<rect x="{:.1f}" y="{:.1f}" width="14" height="12" fill="{}"/>)", x + 18, y - 10, darker(colour(OpKind::forward), 0.4));
+  c.add(R"(<text x="{:.1f}" y="{:.1f}">lighter: odd weight version; darker: later chunk; 3c1: microbatch 3 of chunk 1; grey curve: memory (dashed: limit)</text>)",
+        x + 36, y);
 }
 
 void draw_axis(Canvas& c, double total_ms, double bottom) {
@@ -96,7 +119,8 @@ void draw_axis(Canvas& c, double total_ms, double bottom) {
   c.add(R"(<text x="{:.1f}" y="{:.1f}" text-anchor="end">time (ms)</text></g>)", kLeft - 8, kTop - 10);
 }
 
-void draw_event(Canvas& c, const SimEvent& e, double row_y, bool tooltips) {
+// `shade`: how much darker than its kind's colour (a later chunk of the rank); `chunked`: name chunks.
+void draw_event(Canvas& c, const SimEvent& e, double row_y, bool tooltips, double shade, bool chunked) {
   const double x0 = c.x(e.start_ms), w = std::max(0.0, (e.end_ms - e.start_ms) * c.scale);
   const bool comm = is_comm(e.kind);
   const double y = comm ? row_y + kBar + 3 : row_y, h = comm ? kComm : kBar;
@@ -107,13 +131,17 @@ void draw_event(Canvas& c, const SimEvent& e, double row_y, bool tooltips) {
     c.add(R"(<text x="{:.1f}" y="{:.1f}" font-size="9" fill="#e45756">v{}</text>)", x0 + 2, y - 1, e.version);
     return;
   }
+  const std::string fill = shade > 0 ? darker(colour(e.kind), shade) : std::string(colour(e.kind));
   c.add(R"(<rect x="{:.2f}" y="{:.1f}" width="{:.2f}" height="{:.1f}" fill="{}"{} stroke="#fff" stroke-width="0.5">)",
-        x0, y, w, h, colour(e.kind), opacity);
-  if (tooltips)
+        x0, y, w, h, fill, opacity);
+  if (tooltips && chunked)
+    c.add("<title>{} step {} microbatch {} chunk {} version {}: {:.3f}-{:.3f} ms</title>", to_string(e.kind), e.step,
+          e.microbatch, e.chunk, e.version, e.start_ms, e.end_ms);
+  else if (tooltips)
     c.add("<title>{} step {} microbatch {} version {}: {:.3f}-{:.3f} ms</title>", to_string(e.kind), e.step,
           e.microbatch, e.version, e.start_ms, e.end_ms);
   c.add("</rect>");
-  const std::string label = std::to_string(e.microbatch);
+  const std::string label = chunked ? fmt::format("{}c{}", e.microbatch, e.chunk) : std::to_string(e.microbatch);
   if (!comm && e.microbatch >= 0 && w >= 7.0 * static_cast<double>(label.size()) + 3)
     c.add(R"(<text x="{:.1f}" y="{:.1f}" font-size="10" fill="#fff" text-anchor="middle">{}</text>)", x0 + w / 2,
           y + 14, label);
@@ -146,10 +174,41 @@ void draw_memory(Canvas& c, const SimStageResult& s, const SimStage& st, double 
         kLeft - 8, y + 23, gib(low));
 }
 
+// Row `i` (position i, replica 0): its label, its ops and its memory.
+void draw_row(Canvas& c, const SimInput& input, const SimResult& result, size_t i, double total, bool tooltips) {
+  const ScheduleSpec& spec = input.spec;
+  const bool chunked = spec.chunks > 1;
+  const double y = kTop + kBlock * static_cast<double>(i);
+  const auto held = pipeline::chunks_at(spec.kind, spec.depth, spec.chunks, static_cast<int64_t>(i));
+  const auto& st = input.stages[static_cast<size_t>(held.front())];  // the first chunk: recompute, limit
+  c.add(R"(<text x="{:.1f}" y="{:.1f}" text-anchor="end" font-weight="bold">stage {}</text>)", kLeft - 8, y + 14, i);
+  if (chunked) {
+    std::vector<std::string> layers;
+    for (int64_t k : held)
+      layers.push_back(fmt::format("chunk {}: layers {}-{}", k, input.stages[static_cast<size_t>(k)].layer_begin,
+                                   input.stages[static_cast<size_t>(k)].layer_end - 1));
+    c.add(R"(<text x="{:.1f}" y="{:.1f}" font-size="10" text-anchor="end" fill="#555">chunks {}{}<title>{}</title></text>)",
+          kLeft - 8, y + 26, fmt::join(held, ", "), st.recompute ? ", recomp." : "", fmt::join(layers, "; "));
+  } else {
+    c.add(R"(<text x="{:.1f}" y="{:.1f}" font-size="10" text-anchor="end" fill="#555">layers {}-{}{}</text>)",
+          kLeft - 8, y + 26, st.layer_begin, st.layer_end - 1, st.recompute ? ", recomp." : "");
+  }
+  for (const auto& e : result.events) {
+    if (e.replica != 0 || static_cast<size_t>(e.stage) != i) continue;
+    // The j-th of v chunks in model order is drawn 0.4 j / (v - 1) darker; the update (all chunks) is not.
+    const auto j = e.chunk < 0 ? 0 : std::find(held.begin(), held.end(), e.chunk) - held.begin();
+    const double shade = chunked ? 0.4 * static_cast<double>(j) / static_cast<double>(spec.chunks - 1) : 0.0;
+    draw_event(c, e, y, tooltips, shade, chunked);
+  }
+  draw_memory(c, result.stages[i], st, y + kBar + 3 + kComm + 4, total);
+  c.add("\n");
+}
+
 }  // namespace
 
 std::string gantt_svg(const SimInput& input, const SimResult& result, const GanttOptions& options) {
   if (result.events.empty()) throw Error("gantt_svg: the simulation kept no events");
+  const auto rows = static_cast<size_t>(input.spec.depth);
   double narrowest = 1e300;
   for (const auto& st : input.stages) {
     if (st.forward_ms > 0) narrowest = std::min(narrowest, st.forward_ms);
@@ -158,9 +217,10 @@ std::string gantt_svg(const SimInput& input, const SimResult& result, const Gant
   const double total = std::max(result.total_ms, 1e-9);
   const double max_plot = static_cast<double>(options.max_width_px) - kLeft - kRight;
   Canvas c;
-  c.scale = std::clamp(narrowest < 1e300 ? 16.0 / narrowest : 1.0, 900.0 / total, max_plot / total);
+  const double box_px = input.spec.chunks > 1 ? 26.0 : 16.0;  // the narrowest box holds "3c1" with chunks
+  c.scale = std::clamp(narrowest < 1e300 ? box_px / narrowest : 1.0, 900.0 / total, max_plot / total);
   const double width = kLeft + total * c.scale + kRight;
-  const double height = kTop + kBlock * static_cast<double>(input.stages.size()) + 10;
+  const double height = kTop + kBlock * static_cast<double>(rows) + 10;
   c.add(R"(<svg xmlns="http://www.w3.org/2000/svg" width="{:.0f}" height="{:.0f}" viewBox="0 0 {:.0f} {:.0f}" )"
         R"(font-family="DejaVu Sans, Helvetica, Arial, sans-serif" font-size="12">)" "\n",
         width, height, width, height);
@@ -168,21 +228,11 @@ std::string gantt_svg(const SimInput& input, const SimResult& result, const Gant
   c.add(R"(<text x="{:.1f}" y="22" font-size="15" font-weight="bold">{}</text>)" "\n", kLeft, escape(options.title));
   c.add(R"(<text x="{:.1f}" y="42">steady step {:.2f} ms, first step {:.2f} ms, bubble {:.1f}% of rank time; replica 0 of each stage</text>)" "\n",
         kLeft, result.step_ms, result.first_step_ms, 100.0 * result.bubble_fraction);
-  draw_legend(c, 64);
-  const double bottom = kTop + kBlock * static_cast<double>(input.stages.size()) - kGap;
+  draw_legend(c, 64, input.spec);
+  const double bottom = kTop + kBlock * static_cast<double>(rows) - kGap;
   draw_axis(c, total, bottom);
   const bool tooltips = result.events.size() <= 20000;
-  for (size_t i = 0; i < input.stages.size(); ++i) {
-    const double y = kTop + kBlock * static_cast<double>(i);
-    const auto& st = input.stages[i];
-    c.add(R"(<text x="{:.1f}" y="{:.1f}" text-anchor="end" font-weight="bold">stage {}</text>)", kLeft - 8, y + 14, i);
-    c.add(R"(<text x="{:.1f}" y="{:.1f}" font-size="10" text-anchor="end" fill="#555">layers {}-{}{}</text>)",
-          kLeft - 8, y + 26, st.layer_begin, st.layer_end - 1, st.recompute ? ", recomp." : "");
-    for (const auto& e : result.events)
-      if (e.replica == 0 && static_cast<size_t>(e.stage) == i) draw_event(c, e, y, tooltips);
-    draw_memory(c, result.stages[i], st, y + kBar + 3 + kComm + 4, total);
-    c.add("\n");
-  }
+  for (size_t i = 0; i < rows; ++i) draw_row(c, input, result, i, total, tooltips);
   c.add("</svg>\n");
   return c.out;
 }

@@ -39,6 +39,8 @@
 #include <algorithm>
 #include <array>
 #include <limits>
+#include <type_traits>
+#include <vector>
 
 #include "pd2bw/planner/cost_model.hpp"
 
@@ -65,8 +67,9 @@ struct StageTimes {
   double compute = 0, p2p = 0, forward = 0, backward = 0, weight = 0, in = 0, out = 0, allreduce = 0, update = 0;
 };
 
-// Stage `stage` of `depth`.
-inline StageTerms stage_terms(double m, int64_t stage, int64_t depth, const StageTimes& x) {
+// Stage `stage` of `depth`; a split backward defers its W's by `defer` microbatches (zb-h1: the stage
+// index, zb-h2: twice it), so min(defer + 1, m) W's trail its last B.
+inline StageTerms stage_terms(double m, int64_t stage, int64_t depth, const StageTimes& x, int64_t defer) {
   StageTerms s;
   const int64_t downstream = depth - 1 - stage;
   s.q = x.out;
@@ -75,7 +78,7 @@ inline StageTerms stage_terms(double m, int64_t stage, int64_t depth, const Stag
   s.t = x.compute + x.p2p;
   s.lane = m * s.t + s.h;
   s.w = x.weight;
-  s.trailing = x.weight > 0 ? std::min(static_cast<double>(stage + 1), m) : 0.0;
+  s.trailing = x.weight > 0 ? std::min(static_cast<double>(defer + 1), m) : 0.0;
   const double b = x.backward - x.weight;
   s.u = x.forward + b + 2.0 * x.in;
   s.cf = x.in + x.forward + x.out;
@@ -158,5 +161,45 @@ struct ZbH1Fold {
     return std::max({v[0], fb + v[1], n > 0 ? m * fb / n : 0.0});
   }
 };
+
+// zb-h2: the cycle of zb-h1's fold without the round trips below a stage (its longer warm-up lets a
+// stage run more forwards before its first B, so those waits are not bounded the same way): S >= m t_k -
+// n_k W_k + sum_{i <= j < k} u_j + n_i W_i + h_i with n_i = min(2 i + 1, m) trailing W's.
+struct ZbH2Fold {
+  static constexpr int K = 3;
+  static FoldState<K> empty() { return {kNoValue, kNoValue, 0.0}; }
+  static FoldState<K> prepend(const FoldState<K>& v, const StageTerms& s, double m) {
+    const double p = std::max(m * s.t - s.trailing * s.w, s.u + v[1]);
+    return {std::max(v[0], s.h + s.trailing * s.w + p), p, v[2] + s.u};
+  }
+  static double floor(const FoldState<K>& v, double fb, double m, double n) { return ZbH1Fold::floor(v, fb, m, n); }
+};
+
+// Interleaved 1F1B's cycle (chunk_price.cpp). Rank k's first op of a step is the forward of microbatch 0
+// on its first chunk (chunk k) and its last compute op the backward of microbatch m - 1 on that chunk, so
+// all of its step's work lies between them. From rank i's update (i <= k), microbatch 0 descends through
+// chunks i..k-1 (their forwards), rank k works, and the last backward climbs back through chunks k-1..i
+// (their backwards) to rank i's allreduces and update: S >= work_k + sum_{i <= j < k} (f_j + b_j) + h_i,
+// f_j and b_j the forward and backward (with recompute) of chunk j, work_k rank k's busy time less h_k. The
+// transfers on the way are left out (the bound stays below the replay). With equal chunks this is the
+// schedule's closed form, m v (f + b) + (d - 1)(f + b). O(d): P_k = max(h_k, P_{k-1} + u_{k-1}).
+inline double interleaved_cycle(const std::vector<double>& work, const std::vector<double>& h,
+                                const std::vector<double>& u) {
+  double best = 0.0, p = kNoValue;
+  for (size_t k = 0; k < work.size(); ++k) {
+    p = k == 0 ? h[0] : std::max(h[k], p + u[k - 1]);
+    best = std::max(best, work[k] + p);
+  }
+  return best;
+}
+
+// Whether a fold's sums hold the backward less its W (the split-backward schedules').
+template <class Fold>
+inline constexpr bool kSplitFold = std::is_same_v<Fold, ZbH1Fold> || std::is_same_v<Fold, ZbH2Fold>;
+
+// The W deferral of stage `stage` under schedule s (zb-h2: 2 i; otherwise i, which only zb-h1 reads).
+inline int64_t weight_defer(schemas::Schedule s, int64_t stage) {
+  return s == schemas::Schedule::zb_h2 ? 2 * stage : stage;
+}
 
 }  // namespace pd2bw::planner::detail

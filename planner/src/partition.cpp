@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bisect.hpp"
+#include "chunk_price.hpp"
 #include "prepared.hpp"
 #include "split_tables.hpp"
 
@@ -19,10 +20,11 @@ namespace {
 
 using detail::StageTerms;
 
-StageTerms terms_of(const detail::QuickCost& q, double m, int64_t stage, int64_t depth) {
-  return detail::stage_terms(m, stage, depth,
+StageTerms terms_of(const detail::QuickCost& q, double m, int64_t stage, const Candidate& c) {
+  return detail::stage_terms(m, stage, c.depth,
                              {q.compute_ms, q.p2p_ms, q.forward_ms, q.backward_ms, q.weight_ms, q.in_ms, q.out_ms,
-                              q.allreduce_ms, q.update_ms});
+                              q.allreduce_ms, q.update_ms},
+                             detail::weight_defer(c.schedule, stage));
 }
 
 // The largest parameter bytes whose static memory (weights, master, grads, optimizer) fits `cap` bytes.
@@ -135,9 +137,9 @@ auto with_fold(Schedule s, Body&& body) {
     case Schedule::flush: return body(detail::FlushFold{});
     case Schedule::gpipe: return body(detail::GpipeFold{});
     case Schedule::zb_h1: return body(detail::ZbH1Fold{});
+    case Schedule::zb_h2: return body(detail::ZbH2Fold{});
     case Schedule::two_bw:
     case Schedule::interleaved:
-    case Schedule::zb_h2:
     case Schedule::zb_v: break;
   }
   return body(detail::TwoBwFold{});
@@ -158,7 +160,7 @@ double stage_floor_of(const CostModel& model, const Candidate& c, int64_t a, int
   const double work = cp[static_cast<size_t>(e)] - cp[static_cast<size_t>(a)];
   if constexpr (std::is_same_v<Fold, detail::FlushFold>) return cp[static_cast<size_t>(a)] + m * work;
   if constexpr (std::is_same_v<Fold, detail::GpipeFold>) return cp.back() + (m - 1.0) * work;
-  if constexpr (std::is_same_v<Fold, detail::ZbH1Fold>) {  // the layers before, and this stage, less their W's
+  if constexpr (detail::kSplitFold<Fold>) {  // the layers before, and this stage, less their W's
     const auto& wp = model.weight_prefix(c.microbatch_index);
     const double before = cp[static_cast<size_t>(a)] - wp[static_cast<size_t>(a)];
     return std::max(m * work, before + m * (work - (wp[static_cast<size_t>(e)] - wp[static_cast<size_t>(a)])));
@@ -185,12 +187,12 @@ void solve(const CostModel& model, const detail::PreparedCandidate& prepared, do
       [&](int64_t i, int64_t a, int64_t e) -> std::optional<StageTerms> {
         const auto q = detail::quick_price(model, pc, i, a, e);
         if (!q.feasible) return std::nullopt;
-        return terms_of(q, m, i, c.depth);
+        return terms_of(q, m, i, c);
       },
       [&](int64_t, int64_t a, int64_t e) { return stage_floor_of<Fold>(model, c, a, e); },
       [&](int64_t a) {  // what layers [0, a) add to the drain and refill: zb-h1's W's are not on it
         const double fb = cp[static_cast<size_t>(a)];
-        if constexpr (std::is_same_v<Fold, detail::ZbH1Fold>)
+        if constexpr (detail::kSplitFold<Fold>)
           return fb - model.weight_prefix(c.microbatch_index)[static_cast<size_t>(a)];
         return fb;
       }, max_work);
@@ -359,7 +361,7 @@ class SplitWalk {
       }
       const auto q = detail::quick_price(model_, s_.pc, i, a, e);
       if (!q.feasible) continue;
-      const StageTerms s = terms_of(q, m_, i, d_);
+      const StageTerms s = terms_of(q, m_, i, s_.pc.candidate);
       bounds_[static_cast<size_t>(i + 1)] = e;
       if (i + 1 == d_) {
         const double objective = fold(Fold::empty(), s, i)[0];
@@ -393,18 +395,21 @@ class SplitWalk {
 
 double greedy_step_ms(const CostModel& model, const Candidate& c) {
   if (c.depth < 1 || c.depth > model.num_layers()) return kInfinity;
+  if (c.chunks > 1) return detail::chunked_balanced_split(model, c).step_ms;
   const int64_t static_cap = model.memory_limit_bytes() - model.constraints().reserve_bytes;
   return greedy_bound(model, detail::prepare(model, c), static_cap, kInfinity);
 }
 
 Split best_split(const CostModel& model, const Candidate& c, double upper_bound_ms, int64_t max_work) {
   if (c.depth < 1 || c.depth > model.num_layers()) return {};
+  if (c.chunks > 1) return detail::chunked_best_split(model, c, upper_bound_ms, max_work);
   return with_fold(c.schedule,
                    [&](auto fold) { return best_split_with<decltype(fold)>(model, c, upper_bound_ms, max_work); });
 }
 
 Split balanced_split(const CostModel& model, const Candidate& c) {
   if (c.depth < 1 || c.depth > model.num_layers()) return {};
+  if (c.chunks > 1) return detail::chunked_balanced_split(model, c);
   const int64_t static_cap = model.memory_limit_bytes() - model.constraints().reserve_bytes;
   return balanced_split_of(model, detail::prepare(model, c), static_cap);
 }
@@ -412,6 +417,7 @@ Split balanced_split(const CostModel& model, const Candidate& c) {
 bool for_each_split_within(const CostModel& model, const Candidate& c, double limit_ms, int64_t max_nodes,
                            const std::function<double(const Split&)>& visit) {
   if (c.depth < 1 || c.depth > model.num_layers()) return true;
+  if (c.chunks > 1) return detail::chunked_for_each_split_within(model, c, limit_ms, max_nodes, visit);
   return with_fold(c.schedule, [&](auto fold) {
     using Fold = decltype(fold);
     Solved<Fold> solved;
@@ -445,6 +451,7 @@ OverageSplit least_overage_split(const CostModel& model, const Candidate& c, int
   const int64_t L = model.num_layers();
   OverageSplit out;
   if (c.depth < 1 || c.depth > L) return out;
+  if (c.chunks > 1) return detail::chunked_least_overage_split(model, c, bound_bytes);
   const auto pc = detail::prepare(model, c);
   auto over = [&](int64_t i, int64_t a, int64_t e) {
     const auto q = detail::quick_price(model, pc, i, a, e);

@@ -9,6 +9,7 @@
 
 #include "pd2bw/pipeline/memory.hpp"
 #include "pd2bw/pipeline/shape.hpp"
+#include "pd2bw/pipeline/stash.hpp"
 #include "pd2bw/planner/search.hpp"
 #include "pd2bw/planner/simulator.hpp"
 #include "search_internal.hpp"
@@ -45,18 +46,33 @@ void check_stage_memory(const schemas::Plan& plan, size_t i, Findings& f) {
   const std::string mem = stage_ptr(i, "memory");
   f.differ(mem + "/total_bytes", m.total_bytes, pipeline::memory_total(m), "its terms add up to");
   f.differ(mem + "/limit_bytes", m.limit_bytes, plan.cluster.device.memory_bytes, "/cluster/device/memory_bytes is");
-  f.differ(mem + "/reserve_bytes", m.reserve_bytes, plan.reserve_bytes, "/reserve_bytes is");
+  // A chunked rank's reserve is written once, on its first chunk (chunk p of position p).
+  const bool first_of_rank = static_cast<int64_t>(i) < plan.depth;
+  f.differ(mem + "/reserve_bytes", m.reserve_bytes, first_of_rank ? plan.reserve_bytes : int64_t{0},
+           first_of_rank ? "/reserve_bytes is" : "a rank's later chunk holds none of the reserve: it is");
   f.differ(mem + "/dominant", m.dominant, pipeline::dominant_term(m), "the largest term is");
   if (m.total_bytes > m.limit_bytes)
     f.add(mem + "/total_bytes", fmt::format("{} bytes do not fit the device's {} (over by {})", m.total_bytes,
                                             m.limit_bytes, m.total_bytes - m.limit_bytes));
 }
 
+// Microbatches stage (or chunk) i keeps at once: pipeline::in_flight, or for a chunked plan the most its
+// chunk holds over the walk of its rank's step.
+int64_t expected_in_flight(const schemas::Plan& plan, int64_t i) {
+  if (plan.chunks_per_rank == 1) return pipeline::in_flight(plan.schedule, plan.depth, plan.microbatches_per_step, i);
+  const int64_t position = pipeline::chunk_position(plan.schedule, plan.depth, i);
+  const auto walk = pipeline::stash_walk(
+      {plan.schedule, plan.depth, plan.microbatches_per_step, 1, 1, plan.chunks_per_rank}, position, false);
+  const auto j = static_cast<size_t>(std::find(walk.chunks.begin(), walk.chunks.end(), i) - walk.chunks.begin());
+  int64_t most = 0;
+  for (const auto& moment : walk.moments) most = std::max(most, moment[j].activations);
+  return most;
+}
+
 void check_stage_times(const schemas::Plan& plan, size_t i, Findings& f) {
   const auto& s = plan.stages[i];
   const auto stage = static_cast<int64_t>(i);
-  f.differ(stage_ptr(i, "in_flight"), s.in_flight,
-           pipeline::in_flight(plan.schedule, plan.depth, plan.microbatches_per_step, stage),
+  f.differ(stage_ptr(i, "in_flight"), s.in_flight, expected_in_flight(plan, stage),
            fmt::format("{} with d = {} and m = {} keeps", schemas::to_string(plan.schedule), plan.depth,
                        plan.microbatches_per_step));
   const double m = static_cast<double>(plan.microbatches_per_step);

@@ -71,9 +71,11 @@ PlanModel plan_model(const Profile& profile, const schemas::Plan& plan) {
   k.reserve_bytes = plan.reserve_bytes;
   pipeline::PipelineShape shape = pipeline::shape_of(plan);
   PlanModel pm{CostModel(profile, plan.cluster, k), {}, std::move(shape.bounds), std::move(shape.recompute)};
-  if (plan.schedule == Schedule::zb_h1) pm.model.require_split_backward("the plan runs zb-h1, which");
+  if (pipeline::splits_backward(plan.schedule))
+    pm.model.require_split_backward(fmt::format("the plan runs {}, which", schemas::to_string(plan.schedule)));
+  // The shape's bounds and recompute flags are already per chunk (d v + 1 and d v entries).
   pm.candidate = {shape.schedule, microbatch_index(profile, shape.microbatch_size), shape.microbatch_size,
-                  shape.width, shape.depth, shape.microbatches, plan.placement};
+                  shape.width, shape.depth, shape.microbatches, plan.placement, shape.chunks};
   return pm;
 }
 

@@ -36,7 +36,7 @@ struct PreparedCandidate {
   const double* weight = nullptr;
   const int64_t* weight_stash = nullptr;
   std::vector<PreparedStage> stages;
-  bool split_backward() const { return candidate.schedule == Schedule::zb_h1; }
+  bool split_backward() const { return schemas::splits_backward(candidate.schedule); }
 };
 
 PreparedCandidate prepare(const CostModel& model, const Candidate& c);
@@ -56,11 +56,29 @@ struct QuickCost {
   int64_t weight_stash = 0;  // zb-h1: what one microbatch keeps from its B to its W, whole stage
 };
 
-// The stash term of stage `stage` (pipeline::stash_term, or split_stash_term for zb-h1).
+// The policy's choice for a stage (or a chunked rank) that needs `plain` bytes as it is and `redo` bytes
+// recomputing: never / always as pinned; auto recomputes only when the plain stage does not fit (and,
+// when neither fits, the smaller one is reported).
+struct RecomputeChoice {
+  bool recompute = false, feasible = true;
+};
+inline RecomputeChoice choose_recompute(RecomputePolicy policy, int64_t plain, int64_t redo, int64_t limit) {
+  switch (policy) {
+    case RecomputePolicy::never: return {false, plain <= limit};
+    case RecomputePolicy::always: return {true, redo <= limit};
+    case RecomputePolicy::auto_: break;
+  }
+  if (plain <= limit) return {false, true};
+  return {redo <= limit || redo <= plain, redo <= limit};
+}
+
+// The stash term of stage `stage` (pipeline::stash_term, or deferred_stash_term for a split backward).
 inline int64_t stash_of(const PreparedCandidate& pc, int64_t stage, bool recompute, const QuickCost& q) {
-  if (pc.split_backward())
-    return pipeline::split_stash_term(pc.candidate.depth, pc.candidate.microbatches, stage, recompute, q.in_bytes,
-                                      q.stash_one, q.weight_stash);
+  if (pc.split_backward()) {
+    const auto [ahead, defer] = pipeline::split_shape(pc.candidate.schedule, pc.candidate.depth, stage);
+    return pipeline::deferred_stash_term(ahead, defer, pc.candidate.microbatches, recompute, q.in_bytes, q.stash_one,
+                                         q.weight_stash);
+  }
   return pipeline::stash_term(pc.stages[static_cast<size_t>(stage)].in_flight, recompute, q.in_bytes, q.stash_one);
 }
 
@@ -98,20 +116,9 @@ inline QuickCost quick_price(const CostModel& model, const PreparedCandidate& pc
   const int64_t base = saturating_add(pc.statics.total(q.param_bytes), saturating_add(q.comm_bytes, pc.reserve_bytes));
   q.plain_bytes = saturating_add(base, stash_of(pc, stage, false, q));
   q.redo_bytes = saturating_add(base, stash_of(pc, stage, true, q));
-  const int64_t limit = pc.limit_bytes;
-  switch (pc.policy) {
-    case RecomputePolicy::never: q.feasible = q.plain_bytes <= limit; break;
-    case RecomputePolicy::always:
-      q.recompute = true;
-      q.feasible = q.redo_bytes <= limit;
-      break;
-    case RecomputePolicy::auto_:
-      if (q.plain_bytes > limit) {
-        q.feasible = q.redo_bytes <= limit;
-        q.recompute = q.feasible || q.redo_bytes <= q.plain_bytes;
-      }
-      break;
-  }
+  const RecomputeChoice choice = choose_recompute(pc.policy, q.plain_bytes, q.redo_bytes, pc.limit_bytes);
+  q.feasible = choice.feasible;
+  q.recompute = choice.recompute;
   q.forward_ms = pc.fwd[e] - pc.fwd[b];
   q.compute_ms = pc.compute[e] - pc.compute[b];
   if (q.recompute) q.compute_ms += pc.redo[e] - pc.redo[b];

@@ -37,7 +37,7 @@ PreparedCandidate prepare(const CostModel& model, const Candidate& c) {
   std::vector<int> in_index;  // per replica, into the stage's in_tables
   for (int64_t i = 0; i < c.depth; ++i) {
     auto& st = pc.stages[static_cast<size_t>(i)];
-    st.in_flight = CostModel::in_flight(c, i);
+    st.in_flight = c.chunks > 1 ? 0 : CostModel::in_flight(c, i);  // chunked: priced per rank (chunk_price.cpp)
     if (c.width > 1) st.ar_level = model.allreduce_level(c, i);
     std::vector<int> out_index;
     if (i + 1 < c.depth)
@@ -62,7 +62,7 @@ PreparedCandidate prepare(const CostModel& model, const Candidate& c) {
   pc.params = model.param_prefix().data();
   pc.in_bytes = model.input_bytes(c.microbatch_index).data();
   pc.out_bytes = model.output_bytes(c.microbatch_index).data();
-  if (pc.split_backward()) model.require_split_backward("zb-h1");
+  if (pc.split_backward()) model.require_split_backward(schemas::to_string(c.schedule));
   pc.weight = model.weight_prefix(c.microbatch_index).data();
   pc.weight_stash = model.weight_stash_prefix(c.microbatch_index).data();
   return pc;
@@ -90,7 +90,7 @@ StageCost price_stage(const CostModel& model, const PreparedCandidate& pc, int64
   sc.memory = pipeline::stage_memory(pc.statics,
                                      {q.param_bytes, q.stash_one, q.in_bytes, q.comm_bytes, st.in_flight,
                                       q.recompute, pc.reserve_bytes, pc.split_backward(), q.weight_stash, stage,
-                                      c.depth, c.microbatches},
+                                      c.depth, c.microbatches, c.schedule},
                                      pc.limit_bytes);
   sc.over_bytes = q.feasible ? 0 : sc.memory.total_bytes - sc.memory.limit_bytes;
   return sc;

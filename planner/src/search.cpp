@@ -13,6 +13,7 @@
 #include <optional>
 #include <utility>
 
+#include "chunk_price.hpp"
 #include "parallel.hpp"
 #include "prepared.hpp"
 #include "search_internal.hpp"
@@ -23,8 +24,10 @@ namespace pd2bw::planner {
 std::vector<Schedule> searched_schedules(const CostModel& model) {
   const auto& k = model.constraints();
   if (k.schedule) return {*k.schedule};
-  if (model.split_backward()) return {Schedule::two_bw, Schedule::flush, Schedule::gpipe, Schedule::zb_h1};
-  return {Schedule::two_bw, Schedule::flush, Schedule::gpipe};
+  if (model.split_backward())
+    return {Schedule::two_bw, Schedule::flush,  Schedule::gpipe, Schedule::zb_h1,
+            Schedule::interleaved, Schedule::zb_h2, Schedule::zb_v};
+  return {Schedule::two_bw, Schedule::flush, Schedule::gpipe, Schedule::interleaved};
 }
 
 namespace {
@@ -96,6 +99,7 @@ void seed_with_greedy(const CostModel& model, const std::vector<Candidate>& cand
   for (size_t idx : order) {
     if (lb[idx] == kInfinity) break;
     const auto& c = candidates[idx];
+    if (c.chunks > 1) continue;  // a chunked split is priced per rank, too dear for a seed
     int& n = seeded[{static_cast<size_t>(c.schedule), c.width}];
     if (n < kPerGroup) {
       ++n;
@@ -118,6 +122,23 @@ std::vector<int64_t> divisors(int64_t n) {
     }
   low.insert(low.end(), high.rbegin(), high.rend());
   return low;
+}
+
+// The chunks per rank searched for schedule s on d ranks of a model of `layers` layers: interleaved 2, 4,
+// 8, ... while every chunk keeps a layer, zb-v 2, the others 1; `pinned` (> 0) keeps that one alone.
+std::vector<int64_t> chunk_options(Schedule s, int64_t d, int64_t layers, int64_t pinned) {
+  std::vector<int64_t> out;
+  if (s == Schedule::interleaved) {
+    for (int64_t v = 2; v <= layers / d; v *= 2) out.push_back(v);
+  } else {
+    out.push_back(s == Schedule::zb_v ? 2 : 1);
+    if (d * out.back() > layers) out.clear();
+  }
+  if (pinned > 0) {
+    const bool allowed = pipeline::chunks_allowed(s, pinned) && d * pinned <= layers;
+    out.assign(allowed ? 1 : 0, pinned);
+  }
+  return out;
 }
 
 }  // namespace
@@ -151,22 +172,26 @@ std::vector<Candidate> enumerate_candidates(const CostModel& model, LeftOut* lef
           if (w > devices / d) break;
           if (k.width > 0 && w != k.width) continue;
           const int64_t m = k.global_batch / (b * w);
-          if (m < pipeline::min_microbatches(s, d)) continue;
-          if (s == Schedule::zb_h1 && d == 1 && !k.schedule) continue;  // one stage: flush's ops exactly
-          if (m > kMaxReplayedMicrobatches / d) {
-            if (left_out) {
-              left_out->count += w > 1 && d > 1 ? 2 : 1;
-              // Some stage runs m microbatches of at least the average compute, and of the heaviest layer.
-              const double floor = static_cast<double>(m) * std::max(heaviest[bi], per_stage(bi, d));
-              left_out->floor_ms = std::min(left_out->floor_ms, floor * (1.0 - 1e-9));
+          if (m < pipeline::min_microbatches(s, d) || m % pipeline::microbatch_multiple(s, d) != 0) continue;
+          // One stage: zb-h1 and zb-h2 run flush's ops exactly. (Chunks on one rank differ from flush: a
+          // recomputing rank rebuilds one chunk's stash at a time.)
+          if ((s == Schedule::zb_h1 || s == Schedule::zb_h2) && d == 1 && !k.schedule) continue;
+          for (int64_t v : chunk_options(s, d, model.num_layers(), k.chunks)) {
+            if (m > (v > 1 ? kMaxChunkedMicrobatches : kMaxReplayedMicrobatches) / (d * v)) {
+              if (left_out) {
+                left_out->count += w > 1 && d > 1 ? 2 : 1;
+                // Some stage runs m microbatches of at least the average compute, and of the heaviest layer.
+                const double floor = static_cast<double>(m) * std::max(heaviest[bi], per_stage(bi, d));
+                left_out->floor_ms = std::min(left_out->floor_ms, floor * (1.0 - 1e-9));
+              }
+              continue;
             }
-            continue;
-          }
-          Candidate c{s, static_cast<int64_t>(bi), b, w, d, m, Placement::replicas_inner};
-          out.push_back(c);
-          if (w > 1 && d > 1) {
-            c.placement = Placement::stages_inner;
+            Candidate c{s, static_cast<int64_t>(bi), b, w, d, m, Placement::replicas_inner, v};
             out.push_back(c);
+            if (w > 1 && d > 1) {
+              c.placement = Placement::stages_inner;
+              out.push_back(c);
+            }
           }
         }
       }
@@ -179,6 +204,11 @@ Evaluated evaluate_split(const CostModel& model, const Candidate& c, const Split
   Evaluated e;
   e.candidate = c;
   e.split = split;
+  if (c.chunks > 1) {
+    e.stages = detail::ChunkPricer(model, c).price(split.bounds, &e.step_ms);
+    e.split.step_ms = e.step_ms;
+    return e;
+  }
   const auto pc = detail::prepare(model, c);
   for (int64_t i = 0; i < c.depth; ++i)
     e.stages.push_back(detail::price_stage(model, pc, i, split.bounds[static_cast<size_t>(i)],
@@ -217,6 +247,26 @@ std::vector<Evaluated> representatives(const CostModel& model, const detail::Sea
   return out;
 }
 
+// Moves the searched candidates to the front of `order` (which is by lower bound), keeping that order among
+// them and among the rest: the first kMaxSearched, of which at most kMaxChunkedSearched chunked.
+void choose_searched(const std::vector<Candidate>& candidates, const std::vector<double>& lb, std::vector<size_t>& order,
+                     size_t& count) {
+  std::vector<size_t> chosen, rest;
+  size_t chunked = 0;
+  for (size_t idx : order) {
+    const bool is_chunked = candidates[idx].chunks > 1;
+    if (chosen.size() < kMaxSearched && lb[idx] < kInfinity && (!is_chunked || chunked < kMaxChunkedSearched)) {
+      chosen.push_back(idx);
+      chunked += is_chunked ? 1 : 0;
+    } else {
+      rest.push_back(idx);
+    }
+  }
+  count = chosen.size();
+  order = std::move(chosen);
+  order.insert(order.end(), rest.begin(), rest.end());
+}
+
 // The search by the objective: fills `space` and returns the kept candidates' indices, best first, and
 // the schedules' representatives.
 std::pair<std::vector<size_t>, std::vector<Evaluated>> search_objective(const CostModel& model,
@@ -251,6 +301,7 @@ std::pair<std::vector<size_t>, std::vector<Evaluated>> search_objective(const Co
     }
     if (again) std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return lb[a] < lb[b]; });
   }
+  choose_searched(candidates, lb, order, space.searched_count);
   space.known.resize(candidates.size());
   // Memoised as the interval of limits not yet decided; a candidate is tested by one worker at a time (the
   // one evaluating it), so no lock is needed.
@@ -275,8 +326,8 @@ std::pair<std::vector<size_t>, std::vector<Evaluated>> search_objective(const Co
   // every pruning decision is exact, so the kept set does not depend on timing or worker count.
   std::mutex board_mutex;
   std::atomic<int64_t> evaluated{0};
-  // Past the first kMaxSearched by lower bound, candidates are only summed up (result.unsearched).
-  for (size_t pos = kMaxSearched; pos < order.size() && lb[order[pos]] < kInfinity; ++pos) {
+  // Past the searched ones (choose_searched), candidates are only summed up (result.unsearched).
+  for (size_t pos = space.searched_count; pos < order.size() && lb[order[pos]] < kInfinity; ++pos) {
     ++result.unsearched.count;
     result.unsearched.floor_ms = std::min(result.unsearched.floor_ms, lb[order[pos]]);
   }

@@ -39,9 +39,10 @@ struct SearchSpace {
   // Whether candidate idx has no split with an objective <= limit by StepLowerBound::rules_out;
   // thread-safe for distinct candidates.
   std::function<bool(size_t idx, double limit)> ruled_out;
-  // The candidates searched: the first kMaxSearched of `order`.
+  size_t searched_count = 0;  // how many of `order` are searched (choose_searched)
+  // The candidates searched: the first searched_count of `order`.
   std::span<const size_t> searched() const {
-    return std::span<const size_t>(order).first(std::min(order.size(), kMaxSearched));
+    return std::span<const size_t>(order).first(std::min(order.size(), searched_count));
   }
 };
 

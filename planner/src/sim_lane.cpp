@@ -21,21 +21,43 @@ Busy category(OpKind k) {
   }
 }
 
+// The j-th of the v chunks position `stage` holds, in model order: the inverse of schemas::chunk_position
+// (the V for zb-v, the loop otherwise), without building chunks_at's list.
+int64_t held_chunk(const ScheduleSpec& spec, int64_t stage, int64_t j) {
+  if (spec.kind == Schedule::zb_v) return j == 0 ? stage : 2 * spec.depth - 1 - stage;
+  return stage + j * spec.depth;
+}
+
 }  // namespace
 
-SimLane::SimLane(int64_t stage_, int64_t replica_, const ScheduleSpec& spec, const SimStage& st, LaneMeasure measure)
-    : stage(stage_), replica(replica_), ops_(spec, stage_, st.recompute), st_(&st), measure_(measure),
-      kind_(spec.kind), microbatches_(spec.microbatches), steps_(spec.steps) {
-  const int64_t fwd_ops = (stage_ > 0) + 1 + (stage_ + 1 < spec.depth);
-  const int64_t bwd_ops = (stage_ + 1 < spec.depth) + (st.recompute ? 1 : 0) + 1 + (stage_ > 0) +
-                          (spec.kind == Schedule::zb_h1 ? 1 : 0);  // zb-h1's W
-  period_ops_ = spec.microbatches * (fwd_ops + bwd_ops) + (spec.width > 1) + 1;
+// A rank recomputes all of its chunks or none (the generator takes one flag); the input's check makes
+// its chunks agree, so the first one's flag is the rank's.
+SimLane::SimLane(int64_t stage_, int64_t replica_, const SimInput& in, LaneMeasure measure)
+    : stage(stage_), replica(replica_),
+      ops_(in.spec, stage_, in.stages[static_cast<size_t>(held_chunk(in.spec, stage_, 0))].recompute),
+      stages_(in.stages.data()), own_(in.spec.chunks == 1 ? &in.stages[static_cast<size_t>(stage_)] : nullptr),
+      measure_(measure), kind_(in.spec.kind), microbatches_(in.spec.microbatches),
+      steps_(in.spec.steps) {
+  const ScheduleSpec& spec = in.spec;
+  const int64_t last = spec.depth * spec.chunks - 1;
+  // Ops per microbatch of each chunk: receive, forward, send; receive, recompute, backward (or B), send;
+  // W; the receives and sends only where the chunk has a neighbour (local hand-overs are ops too).
+  int64_t per_microbatch = 0, fixed = 0;
+  for (int64_t j = 0; j < spec.chunks; ++j) {
+    const int64_t c = held_chunk(spec, stage_, j);
+    const SimStage& st = in.stages[static_cast<size_t>(c)];
+    per_microbatch += 2 + 2 * (c > 0) + 2 * (c < last) + (st.recompute ? 1 : 0) + (splits_backward(spec.kind) ? 1 : 0);
+    fixed += st.fixed_bytes;
+    weights_bytes_ += st.weights_bytes;
+    update_ms_ += st.update_ms;
+  }
+  period_ops_ = spec.microbatches * per_microbatch + (spec.width > 1 ? spec.chunks : 0) + 1;
   last_period_end_ms_.assign(static_cast<size_t>(period_ops_), 0.0);
   // 2bw's first step also runs the warm-up forwards of the stream; past them every step's ops line up.
   if (spec.kind == Schedule::two_bw)
-    warmup_ops_ = std::min(spec.depth - stage_ - 1, spec.microbatches * spec.steps) * fwd_ops;
+    warmup_ops_ = std::min(spec.depth - stage_ - 1, spec.microbatches * spec.steps) * ((stage_ > 0) + 1 + (stage_ < last));
   live_.push_back(0);
-  add_memory(0.0, st.fixed_bytes + st.weights_bytes);
+  add_memory(0.0, fixed + weights_bytes_);
 }
 
 int64_t SimLane::last_reading_step(int64_t v) const {
@@ -58,7 +80,7 @@ void SimLane::add_memory(double at_ms, int64_t delta) {
 void SimLane::free_dead_versions(double at_ms, int64_t newest) {
   for (auto it = live_.begin(); it != live_.end();) {
     if (*it < newest && last_reading_step(*it) <= read_steps_done_) {
-      add_memory(at_ms, -st_->weights_bytes);
+      add_memory(at_ms, -weights_bytes_);
       it = live_.erase(it);
     } else {
       ++it;
@@ -71,26 +93,27 @@ void SimLane::finish(double start_ms, double end_ms) {
   if (o.step == measure_.step) busy_ms[static_cast<size_t>(category(o.kind))] += end_ms - start_ms;
   switch (o.kind) {
     case OpKind::forward:
-      add_memory(start_ms, st_->stash_bytes);
+      add_memory(start_ms, chunk(o).stash_bytes);
       peak_in_flight = std::max(peak_in_flight, ++in_flight);
       break;
-    case OpKind::recompute: add_memory(start_ms, st_->recompute_stash_bytes); break;
+    case OpKind::recompute: add_memory(start_ms, chunk(o).recompute_stash_bytes); break;
     case OpKind::backward:
     case OpKind::backward_input: {
-      // B keeps what its W needs (zb-h1) and frees the rest of the stash with the backward's end.
-      const int64_t kept = o.kind == OpKind::backward_input ? st_->weight_grad_bytes : 0;
-      add_memory(end_ms, kept - st_->stash_bytes - (st_->recompute ? st_->recompute_stash_bytes : 0));
+      // B keeps what its W needs (split backward) and frees the rest of the stash with the backward's end.
+      const SimStage& st = chunk(o);
+      const int64_t kept = o.kind == OpKind::backward_input ? st.weight_grad_bytes : 0;
+      add_memory(end_ms, kept - st.stash_bytes - (st.recompute ? st.recompute_stash_bytes : 0));
       --in_flight;
       if (o.microbatch == microbatches_ - 1) read_steps_done_ = o.step;
       break;
     }
-    case OpKind::backward_weight: add_memory(end_ms, -st_->weight_grad_bytes); break;
+    case OpKind::backward_weight: add_memory(end_ms, -chunk(o).weight_grad_bytes); break;
     case OpKind::update:
       // The new version takes the buffer of a version nobody reads any more (freed first at the same
       // instant), so 2BW holds two buffers and flush / gpipe update in place.
       free_dead_versions(start_ms, o.version);
       live_.push_back(o.version);
-      add_memory(start_ms, st_->weights_bytes);
+      add_memory(start_ms, weights_bytes_);
       max_live_versions = std::max<int64_t>(max_live_versions, static_cast<int64_t>(live_.size()));
       if (update_end_ms.size() <= static_cast<size_t>(o.step)) update_end_ms.resize(static_cast<size_t>(o.step) + 1, 0.0);
       update_end_ms[static_cast<size_t>(o.step)] = end_ms;
@@ -165,7 +188,7 @@ SimResult summarize(const SimInput& input, std::vector<SimLane>& lanes, const st
     r.step_ms = interval(s);
     if (s >= 1) r.previous_step_ms = interval(s - 1);
   }
-  r.stages.resize(input.stages.size());
+  r.stages.resize(static_cast<size_t>(input.spec.depth));
   for (size_t l = 0; l < lanes.size(); ++l) {
     SimLane& lane = lanes[l];
     auto& out = r.stages[static_cast<size_t>(lane.stage)];

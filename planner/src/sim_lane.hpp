@@ -1,6 +1,7 @@
 // One simulated rank: its op list, program counter and clock, and what it accumulates while it runs
 // (busy time by category inside a measured window, memory and its peak, live weight versions). Nothing
-// grows with the run's length except the optional memory curve. Private to the planner.
+// grows with the run's length except the optional memory curve. A rank holds v model chunks (one when
+// v = 1); each op is charged to its own chunk's terms. Private to the planner.
 #pragma once
 
 #include <array>
@@ -24,11 +25,15 @@ struct LaneMeasure {
 
 class SimLane {
  public:
-  // Replays stage `stage`'s ops of `spec` (the schedule generator's stream) with st's durations.
-  SimLane(int64_t stage, int64_t replica, const ScheduleSpec& spec, const SimStage& st, LaneMeasure measure);
+  // Replays position `stage`'s ops of in.spec (the schedule generator's stream) with the durations and
+  // memory of its chunks in in.stages (which must outlive the lane).
+  SimLane(int64_t stage, int64_t replica, const SimInput& in, LaneMeasure measure);
 
   bool done() const { return stopped_ || ops_.done(); }
   const Op& op() const { return ops_.op(); }
+  // The chunk op() computes or moves for (requires op().chunk >= 0).
+  const SimStage& chunk(const Op& o) const { return own_ ? *own_ : stages_[static_cast<size_t>(o.chunk)]; }
+  double update_ms() const { return update_ms_; }  // the rank's update: all its chunks
   // Completes the current op over [start, end) and moves to the next.
   void finish(double start_ms, double end_ms);
 
@@ -40,7 +45,7 @@ class SimLane {
   std::vector<std::pair<double, int64_t>> memory_curve;  // (time, bytes from then on) when measured
   std::vector<double> update_end_ms;                     // per step
   int64_t max_live_versions = 1;
-  int64_t in_flight = 0, peak_in_flight = 0;  // microbatches forwarded and not yet backwarded
+  int64_t in_flight = 0, peak_in_flight = 0;  // microbatches forwarded and not yet backwarded, all chunks
   // The longest time from an op's end to the end of its counterpart one step later, over the ops of the
   // step before the measured one [0] and of the measured one [1] (steps counted from the lane's updates).
   std::array<double, 2> max_increment_ms{};
@@ -56,7 +61,10 @@ class SimLane {
   int64_t last_reading_step(int64_t v) const;
 
   pipeline::StageOpStream ops_;
-  const SimStage* st_;
+  const SimStage* stages_;   // all chunks of the input, indexed by Op::chunk
+  const SimStage* own_;      // the one chunk when v = 1 (saves the replay a dependent load per op), else null
+  int64_t weights_bytes_ = 0;  // one weight version of all the rank's chunks
+  double update_ms_ = 0;
   LaneMeasure measure_;
   Schedule kind_;
   int64_t microbatches_ = 1, steps_ = 1;
@@ -74,8 +82,8 @@ class SimLane {
 // last drains the pipe), 0 for a single step.
 int64_t steady_step(const ScheduleSpec& spec);
 
-// Step times, the breakdown of the steady step and memory peaks, from lanes that measured it.
-// `weights[s]` is how many replicas the lane slot s stands for.
+// Step times, the breakdown of the steady step and memory peaks (per position), from lanes that measured
+// it. `weights[s]` is how many replicas the lane slot s stands for.
 SimResult summarize(const SimInput& input, std::vector<SimLane>& lanes, const std::vector<int64_t>& weights);
 
 }  // namespace pd2bw::planner

@@ -1,6 +1,8 @@
 // The simulator's engine: lanes (one per simulated rank) run their op lists; a lane blocks on a receive
 // with nothing queued or on an allreduce its peers have not reached, and is woken when that changes.
-// Times follow from the dependencies alone, so the order lanes are visited in does not matter.
+// Times follow from the dependencies alone, so the order lanes are visited in does not matter. Messages
+// travel on the boundaries between model chunks (the stages when v = 1); a boundary between two chunks of
+// one rank is a channel the lane sends to and later receives from itself, at no cost.
 #include "pd2bw/planner/simulator.hpp"
 
 #include <fmt/format.h>
@@ -49,14 +51,17 @@ class Channel {
 class Engine {
  public:
   Engine(const SimInput& in, std::vector<int64_t> replicas, bool keep, LaneMeasure measure)
-      : in_(in), replicas_(std::move(replicas)), keep_(keep) {
+      : in_(in), replicas_(std::move(replicas)), keep_(keep), boundary_ms_(in.boundary_ms) {
     const int64_t d = in.spec.depth, n = static_cast<int64_t>(replicas_.size());
+    const int64_t chunks = d * in.spec.chunks;
     for (int64_t i = 0; i < d; ++i)
-      for (int64_t r = 0; r < n; ++r)
-        lanes_.emplace_back(i, replicas_[static_cast<size_t>(r)], in.spec, in.stages[static_cast<size_t>(i)], measure);
-    channels_.resize(static_cast<size_t>(2 * d * n));
+      for (int64_t r = 0; r < n; ++r) lanes_.emplace_back(i, replicas_[static_cast<size_t>(r)], in, measure);
+    channels_.resize(static_cast<size_t>(2 * chunks * n));
     waiter_.assign(channels_.size(), -1);
-    ar_ready_.assign(static_cast<size_t>(d), {});
+    ar_ready_.assign(static_cast<size_t>(chunks), {});
+    for (int64_t c = 0; c + 1 < chunks; ++c)  // a hand-over inside one rank (zb-v's turn) costs nothing
+      if (pipeline::chunk_position(in.spec.kind, d, c) == pipeline::chunk_position(in.spec.kind, d, c + 1))
+        for (auto& row : boundary_ms_) row[static_cast<size_t>(c)] = 0.0;
   }
 
   void run() {
@@ -69,26 +74,28 @@ class Engine {
     }
     for (const auto& lane : lanes_)
       if (!lane.done())
-        throw Error(fmt::format("simulation deadlocked: stage {} replica {} is stuck at op {} ({})",
-                                lane.stage, lane.replica, lane.pc, to_string(lane.op().kind)));
+        throw Error(fmt::format("simulation deadlocked: stage {} replica {} is stuck at op {} ({} of chunk {})",
+                                lane.stage, lane.replica, lane.pc, to_string(lane.op().kind), lane.op().chunk));
   }
 
   std::vector<SimLane>& lanes() { return lanes_; }
   std::vector<SimEvent>& events() { return events_; }
 
  private:
-  // Channel of activations (grad = false) or gradients crossing boundary `left` -> `left + 1`.
+  // Channel of activations (grad = false) or gradients crossing the boundary between chunk `left` and
+  // chunk `left + 1`.
   int64_t channel(int64_t left, int64_t slot, bool grad) const {
     return (left * static_cast<int64_t>(replicas_.size()) + slot) * 2 + (grad ? 1 : 0);
   }
   double boundary(const SimLane& lane, int64_t left) const {
-    return in_.boundary_ms[static_cast<size_t>(lane.replica)][static_cast<size_t>(left)];
+    return boundary_ms_[static_cast<size_t>(lane.replica)][static_cast<size_t>(left)];
   }
 
   void record(SimLane& lane, double start, double end) {
-    const Op& op = lane.op();
+    if (!keep_) return lane.finish(start, end);
+    const Op op = lane.op();  // a copy: finish() moves the stream on, which may refill the op's slot
     lane.finish(start, end);
-    if (keep_) events_.push_back({lane.stage, lane.replica, op.kind, op.step, op.microbatch, op.version, start, end});
+    events_.push_back({lane.stage, lane.replica, op.chunk, op.kind, op.step, op.microbatch, op.version, start, end});
   }
 
   void send(int64_t ch, const SimLane& lane, std::vector<int64_t>& work) {
@@ -121,12 +128,13 @@ class Engine {
 
   bool allreduce(int64_t l, std::vector<int64_t>& work) {
     SimLane& lane = lanes_[static_cast<size_t>(l)];
-    auto& group = ar_ready_[static_cast<size_t>(lane.stage)];
+    const int64_t chunk = lane.op().chunk;
+    auto& group = ar_ready_[static_cast<size_t>(chunk)];
     group.push_back(l);
     if (group.size() < replicas_.size()) return false;
     double start = 0;
     for (int64_t g : group) start = std::max(start, lanes_[static_cast<size_t>(g)].clock_ms);
-    const double dur = in_.stages[static_cast<size_t>(lane.stage)].allreduce_ms;
+    const double dur = in_.stages[static_cast<size_t>(chunk)].allreduce_ms;
     for (int64_t g : group) {
       record(lanes_[static_cast<size_t>(g)], start, start + dur);
       if (g != l) work.push_back(g);
@@ -138,47 +146,54 @@ class Engine {
   void advance(int64_t l, std::vector<int64_t>& work) {
     SimLane& lane = lanes_[static_cast<size_t>(l)];
     const int64_t slot = l % static_cast<int64_t>(replicas_.size());
-    const SimStage& st = in_.stages[static_cast<size_t>(lane.stage)];
+    const bool single = in_.spec.chunks == 1;  // then every op's chunk is the lane's stage (and the
+                                               // replay measurably faster for not reading it)
     while (!lane.done()) {
       const Op& op = lane.op();
       const double t = lane.clock_ms;
+      const int64_t c = single ? lane.stage : op.chunk;  // -1 only for the update
       switch (op.kind) {
-        case OpKind::forward: record(lane, t, t + st.forward_ms); break;
-        case OpKind::backward: record(lane, t, t + st.backward_ms); break;
-        case OpKind::recompute: record(lane, t, t + st.recompute_ms); break;
-        case OpKind::update: record(lane, t, t + st.update_ms); break;
+        case OpKind::forward: record(lane, t, t + lane.chunk(op).forward_ms); break;
+        case OpKind::backward: record(lane, t, t + lane.chunk(op).backward_ms); break;
+        case OpKind::recompute: record(lane, t, t + lane.chunk(op).recompute_ms); break;
+        case OpKind::update: record(lane, t, t + lane.update_ms()); break;
         case OpKind::send_activation: {
-          send(channel(lane.stage, slot, false), lane, work);
-          record(lane, t, t + boundary(lane, lane.stage));
+          send(channel(c, slot, false), lane, work);
+          record(lane, t, t + boundary(lane, c));
           break;
         }
         case OpKind::send_gradient: {
-          send(channel(lane.stage - 1, slot, true), lane, work);
-          record(lane, t, t + boundary(lane, lane.stage - 1));
+          send(channel(c - 1, slot, true), lane, work);
+          record(lane, t, t + boundary(lane, c - 1));
           break;
         }
         case OpKind::recv_activation:
-          if (!receive(l, channel(lane.stage - 1, slot, false), boundary(lane, lane.stage - 1))) return;
+          if (!receive(l, channel(c - 1, slot, false), boundary(lane, c - 1))) return;
           break;
         case OpKind::recv_gradient:
-          if (!receive(l, channel(lane.stage, slot, true), boundary(lane, lane.stage))) return;
+          if (!receive(l, channel(c, slot, true), boundary(lane, c))) return;
           break;
         case OpKind::allreduce:
           if (!allreduce(l, work)) return;
           break;
-        case OpKind::backward_input: record(lane, t, t + (st.backward_ms - st.weight_ms)); break;
-        case OpKind::backward_weight: record(lane, t, t + st.weight_ms); break;
+        case OpKind::backward_input: {
+          const SimStage& st = lane.chunk(op);
+          record(lane, t, t + (st.backward_ms - st.weight_ms));
+          break;
+        }
+        case OpKind::backward_weight: record(lane, t, t + lane.chunk(op).weight_ms); break;
       }
     }
   }
 
   const SimInput& in_;
-  std::vector<int64_t> replicas_;  // the replicas replayed, one lane per (stage, replica)
+  std::vector<int64_t> replicas_;  // the replicas replayed, one lane per (position, replica)
   bool keep_;
+  std::vector<std::vector<double>> boundary_ms_;  // in_.boundary_ms with the hand-overs inside a rank at 0
   std::vector<SimLane> lanes_;
   std::vector<Channel> channels_;
   std::vector<int64_t> waiter_;                 // per channel: the lane blocked receiving on it, or -1
-  std::vector<std::vector<int64_t>> ar_ready_;  // per stage: lanes waiting in the allreduce
+  std::vector<std::vector<int64_t>> ar_ready_;  // per chunk: lanes waiting in its allreduce
   std::vector<SimEvent> events_;
 };
 
@@ -199,12 +214,21 @@ std::pair<std::vector<int64_t>, std::vector<int64_t>> distinct_replicas(const Si
 }
 
 void check_input(const SimInput& in) {
-  const auto d = static_cast<size_t>(in.spec.depth);
-  const auto w = static_cast<size_t>(in.spec.width);
-  if (in.stages.size() != d || in.boundary_ms.size() != w || in.ranks.size() != d)
-    throw Error(fmt::format("simulator input: expected {} stages and {} replicas", d, w));
+  const ScheduleSpec& s = in.spec;
+  if (s.depth < 1 || s.width < 1 || !pipeline::chunks_allowed(s.kind, s.chunks))
+    throw Error(fmt::format("simulator input: d = {}, w = {} and {} chunks per rank for {}", s.depth, s.width,
+                            s.chunks, to_string(s.kind)));
+  const auto d = static_cast<size_t>(s.depth), w = static_cast<size_t>(s.width);
+  const size_t chunks = d * static_cast<size_t>(s.chunks);
+  if (in.stages.size() != chunks || in.boundary_ms.size() != w || in.ranks.size() != d)
+    throw Error(fmt::format("simulator input: expected {} chunks, {} replicas and {} positions", chunks, w, d));
   for (const auto& row : in.boundary_ms)
-    if (row.size() + 1 != d) throw Error("simulator input: each replica needs d - 1 boundary times");
+    if (row.size() + 1 != chunks) throw Error("simulator input: each replica needs d v - 1 boundary times");
+  for (size_t c = 0; c < chunks; ++c) {  // a rank recomputes all its chunks or none
+    const auto first = static_cast<size_t>(pipeline::chunk_position(s.kind, s.depth, static_cast<int64_t>(c)));
+    if (in.stages[c].recompute != in.stages[first].recompute)
+      throw Error(fmt::format("simulator input: chunks {} and {} share a rank but not their recompute flag", first, c));
+  }
 }
 
 }  // namespace
@@ -213,11 +237,11 @@ int64_t estimated_replay_ops(const SimInput& input) {
   check_input(input);
   const auto lanes = static_cast<int64_t>(distinct_replicas(input).first.size()) * input.spec.depth;
   const int64_t steps = std::max(input.spec.steps, default_sim_steps(input.spec.kind));
-  // Up to 7 ops per microbatch (receive, forward, send; receive, recompute, backward, send; and zb-h1's W),
-  // allreduce, update.
-  const int64_t per_microbatch = input.spec.kind == Schedule::zb_h1 ? 8 : 7;
-  return saturating_mul(saturating_mul(lanes, steps),
-                        saturating_add(saturating_mul(per_microbatch, input.spec.microbatches), 2));
+  // Per chunk, up to 7 ops per microbatch (receive, forward, send; receive, recompute, backward, send; and
+  // a split backward's W) and an allreduce; one update.
+  const int64_t per_microbatch = pipeline::splits_backward(input.spec.kind) ? 8 : 7;
+  const int64_t per_chunk = saturating_add(saturating_mul(per_microbatch, input.spec.microbatches), 1);
+  return saturating_mul(saturating_mul(lanes, steps), saturating_add(saturating_mul(per_chunk, input.spec.chunks), 1));
 }
 
 SimResult simulate(const SimInput& input, bool keep_events, bool measured_only) {

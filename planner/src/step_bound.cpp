@@ -105,10 +105,10 @@ StepLowerBound::StepLowerBound(const CostModel& model) : model_(model), forced_r
     weight_share_.push_back(share);
     weight_excess_ms_.push_back(excess);
   }
-  for (Schedule s : {Schedule::two_bw, Schedule::flush, Schedule::gpipe, Schedule::zb_h1})
+  for (size_t i = 0; i < kSchedules; ++i)
     for (int64_t j = 0; j < model.num_layers(); ++j) {
-      auto& top = max_layer_static_[static_cast<size_t>(s)];
-      top = std::max(top, model.static_bytes(s, j, j + 1));
+      auto& top = max_layer_static_[i];
+      top = std::max(top, model.static_bytes(static_cast<Schedule>(i), j, j + 1));
     }
   const int64_t dsize = schemas::dtype_bytes(p.model.dtype);
   for (const auto& l : p.layers) total_grad_bytes_ += l.param_bytes / dsize * 4;
@@ -206,7 +206,8 @@ double StepLowerBound::average_bound(const Candidate& c, double redo) const {
   if (c.depth > 1)
     p2p = (d - 1.0) * 4.0 * model_.p2p_ms(min_out_[bi], lvl.boundary);  // both ways, on both sides
   double sum = m * (all + redo + p2p) + model_.update_prefix().back();
-  if (c.width > 1) sum += model_.allreduce_sum_floor(total_grad_bytes_, c.depth, c.width, lvl.replicas);
+  if (c.width > 1)  // one allreduce per chunk: d v of them
+    sum += model_.allreduce_sum_floor(total_grad_bytes_, c.depth * c.chunks, c.width, lvl.replicas);
   double bound = std::max(sum / d, m * max_layer_ms_[bi]);
   if (c.schedule == Schedule::flush) bound = std::max(bound, all / (1.0 - std::pow(1.0 - 1.0 / m, d)));
   if (c.schedule == Schedule::gpipe) bound = std::max(bound, all * (m + d - 1.0) / d);
@@ -283,7 +284,7 @@ std::vector<StepLowerBound::StageLinks> StepLowerBound::stage_links(const Candid
 }
 
 bool StepLowerBound::rules_out(const Candidate& c, double limit) const {
-  if (c.depth < 2 || !(limit < kInfinity)) return false;
+  if (c.depth < 2 || !(limit < kInfinity) || c.chunks > 1) return false;
   const double all = model_.compute_prefix(c.microbatch_index).back();
   const double m = static_cast<double>(c.microbatches);
   const double share = model_.min_redo_share(c.microbatch_index);
@@ -463,6 +464,8 @@ double StepLowerBound::operator()(const Candidate& c) {
   const int64_t total_static = model_.static_bytes(c.schedule, 0, model_.num_layers());
   if (max_layer_static_[static_cast<size_t>(c.schedule)] > cap_bytes_ || total_static > saturating_mul(cap_bytes_, c.depth))
     return kInfinity;
+  // A chunked rank's layers are not one run, and its chunks keep different counts: only the average holds.
+  if (c.chunks > 1) return average_bound(c, 0.0) * (1.0 - 1e-9);
   // Some stage holds at least ceil(L / d) layers, and so at least the least compute of that many in a row.
   const int64_t most = (model_.num_layers() + c.depth - 1) / c.depth;
   const double crowded = static_cast<double>(c.microbatches) * least_window_ms(static_cast<size_t>(c.microbatch_index), most);

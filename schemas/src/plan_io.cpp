@@ -1,5 +1,7 @@
 // The plan format ("pd2bw.plan"): typed reading of every field (the cross-field rules live in
 // plan_check.cpp) and the deterministic writer.
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "doc_io.hpp"
@@ -80,14 +82,15 @@ Predictions read_predictions(const ObjectReader& parent) {
 
 Alternative read_alternative(const Json& value, const std::string& pointer) {
   const ObjectReader r(value, pointer,
-                       {"schedule", "microbatch_size", "microbatches_per_step", "depth", "width", "placement",
-                        "step_ms", "samples_per_s", "why"});
+                       {"schedule", "microbatch_size", "microbatches_per_step", "depth", "width", "chunks_per_rank",
+                        "placement", "step_ms", "samples_per_s", "why"});
   Alternative a;
   a.schedule = parse_schedule(r.string("schedule"), r.at("schedule"));
   a.microbatch_size = r.integer("microbatch_size", Min::positive);
   a.microbatches_per_step = r.integer("microbatches_per_step", Min::positive);
   a.depth = r.integer("depth", Min::positive);
   a.width = r.integer("width", Min::positive);
+  if (r.has("chunks_per_rank")) a.chunks_per_rank = r.integer("chunks_per_rank", Min::positive);  // 1.3; else 1
   a.placement = parse_placement(r.string("placement"), r.at("placement"));
   a.step_ms = r.number("step_ms", Min::positive);
   a.samples_per_s = r.number("samples_per_s", Min::non_negative);
@@ -155,11 +158,25 @@ OrderedJson alternative_json(const Alternative& a) {
   o["microbatches_per_step"] = a.microbatches_per_step;
   o["depth"] = a.depth;
   o["width"] = a.width;
+  if (a.chunks_per_rank != 1) o["chunks_per_rank"] = a.chunks_per_rank;
   o["placement"] = to_string(a.placement);
   o["step_ms"] = a.step_ms;
   o["samples_per_s"] = a.samples_per_s;
   o["why"] = a.why;
   return o;
+}
+
+// The lowest schema version with every key and value of the plan: 1.3 for chunks_per_rank and the
+// schedules interleaved, zb-h2 and zb-v, 1.2 for zb-h1, 1.0 otherwise (the plan's and its alternatives').
+const char* plan_version(const Plan& plan) {
+  const auto minor = [](Schedule s, int64_t chunks) {
+    if (chunks != 1 || s == Schedule::interleaved || s == Schedule::zb_h2 || s == Schedule::zb_v) return 3;
+    return s == Schedule::zb_h1 ? 2 : 0;
+  };
+  int most = minor(plan.schedule, plan.chunks_per_rank);
+  for (const Alternative& a : plan.alternatives) most = std::max(most, minor(a.schedule, a.chunks_per_rank));
+  if (most == 3) return kSchemaVersionChunks;
+  return most == 2 ? kSchemaVersionSplitBackward : kSchemaVersion;
 }
 
 template <class T, class F>
@@ -176,7 +193,8 @@ Plan plan_from_json(const Json& root) {
   const ObjectReader r(root, "",
                        {"schema", "schema_version", "provenance", "profile_sha256", "model", "num_layers", "cluster",
                         "schedule", "optimizer", "placement", "microbatch_size", "microbatches_per_step", "depth",
-                        "width", "global_batch", "reserve_bytes", "stages", "ranks", "predictions", "alternatives"});
+                        "width", "chunks_per_rank", "global_batch", "reserve_bytes", "stages", "ranks", "predictions",
+                        "alternatives"});
   check_header(r, kPlanKind);
   Plan p;
   p.provenance = read_provenance(r, "provenance");
@@ -191,6 +209,7 @@ Plan plan_from_json(const Json& root) {
   p.microbatches_per_step = r.integer("microbatches_per_step", Min::positive);
   p.depth = r.integer("depth", Min::positive);
   p.width = r.integer("width", Min::positive);
+  if (r.has("chunks_per_rank")) p.chunks_per_rank = r.integer("chunks_per_rank", Min::positive);  // 1.3; else 1
   p.global_batch = r.integer("global_batch", Min::positive);
   p.reserve_bytes = r.integer("reserve_bytes", Min::non_negative);
   p.stages = r.list("stages", read_stage);
@@ -210,9 +229,7 @@ Plan parse_plan(std::string_view json_text) {
 std::string dump_plan(const Plan& plan) {
   using namespace detail;
   OrderedJson out = header_json(kPlanKind);
-  bool zero_bubble = plan.schedule == Schedule::zb_h1;
-  for (const Alternative& a : plan.alternatives) zero_bubble = zero_bubble || a.schedule == Schedule::zb_h1;
-  if (zero_bubble) out["schema_version"] = kSchemaVersionSplitBackward;  // "zb-h1" is a 1.2 value
+  out["schema_version"] = plan_version(plan);
   out["provenance"] = provenance_json(plan.provenance);
   out["profile_sha256"] = plan.profile_sha256;
   out["model"] = model_json(plan.model);
@@ -227,6 +244,7 @@ std::string dump_plan(const Plan& plan) {
   out["microbatches_per_step"] = plan.microbatches_per_step;
   out["depth"] = plan.depth;
   out["width"] = plan.width;
+  if (plan.chunks_per_rank != 1) out["chunks_per_rank"] = plan.chunks_per_rank;
   out["global_batch"] = plan.global_batch;
   out["reserve_bytes"] = plan.reserve_bytes;
   out["stages"] = array_json(plan.stages, stage_json);

@@ -21,9 +21,10 @@ std::string cluster_summary(const Cluster& c) {
 }
 
 std::string plan_summary(const Plan& p) {
-  return fmt::format("{} on {} layers: schedule {}, depth {} x width {}, microbatch {} x {} (global batch {}), "
+  const std::string chunks = p.chunks_per_rank == 1 ? "" : fmt::format(" ({} chunks per rank)", p.chunks_per_rank);
+  return fmt::format("{} on {} layers: schedule {}{}, depth {} x width {}, microbatch {} x {} (global batch {}), "
                      "predicted {:.3f} ms/step",
-                     p.model.name, p.num_layers, to_string(p.schedule), p.depth, p.width, p.microbatch_size,
+                     p.model.name, p.num_layers, to_string(p.schedule), chunks, p.depth, p.width, p.microbatch_size,
                      p.microbatches_per_step, p.global_batch, p.predictions.step_ms);
 }
 

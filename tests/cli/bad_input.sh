@@ -67,7 +67,7 @@ expect_exit 2 "error:" -- "$PD2BW" frobnicate
 
 # No feasible plan: exit 3 with the closest candidate and each stage's overage.
 expect_exit 3 "closest: " -- "$PD2BW" plan --nodes 1 --gpus-per-node 2 --device-memory 8GiB -o "$TMP/none.json"
-expect_exit 3 "stage 1 layers .* bytes over" -- "$PD2BW" plan --nodes 1 --gpus-per-node 2 --device-memory 8GiB -o "$TMP/none.json"
+expect_exit 3 "(stage|rank) 1 .* bytes over" -- "$PD2BW" plan --nodes 1 --gpus-per-node 2 --device-memory 8GiB -o "$TMP/none.json"
 [ ! -e "$TMP/none.json" ] && ok || fail "a failed plan left an output file"
 
 # Plans edited into an inconsistent state are rejected by validate.

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `pd2bw plan --explain` and `pd2bw simulate` end to end for every schedule: the trace parses as JSON with
+# `pd2bw plan --explain` and `pd2bw simulate` end to end for 2bw, flush and gpipe, then the chunked
+# interleaved and zb-v (one report row per rank, its chunks added up): the trace parses as JSON with
 # one event per op of every rank, the SVG renders to a non-empty PNG with a real renderer (rsvg-convert),
 # the simulated step and per-stage peak memory match the plan within 2%, and bad input exits 2.
 source "$(dirname "$0")/lib.bash"
@@ -39,6 +40,49 @@ png = open(sys.argv[4], "rb").read(24)
 assert png[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", png[16:24])[0] > 500
 PYEOF
   then ok; else fail "$s: trace/report/picture check"; fi
+done
+
+# Chunked plans (v = 2 model chunks per rank): the report has one row per rank, over all of its chunks. The
+# reference is the placement rule written out below (interleaved: chunk c on rank c mod d; zb-v: the V,
+# c < d on c, else on 2d - 1 - c) and the plan's own per-chunk numbers, added up per rank.
+for s in interleaved zb-v; do
+  expect_exit 0 "where the time goes" -- "$PD2BW" plan --profile "$P" --nodes 1 --gpus-per-node 4 \
+    --device-memory 24GiB --global-batch 32 --schedule "$s" --depth 4 --chunks 2 --explain -o "$TMP/$s.plan.json"
+  grep -qE "chosen +$s v=2 .* d=4 " "$TMP/err" || fail "--explain does not show the chosen $s v=2 plan"
+  grep -qE "memory: rank [0-3] of the pipeline \(chunks [0-7], [0-7]\) is fullest" "$TMP/err" \
+    || fail "$s: --explain does not name the fullest rank and its chunks"
+  expect_exit 0 "step time: steady" -- "$PD2BW" simulate --plan "$TMP/$s.plan.json" --profile "$P" \
+    --trace "$TMP/$s.trace.json" --json "$TMP/$s.report.json"
+  cp "$TMP/err" "$TMP/$s.table.txt"
+  if "$PY" - "$TMP/$s.plan.json" "$TMP/$s.trace.json" "$TMP/$s.report.json" "$TMP/$s.table.txt" <<'PYEOF'
+import json, re, sys
+plan, trace, report = (json.load(open(p)) for p in sys.argv[1:4])
+table = open(sys.argv[4]).read().splitlines()
+d, v, w = plan["depth"], plan["chunks_per_rank"], plan["width"]
+assert (d, v) == (4, 2) and len(plan["stages"]) == d * v, (d, v, len(plan["stages"]))
+assert report["chunks_per_rank"] == v
+position = (lambda c: c if c < d else 2 * d - 1 - c) if plan["schedule"] == "zb-v" else (lambda c: c % d)
+assert len(report["stages"]) == d, len(report["stages"])
+header = next(i for i, l in enumerate(table) if l.split()[:2] == ["rank", "layers"])
+rows = [l.split() for l in table[header + 1:header + 1 + d]]
+for p, sim in enumerate(report["stages"]):
+    chunks = [c for c in range(d * v) if position(c) == p]
+    mine = [plan["stages"][c] for c in chunks]
+    planned = sum(st["memory"]["total_bytes"] for st in mine)
+    assert sim["chunks"] == chunks, (p, sim["chunks"], chunks)
+    assert sim["planned_peak_bytes"] == planned, (p, sim["planned_peak_bytes"], planned)
+    assert sim["limit_bytes"] == mine[0]["memory"]["limit_bytes"] and planned <= sim["limit_bytes"]
+    assert abs(sim["peak_bytes"] / planned - 1) <= 0.02, (p, sim["peak_bytes"], planned)
+    assert sim["max_live_versions"] == 1
+    # The printed row: rank, its chunks' layer ranges, and the rank's peak next to its planned total.
+    layers = ",".join("%d-%d" % (st["layer_begin"], st["layer_end"] - 1) for st in mine)
+    assert rows[p][0] == str(p) and rows[p][1] == layers, (rows[p], layers)
+    assert re.search(r"\(\s*%.3f\)" % (planned / 2**30), table[header + 1 + p]), (table[header + 1 + p], planned)
+assert abs(report["step_ms"] / plan["predictions"]["step_ms"] - 1) <= 0.02, (report["step_ms"], plan["predictions"])
+xs = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+assert {e["pid"] for e in xs} == set(range(d * w)), "one process per rank"
+PYEOF
+  then ok; else fail "$s: per-rank report of a chunked plan"; fi
 done
 
 # Bad input: a profile that is not the plan's, an inconsistent plan, impossible flags.

@@ -31,6 +31,8 @@ void for_each_candidate(const planner::CostModel& model, Visit&& visit, bool one
   const int64_t devices = device_count(model.cluster());
   std::vector<Schedule> schedules = {Schedule::two_bw, Schedule::flush, Schedule::gpipe};
   if (model.split_backward()) schedules.push_back(Schedule::zb_h1);
+  schedules.push_back(Schedule::interleaved);
+  if (model.split_backward()) schedules.insert(schedules.end(), {Schedule::zb_h2, Schedule::zb_v});
   if (k.schedule) schedules = {*k.schedule};
   int64_t max_d = std::min(model.num_layers(), devices);
   if (k.max_depth > 0) max_d = std::min(max_d, k.max_depth);
@@ -44,13 +46,25 @@ void for_each_candidate(const planner::CostModel& model, Visit&& visit, bool one
           if (k.width > 0 && w != k.width) continue;
           if (k.global_batch % (b * w) != 0) continue;
           const int64_t m = k.global_batch / (b * w);
-          if (s == Schedule::two_bw && m < d) continue;
-          if (s == Schedule::zb_h1 && d == 1 && !k.schedule && !one_stage_zb) continue;
-          if (m * d > planner::kMaxReplayedMicrobatches) continue;
-          for (int pl = 0; pl < ((w > 1 && d > 1) ? 2 : 1); ++pl) {
-            planner::Candidate c{s, static_cast<int64_t>(bi), b, w, d, m,
-                                 pl == 0 ? schemas::Placement::replicas_inner : schemas::Placement::stages_inner};
-            visit(c);
+          if ((s == Schedule::two_bw || s == Schedule::interleaved) && m < d) continue;
+          if (s == Schedule::interleaved && m % d != 0) continue;  // Megatron's rule
+          // One stage: zb-h1 and zb-h2 run flush's ops (the chunked ones do not: a recomputing rank rebuilds
+          // one chunk's stash at a time).
+          if ((s == Schedule::zb_h1 || s == Schedule::zb_h2) && d == 1 && !k.schedule && !one_stage_zb) continue;
+          // Chunks per rank: interleaved 2, 4, ... while each chunk keeps a layer; zb-v 2; the others 1.
+          std::vector<int64_t> vs;
+          if (s == Schedule::interleaved)
+            for (int64_t v = 2; d * v <= model.num_layers(); v *= 2) vs.push_back(v);
+          else if (d * (s == Schedule::zb_v ? 2 : 1) <= model.num_layers())
+            vs.push_back(s == Schedule::zb_v ? 2 : 1);
+          if (k.chunks > 0) vs = {k.chunks};
+          for (int64_t v : vs) {
+            if (m * d * v > (v > 1 ? planner::kMaxChunkedMicrobatches : planner::kMaxReplayedMicrobatches)) continue;
+            for (int pl = 0; pl < ((w > 1 && d > 1) ? 2 : 1); ++pl) {
+              planner::Candidate c{s, static_cast<int64_t>(bi), b, w, d, m,
+                                   pl == 0 ? schemas::Placement::replicas_inner : schemas::Placement::stages_inner, v};
+              visit(c);
+            }
           }
         }
       }
@@ -66,19 +80,42 @@ void for_each_candidate(const planner::CostModel& model, Visit&& visit, bool one
 // and, over i, sum_{j >= i} u_j + (m - 1) (max_{a >= i} cf_a + max_{c >= i} cb_c) + h_i. zb-h1 is
 // flush's with the backward less its W (weight_ms) in u and cb, part_k at least m t_k - n_k W_k and the
 // double round trip's middle (m - 2 - w) (t_k - W_k), and n_i W_i added at the turn, n_i = min(i + 1, m).
+// zb-h2's is zb-h1's without the round trips (part_k = m t_k - n_k W_k), with n_i = min(2 i + 1, m); a chunked candidate's (interleaved, zb-v: `st` has a StageCost per
+// chunk) is the largest, over ranks, of the step_ms of the chunks the rank holds, added up.
 inline double reference_objective(const planner::Candidate& c, const std::vector<planner::StageCost>& st) {
   const auto d = st.size();
   const double m = static_cast<double>(c.microbatches);
   double lanes = 0;
-  for (const auto& s : st) {
-    if (!s.feasible) return planner::kInfinity;
-    lanes = std::max(lanes, s.step_ms);
+  std::vector<double> ranks(static_cast<size_t>(c.depth), 0.0);
+  for (size_t k = 0; k < d; ++k) {
+    if (!st[k].feasible) return planner::kInfinity;
+    lanes = std::max(lanes, st[k].step_ms);
+    ranks[static_cast<size_t>(schemas::chunk_position(c.schedule, c.depth, static_cast<int64_t>(k)))] += st[k].step_ms;
   }
-  const bool zb = c.schedule == schemas::Schedule::zb_h1;
+  if (c.chunks > 1) {
+    double best = *std::max_element(ranks.begin(), ranks.end());
+    if (c.schedule != schemas::Schedule::interleaved) return best;
+    // Interleaved: over ranks i <= k, rank k's work (its lane less its allreduces and updates) plus the
+    // forward and backward of chunks i..k-1 (each rank's first) plus rank i's allreduces and updates.
+    std::vector<double> h(static_cast<size_t>(c.depth), 0.0);
+    for (size_t k = 0; k < d; ++k)
+      h[static_cast<size_t>(k % static_cast<size_t>(c.depth))] += st[k].allreduce_ms + st[k].update_ms;
+    for (size_t k = 0; k < static_cast<size_t>(c.depth); ++k)
+      for (size_t i = 0; i <= k; ++i) {
+        double sum = ranks[k] - h[k] + h[i];
+        for (size_t j = i; j < k; ++j) sum += st[j].forward_ms + st[j].backward_ms;
+        best = std::max(best, sum);
+      }
+    return best;
+  }
+  const bool h2 = c.schedule == schemas::Schedule::zb_h2;
+  const bool zb = c.schedule == schemas::Schedule::zb_h1 || h2;
   auto h = [&](size_t i) { return st[i].allreduce_ms + st[i].update_ms; };
   auto bwd = [&](size_t i) { return st[i].backward_ms - (zb ? st[i].weight_ms : 0.0); };
   auto u = [&](size_t i) { return st[i].forward_ms + bwd(i) + 2.0 * st[i].in_ms; };
-  auto trailing = [&](size_t i) { return zb ? std::min(static_cast<double>(i + 1), m) * st[i].weight_ms : 0.0; };
+  auto trailing = [&](size_t i) {
+    return zb ? std::min(static_cast<double>(h2 ? 2 * i + 1 : i + 1), m) * st[i].weight_ms : 0.0;
+  };
   double best = lanes;
   auto cf = [&](size_t i) { return st[i].in_ms + st[i].forward_ms + st[i].out_ms; };
   auto cb = [&](size_t i) { return st[i].out_ms + bwd(i) + st[i].in_ms; };
@@ -86,7 +123,7 @@ inline double reference_objective(const planner::Candidate& c, const std::vector
     for (size_t k = 0; k < d; ++k) {
       const double t = st[k].compute_ms + st[k].p2p_ms, tb = t - (zb ? st[k].weight_ms : 0.0);
       double part = m * t - trailing(k);
-      if (k + 1 < d) {
+      if (k + 1 < d && !h2) {
         double below = 0;
         for (size_t j = k + 1; j < d; ++j) below += u(j);
         const double w = std::min(static_cast<double>(d - k - 1), m), r = std::max(0.0, m - 1.0 - w);
@@ -117,8 +154,33 @@ inline double reference_objective(const planner::Candidate& c, const std::vector
 
 // Calls visit(bounds, stages) for every composition of the layers into c.depth non-empty contiguous
 // stages whose stages all fit. Each (stage, begin, end) is priced once.
+// A chunked candidate: every composition into d v chunks, priced as a whole by evaluate_split (a rank's
+// memory depends on all of its chunks); those with every rank within memory are visited.
+template <class Visit>
+void for_each_chunked_split(const planner::CostModel& model, const planner::Candidate& c, Visit&& visit) {
+  const int64_t L = model.num_layers(), n = c.depth * c.chunks;
+  std::vector<int64_t> bounds(static_cast<size_t>(n + 1), 0);
+  bounds[static_cast<size_t>(n)] = L;
+  std::function<void(int64_t, int64_t)> walk = [&](int64_t k, int64_t begin) {
+    for (int64_t end = k == n - 1 ? L : begin + 1; end <= L - (n - 1 - k); ++end) {
+      bounds[static_cast<size_t>(k + 1)] = end;
+      if (k + 1 < n) {
+        walk(k + 1, end);
+        continue;
+      }
+      planner::Split split;
+      split.bounds = bounds;
+      const auto e = planner::evaluate_split(model, c, split);
+      if (std::all_of(e.stages.begin(), e.stages.end(), [](const auto& s) { return s.feasible; }))
+        visit(bounds, e.stages);
+    }
+  };
+  if (n <= L) walk(0, 0);
+}
+
 template <class Visit>
 void for_each_split(const planner::CostModel& model, const planner::Candidate& c, Visit&& visit) {
+  if (c.chunks > 1) return for_each_chunked_split(model, c, visit);
   const int64_t L = model.num_layers();
   const int64_t d = c.depth;
   std::vector<planner::StageCost> cost(static_cast<size_t>(d * (L + 1) * (L + 1)));

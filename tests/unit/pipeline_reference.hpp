@@ -1,9 +1,9 @@
 // The sequential reference for the pipeline runtime: the same math on one rank, no pipeline. Each step
 // computes every replica's gradient over its m microbatches in order (loss scale 1/m), sums the replicas
 // in order, and updates W(j+1) = W(j) - update(g(W(v))) with v = max(j - 1, 0) for 2BW and v = j
-// otherwise. Clipping sums the squares per stage, then over stages in order, as the pipeline does. With
-// tied embeddings split over stages, the head's part of the table's gradient is kept apart and added to
-// the embedding's part after the replicas are summed, as the two stages do.
+// otherwise. Clipping sums the squares per stage (model chunk), then over them in order, as the pipeline
+// does. With tied embeddings split over chunks, the head's part of the table's gradient is kept apart and
+// added to the embedding's part after the replicas are summed, as the two chunks do.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -90,7 +90,7 @@ class Reference {
     const std::vector<T>& w = (two_bw && step_ > 0) ? prev_ : cur_;
     std::vector<double> losses;
     std::vector<T> total, head_total;
-    const bool apart = c_.model.tie_embeddings && c_.depth > 1;
+    const bool apart = c_.model.tie_embeddings && c_.chunks_total() > 1;
     const auto table = static_cast<size_t>(c_.model.vocab * c_.model.d_model);
     for (int64_t r = 0; r < c_.width; ++r) {
       std::vector<T> g(cur_.size(), T(0)), head(apart ? table : 0, T(0));
@@ -155,7 +155,7 @@ class Reference {
     double scale = 1.0 / static_cast<double>(c_.width);
     if (opt.clip_norm > 0) {
       double ss = 0;
-      for (int64_t i = 0; i < c_.depth; ++i) {
+      for (int64_t i = 0; i < c_.chunks_total(); ++i) {
         auto s = slice(g, c_.bounds[static_cast<size_t>(i)], c_.bounds[static_cast<size_t>(i + 1)]);
         const double part = executor::sum_of_squares<T>(s) * scale * scale;
         ss = i == 0 ? part : ss + part;

@@ -71,6 +71,9 @@ inline const char* schedule_name(schemas::Schedule s) {
     case schemas::Schedule::flush: return "flush";
     case schemas::Schedule::gpipe: return "gpipe";
     case schemas::Schedule::zb_h1: return "zb-h1";
+    case schemas::Schedule::interleaved: return "interleaved";
+    case schemas::Schedule::zb_h2: return "zb-h2";
+    case schemas::Schedule::zb_v: return "zb-v";
   }
   return "?";
 }

@@ -80,13 +80,15 @@ void check_winner(const CostModel& model, const Evaluated& e) {
   if (k.max_depth > 0) CHECK(c.depth <= k.max_depth);
   if (c.placement == Placement::stages_inner) CHECK((c.width > 1 && c.depth > 1));
   const auto& bounds = e.split.bounds;
-  REQUIRE(static_cast<int64_t>(bounds.size()) == c.depth + 1);
+  REQUIRE(static_cast<int64_t>(bounds.size()) == c.depth * c.chunks + 1);
   CHECK(bounds.front() == 0);
   CHECK(bounds.back() == model.num_layers());
   std::vector<StageCost> stages;
-  for (int64_t s = 0; s < c.depth; ++s) {
+  const auto chunked = c.chunks > 1 ? pd2bw::planner::evaluate_split(model, c, e.split).stages : std::vector<StageCost>{};
+  for (int64_t s = 0; s < c.depth * c.chunks; ++s) {
     REQUIRE(bounds[static_cast<size_t>(s)] < bounds[static_cast<size_t>(s + 1)]);
-    stages.push_back(model.stage_cost(c, s, bounds[static_cast<size_t>(s)], bounds[static_cast<size_t>(s + 1)]));
+    stages.push_back(c.chunks > 1 ? chunked[static_cast<size_t>(s)]
+                                  : model.stage_cost(c, s, bounds[static_cast<size_t>(s)], bounds[static_cast<size_t>(s + 1)]));
     CHECK(stages.back().feasible);
     if (k.recompute == RecomputePolicy::never) CHECK_FALSE(stages.back().recompute);
     if (k.recompute == RecomputePolicy::always) CHECK(stages.back().recompute);
@@ -98,6 +100,7 @@ void check_winner(const CostModel& model, const Evaluated& e) {
 struct Tally {
   int feasible = 0, infeasible = 0, multi_stage = 0, recompute_winners = 0, stages_inner_winners = 0;
   int64_t candidates = 0, splits = 0, walked = 0, zb_candidates = 0, zb_winners = 0;
+  int64_t chunked_candidates = 0, new_winners = 0;  // interleaved and zb-v; winners of those and zb-h2
   int64_t objective_mismatches = 0;  // splits where step_objective and the reference disagree
 };
 
@@ -153,6 +156,7 @@ void compare_one(uint64_t seed, Tally& tally, bool curves = false) {
   for_each_candidate(model, [&](const Candidate& c) {
     ++candidates;
     if (c.schedule == Schedule::zb_h1) ++tally.zb_candidates;
+    if (c.chunks > 1) ++tally.chunked_candidates;
     const double v = check_candidate(model, c, seed, tally);
     if (v < least) fewest_devices = c.width * c.depth;
     if (v < kInfinity && v == least) fewest_devices = std::min(fewest_devices, c.width * c.depth);
@@ -175,6 +179,8 @@ void compare_one(uint64_t seed, Tally& tally, bool curves = false) {
   for (size_t i = 1; i < result.ranked.size(); ++i) CHECK(result.ranked[i - 1].step_ms <= result.ranked[i].step_ms);
   if (win.candidate.depth > 1) ++tally.multi_stage;
   if (win.candidate.schedule == Schedule::zb_h1) ++tally.zb_winners;
+  const Schedule ws = win.candidate.schedule;
+  if (ws == Schedule::interleaved || ws == Schedule::zb_h2 || ws == Schedule::zb_v) ++tally.new_winners;
   if (win.candidate.placement == Placement::stages_inner) ++tally.stages_inner_winners;
   for (const auto& st : win.stages)
     if (st.recompute) {
@@ -196,13 +202,17 @@ TEST_CASE("the partitioner and the objective search find the brute-force optimum
                        << tally.recompute_winners << ", stages-inner " << tally.stages_inner_winners << "; "
                        << tally.candidates << " candidates, " << tally.splits << " splits priced, "
                        << tally.walked << " walked; zb-h1: " << tally.zb_candidates << " candidates, "
-                       << tally.zb_winners << " winners");
+                       << tally.zb_winners << " winners; chunked: " << tally.chunked_candidates
+                       << " candidates; interleaved, zb-h2 or zb-v won " << tally.new_winners);
   CHECK(tally.objective_mismatches == 0);
   // The generator must cover the interesting cases, or the comparison proves little.
   if (kInstances >= 600) {
     CHECK(tally.feasible >= 240);
     CHECK(tally.zb_candidates >= 1000);
-    CHECK(tally.zb_winners >= 10);
+    // zb-h2's objective (its lanes) is below zb-h1's on most instances, so zb-h1 seldom wins it now.
+    CHECK(tally.zb_winners >= 1);
+    CHECK(tally.chunked_candidates >= 1000);
+    CHECK(tally.new_winners >= 10);
     CHECK(tally.infeasible >= 30);
     CHECK(tally.multi_stage >= 60);
     CHECK(tally.recompute_winners >= 30);
@@ -231,14 +241,15 @@ double reference_dp(const CostModel& model, const Candidate& c) {
   const int64_t L = model.num_layers(), d = c.depth;
   const double m = static_cast<double>(c.microbatches), ninf = -kInfinity;
   auto prepend = [&](const State& v, const StageCost& s, int64_t i) {
-    const bool zb = c.schedule == Schedule::zb_h1;  // flush with B = the backward less its W on the drain
+    const bool h2 = c.schedule == Schedule::zb_h2;  // zb-h1's cycle without the round trips, W's deferred 2 i
+    const bool zb = c.schedule == Schedule::zb_h1 || h2;  // flush with B = the backward less its W on the drain
     const double t = s.compute_ms + s.p2p_ms, h = s.allreduce_ms + s.update_ms;
-    const double w_ms = zb ? s.weight_ms : 0.0, tail = std::min(static_cast<double>(i + 1), m) * w_ms;
+    const double w_ms = zb ? s.weight_ms : 0.0, tail = std::min(static_cast<double>(h2 ? 2 * i + 1 : i + 1), m) * w_ms;
     const double u = s.forward_ms + s.backward_ms - w_ms + 2.0 * s.in_ms;
     const double cf = s.in_ms + s.forward_ms + s.out_ms, cb = s.out_ms + s.backward_ms - w_ms + s.in_ms;
     if (c.schedule == Schedule::flush || zb) {  // v[2]: the u of the later stages
       double part = m * t - tail;
-      if (i + 1 < d) {
+      if (i + 1 < d && !h2) {
         const double w = std::min(static_cast<double>(d - i - 1), m), r = std::max(0.0, m - 1.0 - w);
         part = std::max(part, std::max(m * cf + (1 + r) * cb, (1 + r) * cf + m * cb) + v[2] - 2.0 * s.out_ms);
         if (m >= w + 2) part = std::max(part, 2.0 * (cf + cb + v[2] - 2.0 * s.out_ms) + (m - 2.0 - w) * (t - w_ms));
@@ -259,7 +270,7 @@ double reference_dp(const CostModel& model, const Candidate& c) {
   };
   // states[a]: fold states of stages i..d-1 covering [a, L)
   std::vector<std::vector<State>> states(static_cast<size_t>(L + 1));
-  const bool flush_like = c.schedule == Schedule::flush || c.schedule == Schedule::zb_h1;
+  const bool flush_like = c.schedule == Schedule::flush || c.schedule == Schedule::zb_h1 || c.schedule == Schedule::zb_h2;
   states[static_cast<size_t>(L)] = {flush_like ? State{ninf, ninf, 0.0, 0.0}
                                                                    : State{ninf, 0.0, ninf, ninf}};
   for (int64_t i = d - 1; i >= 0; --i) {
@@ -313,6 +324,9 @@ TEST_CASE("the objective search matches an unpruned dynamic program on medium in
     INFO(inst.describe());
     double least = kInfinity;
     for_each_candidate(model, [&](const Candidate& c) {
+      // A chunked candidate's split search is exact only within kChunkedSplitWork (the small instances
+      // above check it against every composition); at this size it may keep the equal-compute split.
+      if (c.chunks > 1) return;
       const double ref = reference_dp(model, c);
       const Split split = pd2bw::planner::best_split(model, c);
       CHECK(split.feasible() == (ref < kInfinity));
@@ -320,10 +334,14 @@ TEST_CASE("the objective search matches an unpruned dynamic program on medium in
       least = std::min(least, ref);
     });
     const SearchResult result = pd2bw::planner::objective_search(model);
-    CHECK(result.feasible() == (least < kInfinity));
+    if (least < kInfinity) CHECK(result.feasible());  // a chunked candidate may fit where none other does
     if (result.feasible() && least < kInfinity) {
       ++feasible;
-      CHECK(close_rel(result.ranked[0].step_ms, least));
+      // Over the candidates of one chunk per rank the search is exact; a chunked winner can only be better.
+      if (result.ranked[0].candidate.chunks == 1)
+        CHECK(close_rel(result.ranked[0].step_ms, least));
+      else
+        CHECK(result.ranked[0].step_ms <= least * (1.0 + kRelTol));
       check_winner(model, result.ranked[0]);
     }
   }

@@ -69,16 +69,18 @@ std::vector<Replayed> replay_everything(const CostModel& model, const RandomInst
 }
 
 bool matches(const Candidate& c, const Constraints& k) {
-  if (c.schedule == Schedule::zb_h1 && c.depth == 1 && !k.schedule) return false;  // flush's, unless pinned
+  // zb-h1 and zb-h2 on one stage are flush's ops, searched only when pinned.
+  if ((c.schedule == Schedule::zb_h1 || c.schedule == Schedule::zb_h2) && c.depth == 1 && !k.schedule) return false;
   return (!k.schedule || c.schedule == *k.schedule) && (!k.microbatch || c.microbatch == *k.microbatch) &&
-         (k.depth == 0 || c.depth == k.depth) && (k.width == 0 || c.width == k.width);
+         (k.depth == 0 || c.depth == k.depth) && (k.width == 0 || c.width == k.width) &&
+         (k.chunks == 0 || c.chunks == k.chunks);
 }
 
 std::string describe(const Candidate& c, const std::vector<int64_t>& bounds, double ms) {
   std::ostringstream o;
   o.precision(10);
   o << pd2bw::testing::schedule_name(c.schedule) << " b=" << c.microbatch << " d=" << c.depth << " w=" << c.width
-    << " m=" << c.microbatches << (c.placement == pd2bw::schemas::Placement::stages_inner ? " stages-inner" : "")
+    << " m=" << c.microbatches << " v=" << c.chunks << (c.placement == pd2bw::schemas::Placement::stages_inner ? " stages-inner" : "")
     << " [";
   for (size_t i = 0; i < bounds.size(); ++i) o << (i ? "," : "") << bounds[i];
   o << "] " << ms << " ms";
@@ -86,7 +88,7 @@ std::string describe(const Candidate& c, const std::vector<int64_t>& bounds, dou
 }
 
 struct Tally {
-  int pinned_searches = 0, feasible = 0, recompute_best = 0, exact = 0, zb_winners = 0;
+  int pinned_searches = 0, feasible = 0, recompute_best = 0, exact = 0, zb_winners = 0, new_winners = 0;
   double worst = 1.0;
 };
 
@@ -119,6 +121,8 @@ void check_pinned(const RandomInstance& inst, const Constraints& k, const std::v
   tally.worst = std::max(tally.worst, replayed / best->step_ms);
   if (replayed <= best->step_ms) ++tally.exact;
   if (win.candidate.schedule == Schedule::zb_h1) ++tally.zb_winners;
+  const Schedule ws = win.candidate.schedule;
+  if (ws == Schedule::interleaved || ws == Schedule::zb_h2 || ws == Schedule::zb_v) ++tally.new_winners;
   const SearchResult b = pd2bw::planner::search(model, top20);
   CHECK(b.ranked.front().candidate.schedule == win.candidate.schedule);
   CHECK(b.ranked.front().candidate.microbatch == win.candidate.microbatch);
@@ -146,15 +150,18 @@ std::vector<Constraints> pins(const Constraints& base, const std::vector<Replaye
   with([&](Constraints& k) { k.depth = best->c.depth; });
   with([&](Constraints& k) { k.width = best->c.width; });
   with([&](Constraints& k) { k.microbatch = best->c.microbatch; });
-  for (Schedule s : {Schedule::two_bw, Schedule::flush, Schedule::gpipe, Schedule::zb_h1})
-    if ((!base.schedule || *base.schedule == s) && (s != Schedule::zb_h1 || split_backward))
+  for (Schedule s : {Schedule::two_bw, Schedule::flush, Schedule::gpipe, Schedule::zb_h1, Schedule::interleaved,
+                     Schedule::zb_h2, Schedule::zb_v})
+    if ((!base.schedule || *base.schedule == s) && (!pd2bw::schemas::splits_backward(s) || split_backward))
       with([&](Constraints& k) { k.schedule = s; });
+  if (best->c.chunks > 1) with([&](Constraints& k) { k.chunks = best->c.chunks; });
   auto whole = [&](const Candidate& c) {
     with([&](Constraints& k) {
       k.schedule = c.schedule;
       k.microbatch = c.microbatch;
       k.depth = c.depth;
       k.width = c.width;
+      k.chunks = c.chunks;
     });
   };
   whole(best->c);
@@ -191,8 +198,10 @@ TEST_CASE("the planner's choice replays within 0.5% of the best split of every c
                        << " searches (" << tally.feasible << " feasible, " << tally.recompute_best
                        << " whose best split recomputes, " << tally.exact
                        << " at the best replay exactly, " << tally.zb_winners
-                       << " won by zb-h1); worst planner / best replay " << tally.worst);
+                       << " won by zb-h1, " << tally.new_winners << " by interleaved, zb-h2 or zb-v); worst planner "
+                       << "/ best replay " << tally.worst);
   CHECK(tally.feasible >= instances);
   CHECK(tally.recompute_best >= instances / 10);
-  CHECK(tally.zb_winners >= instances / 4);
+  CHECK(tally.zb_winners >= instances / 10);
+  CHECK(tally.new_winners >= instances / 4);
 }

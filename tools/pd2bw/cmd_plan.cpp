@@ -65,8 +65,10 @@ void add_options(CLI::App* cmd, PlanOptions& o) {
   for (auto* opt : {nodes, gpn, mem, intra, inter, intra_lat, inter_lat}) opt->excludes(cluster);
   cmd->add_option("--global-batch", o.global_batch, "Samples per optimizer step, = b * m * w")
       ->check(count_in(1, planner::kMaxGlobalBatch))->capture_default_str();
-  cmd->add_option("--schedule", o.schedule, "auto | 2bw | flush | gpipe | zb-h1 (zb-h1 needs a profile that times the "
-                  "backward in halves; auto searches it then)")->capture_default_str();
+  cmd->add_option("--schedule", o.schedule,
+                  "auto | 2bw | flush | gpipe | zb-h1 | interleaved | zb-h2 | zb-v (interleaved: Megatron's interleaved "
+                  "1F1B, v >= 2 chunks per rank, m a multiple of d; zb-h1, zb-h2, zb-v need a profile that times the "
+                  "backward in halves; auto searches them then)")->capture_default_str();
   cmd->add_option("--microbatch", o.microbatch, "auto | a profiled microbatch size (samples)")
       ->capture_default_str();
   cmd->add_option("--recompute", o.recompute,
@@ -75,6 +77,9 @@ void add_options(CLI::App* cmd, PlanOptions& o) {
       ->check(count_in(0, planner::kMaxDepth))->capture_default_str();
   cmd->add_option("--width", o.width, "Pin the replicas per stage w (0 = search)")
       ->check(count_in(0, planner::kMaxGlobalBatch))->capture_default_str();
+  cmd->add_option("--chunks", o.chunks,
+                  "Pin the model chunks per rank v (interleaved: 2, 4, ...; zb-v: 2; 0 = search)")
+      ->check(count_in(0, planner::kMaxDepth))->capture_default_str();
   cmd->add_option("--max-depth", o.max_depth, "Largest number of pipeline stages (0 = no limit)")
       ->check(count_in(0, planner::kMaxDepth))->capture_default_str();
   cmd->add_option("--optimizer", o.optimizer, "adamw (2 fp32 moments) | sgd (1 fp32 momentum)")
@@ -156,9 +161,9 @@ void run_plan(const PlanOptions& o) {
                          "replay; none of them can step in under {:.2f} ms\n", result.left_out.count,
                  planner::kMaxReplayedMicrobatches, result.left_out.floor_ms);
     if (result.unsearched.floor_ms < result.ranked.front().step_ms)
-      fmt::print(stderr, "searched the {} candidates with the least lower bounds; the {} others cannot step in "
-                         "under {:.2f} ms\n", planner::kMaxSearched, result.unsearched.count,
-                 result.unsearched.floor_ms);
+      fmt::print(stderr, "searched the {} candidates with the least lower bounds (at most {} of them chunked); the {} "
+                         "others cannot step in under {:.2f} ms\n", planner::kMaxSearched, planner::kMaxChunkedSearched,
+                 result.unsearched.count, result.unsearched.floor_ms);
     if (result.unproven > 0)
       fmt::print(stderr, "{} candidates that could still win needed more work than the split search allows: only "
                          "their greedy splits were tried\n", result.unproven);

@@ -55,6 +55,23 @@ Launch launch_for(const std::string& requested) {
   return l;
 }
 
+// The plan's figures for the rank at pipeline position `p`: the sums over its model chunks (one, stage p,
+// unless the plan puts several on a rank); the reserve sits on one of them, so it is counted once.
+struct PositionPlan {
+  double compute_ms = 0;  // per microbatch through all of the rank's chunks
+  int64_t total_bytes = 0, reserve_bytes = 0;
+};
+PositionPlan position_plan(const schemas::Plan& plan, size_t p) {
+  PositionPlan out;
+  for (const auto& s : plan.stages)
+    if (static_cast<size_t>(schemas::chunk_position(plan.schedule, plan.depth, s.index)) == p) {
+      out.compute_ms += s.compute_ms;
+      out.total_bytes += s.memory.total_bytes;
+      out.reserve_bytes += s.memory.reserve_bytes;
+    }
+  return out;
+}
+
 // Machine-readable summary of the run next to the plan's predictions (for benchmarks and scripts).
 std::string report_json(const schemas::Plan& plan, const executor::TrainResult& r) {
   nlohmann::ordered_json j;
@@ -79,11 +96,11 @@ std::string report_json(const schemas::Plan& plan, const executor::TrainResult& 
   j["mfu"] = r.mfu;
   auto& stages = j["stages"] = nlohmann::ordered_json::array();
   for (size_t i = 0; i < r.peak_bytes.size(); ++i) {
-    const auto& mem = plan.stages[i].memory;
+    const PositionPlan planned = position_plan(plan, i);
     stages.push_back({{"peak_bytes", r.peak_bytes[i]},
-                      {"planned_bytes_without_reserve", mem.total_bytes - mem.reserve_bytes},
-                      {"planned_total_bytes", mem.total_bytes},
-                      {"compute_ms_planned", plan.stages[i].compute_ms},
+                      {"planned_bytes_without_reserve", planned.total_bytes - planned.reserve_bytes},
+                      {"planned_total_bytes", planned.total_bytes},
+                      {"compute_ms_planned", planned.compute_ms},
                       {"compute_ms_measured", r.compute_ms[i]},
                       {"weight_versions_allocated", r.versions[i]}});
   }
@@ -123,8 +140,8 @@ void print_summary(const schemas::Plan& plan, const executor::TrainResult& r) {
   fmt::print(stderr, "  {:>5} {:>13} {:>13} {:>7}  {:>11} {:>11} {:>7}  {}\n", "stage", "compute/mb", "measured",
              "error", "memory", "measured", "error", "weight buffers");
   for (size_t i = 0; i < r.peak_bytes.size(); ++i) {
-    const auto& s = plan.stages[i];
-    const int64_t planned = s.memory.total_bytes - s.memory.reserve_bytes;
+    const PositionPlan s = position_plan(plan, i);
+    const int64_t planned = s.total_bytes - s.reserve_bytes;
     fmt::print(stderr, "  {:>5} {:>10.3f} ms {:>10.3f} ms {:>7}  {:>11} {:>11} {:>7}  {}\n", i, s.compute_ms, r.compute_ms[i],
                err(r.compute_ms[i], s.compute_ms), schemas::format_bytes(planned), schemas::format_bytes(r.peak_bytes[i]),
                err(static_cast<double>(r.peak_bytes[i]), static_cast<double>(planned)), r.versions[i]);

@@ -90,8 +90,13 @@ planner::Constraints constraints_from(const PlanOptions& o) {
   k.global_batch = o.global_batch;
   if (o.schedule != "auto")
     k.schedule = pick<Schedule>(o.schedule, "--schedule",
-                                {{"2bw", Schedule::two_bw}, {"flush", Schedule::flush},
-                                 {"gpipe", Schedule::gpipe}, {"zb-h1", Schedule::zb_h1}});
+                                {{"2bw", Schedule::two_bw},
+                                 {"flush", Schedule::flush},
+                                 {"gpipe", Schedule::gpipe},
+                                 {"zb-h1", Schedule::zb_h1},
+                                 {"interleaved", Schedule::interleaved},
+                                 {"zb-h2", Schedule::zb_h2},
+                                 {"zb-v", Schedule::zb_v}});
   if (o.microbatch != "auto") {
     try {
       size_t used = 0;
@@ -112,6 +117,11 @@ planner::Constraints constraints_from(const PlanOptions& o) {
   k.max_depth = o.max_depth;
   k.depth = o.depth;
   k.width = o.width;
+  k.chunks = o.chunks;
+  if (k.chunks > 0 && k.schedule && !schemas::chunks_allowed(*k.schedule, k.chunks))
+    throw UsageError(fmt::format("--chunks {}: {} cannot hold {} chunks per rank", k.chunks,
+                                 schemas::to_string(*k.schedule), k.chunks),
+                     "interleaved takes 2 or more, zb-v exactly 2, the other schedules 1");
   k.reserve_bytes = schemas::parse_bytes(o.reserve, "--reserve");
   return k;
 }

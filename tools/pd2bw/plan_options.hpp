@@ -18,7 +18,7 @@ struct PlanOptions {
   std::optional<double> intra_gbps, inter_gbps, intra_latency_us, inter_latency_us;
   int64_t global_batch = 512;
   std::string schedule = "auto", microbatch = "auto", recompute = "auto", optimizer = "adamw";
-  int64_t max_depth = 0, depth = 0, width = 0;
+  int64_t max_depth = 0, depth = 0, width = 0, chunks = 0;
   std::string reserve = "1GiB";
   int64_t top = 5;
   int64_t threads = 0;

@@ -50,20 +50,48 @@ void print_plan_header(const PlanInputs& in, const planner::CostModel& model) {
                        "not a GPU's; profile on the GPU itself (pd2bw profile --device cuda) to plan a cluster\n",
                in.profile.device.name);
   if (!in.constraints.schedule && !model.split_backward())
-    fmt::print(stderr, "note: zb-h1 is not searched: the profile does not time every layer's backward in halves "
+    fmt::print(stderr, "note: zb-h1, zb-h2 and zb-v are not searched: the profile does not time every layer's "
+                       "backward in halves "
                        "(bwd_input_ms, bwd_weight_ms); 'pd2bw profile' records them\n");
   if (model.split_backward() && std::abs(model.split_overhead() - 1.0) > 0.05)
-    fmt::print(stderr, "note: zb-h1 is priced with each layer's fused backward divided in its measured B:W ratio; "
+    fmt::print(stderr, "note: the zero-bubble schedules are priced with each layer's fused backward divided in its "
+                       "measured B:W ratio; "
                        "the halves timed apart add up to {:.0f}% of the fused backwards\n",
                100.0 * model.split_overhead());
 }
 
+namespace {
+
+// A chunked plan's ranks: which chunks each holds, its busy time and its memory (its chunks' shares).
+void print_rank_totals(const schemas::Plan& plan) {
+  for (int64_t p = 0; p < plan.depth; ++p) {
+    std::string chunks;
+    double busy = 0.0;
+    int64_t bytes = 0, limit = 0;
+    for (const auto& s : plan.stages) {
+      if (schemas::chunk_position(plan.schedule, plan.depth, s.index) != p) continue;
+      chunks += fmt::format("{}{}", chunks.empty() ? "" : ", ", s.index);
+      busy += s.step_ms;
+      bytes += s.memory.total_bytes;
+      limit = s.memory.limit_bytes;
+    }
+    fmt::print(stderr, "  rank {} of the pipeline holds chunks {}: busy {:.1f} ms/step, memory {}/{} ({:.1f}%)\n", p,
+               chunks, busy, gib(bytes), gib(limit), 100.0 * static_cast<double>(bytes) / static_cast<double>(limit));
+  }
+}
+
+}  // namespace
+
 void print_plan_table(const schemas::Plan& plan, const planner::CostModel& model) {
   (void)model;
   fmt::print(stderr, "\nchosen: {} | microbatch b={} | m={} microbatches/step | depth d={} | width w={} "
-                     "| {} ranks, {}\n",
+                     "| {} ranks, {}{}\n",
              schemas::to_string(plan.schedule), plan.microbatch_size, plan.microbatches_per_step,
-             plan.depth, plan.width, plan.width * plan.depth, schemas::to_string(plan.placement));
+             plan.depth, plan.width, plan.width * plan.depth, schemas::to_string(plan.placement),
+             plan.chunks_per_rank > 1 ? fmt::format(" | v={} chunks per rank: each row below is a chunk, whose "
+                                                    "memory is its share of its rank's",
+                                                    plan.chunks_per_rank)
+                                      : std::string());
   fmt::print(stderr, "{:>5}  {:<16} {:>5} {:>8} {:>12} {:>10} {:>12} {:>11}  {:>26}  {}\n", "stage",
              "layers", "recmp", "inflight", "compute/mb", "p2p/mb", "allreduce", "busy/step",
              "memory (peak/limit)", "dominant");
@@ -76,6 +104,7 @@ void print_plan_table(const schemas::Plan& plan, const planner::CostModel& model
                s.allreduce_ms, s.step_ms, gib(s.memory.total_bytes), gib(s.memory.limit_bytes), pct,
                s.memory.dominant, s.index == plan.predictions.bottleneck_stage ? "  <- bottleneck" : "");
   }
+  if (plan.chunks_per_rank > 1) print_rank_totals(plan);
   const auto& p = plan.predictions;
   fmt::print(stderr, "predicted: step {:.2f} ms | {:.1f} samples/s | {:.0f} tokens/s | idle: fill/drain bubble "
                      "{:.1f}%, unequal stages {:.1f}% | memory binds on '{}'\n",
@@ -88,11 +117,46 @@ void print_alternatives(const schemas::Plan& plan) {
   fmt::print(stderr, "alternatives that lost:\n");
   for (size_t i = 0; i < plan.alternatives.size(); ++i) {
     const auto& a = plan.alternatives[i];
-    fmt::print(stderr, "  {:>2}. {:<5} b={:<3} m={:<4} d={:<4} w={:<4} {:<14} {:>10.2f} ms  {}\n", i + 1,
-               schemas::to_string(a.schedule), a.microbatch_size, a.microbatches_per_step, a.depth,
+    const std::string name = a.chunks_per_rank > 1 ? fmt::format("{} v={}", schemas::to_string(a.schedule), a.chunks_per_rank)
+                                                   : std::string(schemas::to_string(a.schedule));
+    fmt::print(stderr, "  {:>2}. {:<5} b={:<3} m={:<4} d={:<4} w={:<4} {:<14} {:>10.2f} ms  {}\n", i + 1, name,
+               a.microbatch_size, a.microbatches_per_step, a.depth,
                a.width, schemas::to_string(a.placement), a.step_ms, a.why);
   }
 }
+
+namespace {
+
+// A chunked candidate's ranks over their memory: each rank's chunks added up.
+[[noreturn]] void throw_chunked_infeasible(const planner::Evaluated& closest, std::string msg) {
+  const auto& c = closest.candidate;
+  constexpr int64_t kShown = 12;
+  int64_t over_count = 0;
+  for (int64_t p = 0; p < c.depth; ++p) {
+    int64_t total = 0, limit = 0;
+    bool recompute = false;
+    std::string chunks;
+    for (int64_t k = 0; k < c.depth * c.chunks; ++k) {
+      if (schemas::chunk_position(c.schedule, c.depth, k) != p) continue;
+      const auto& s = closest.stages[static_cast<size_t>(k)];
+      total += s.memory.total_bytes;
+      limit = s.memory.limit_bytes;
+      recompute = s.recompute;
+      chunks += fmt::format("{}{}", chunks.empty() ? "" : ",", k);
+    }
+    if (total <= limit) continue;
+    if (++over_count <= kShown)
+      msg += fmt::format("\n  rank {} of the pipeline (chunks {}){}: needs {} of {} -> {} bytes over", p, chunks,
+                         recompute ? " (recompute)" : "", schemas::format_bytes(total), schemas::format_bytes(limit),
+                         total - limit);
+  }
+  if (over_count > kShown) msg += fmt::format("\n  ... and {} more ranks over", over_count - kShown);
+  msg += fmt::format("\n  ({} of {} ranks over)", over_count, c.depth);
+  throw InfeasiblePlanError(msg, "use more or larger devices (--nodes, --device-memory), a smaller "
+                                 "--reserve, --recompute auto, or a profile with smaller microbatches");
+}
+
+}  // namespace
 
 void throw_infeasible(const planner::CostModel& model, const planner::Evaluated& closest) {
   std::string msg = "no plan fits in device memory";
@@ -100,9 +164,10 @@ void throw_infeasible(const planner::CostModel& model, const planner::Evaluated&
     throw InfeasiblePlanError(msg, "raise --device-memory, lower --reserve, or allow recompute");
   }
   const auto& c = closest.candidate;
-  msg += fmt::format("; closest: {} b={} m={} d={} w={} {} with",
-                     schemas::to_string(c.schedule), c.microbatch, c.microbatches, c.depth, c.width,
-                     schemas::to_string(c.placement));
+  msg += fmt::format("; closest: {}{} b={} m={} d={} w={} {} with", schemas::to_string(c.schedule),
+                     c.chunks > 1 ? fmt::format(" v={}", c.chunks) : std::string(), c.microbatch, c.microbatches,
+                     c.depth, c.width, schemas::to_string(c.placement));
+  if (c.chunks > 1) throw_chunked_infeasible(closest, msg);
   constexpr size_t kShown = 12;  // deep pipelines would print a line per stage
   size_t shown = 0, over_count = 0;
   for (size_t i = 0; i < closest.stages.size(); ++i) {

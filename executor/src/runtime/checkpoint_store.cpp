@@ -208,7 +208,7 @@ int64_t checkpoint_bytes(const PipelineConfig& c, int64_t scalar_bytes) {
   int64_t numel = 0;
   for (int64_t l = 0; l < c.model.layer_count(); ++l)
     numel = checked_add(numel, layout_numel(layer_layout(c.model, l)), what);
-  if (c.model.tie_embeddings && c.depth > 1)
+  if (c.model.tie_embeddings && c.chunks_total() > 1)
     numel = checked_add(numel, checked_mul(c.model.vocab, c.model.d_model, what), what);
   const int64_t data = checked_mul(checked_mul(numel, versions + moments, what), scalar_bytes, what);
   return checked_add(data, checked_mul(c.depth + 1, int64_t{64} << 10, what), what);  // headers, manifest

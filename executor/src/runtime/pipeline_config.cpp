@@ -27,6 +27,10 @@ void check_microbatch_sizes(const PipelineConfig& c) {
 void PipelineConfig::validate() const {
   model.validate();
   PipelineShape::validate(model.layer_count());
+  for (int64_t c = depth; c < chunks_total(); ++c)
+    if (recompute[static_cast<size_t>(c)] != recompute[static_cast<size_t>(position_of(c))])
+      throw UsageError(fmt::format("chunks {} and {} share a rank but not their recompute flag", position_of(c), c),
+                       "a rank recomputes all of its chunks or none");
   if (seq < 1 || seq > model.seq_len)
     throw UsageError(fmt::format("sequence length {} is outside 1..{} (the model's)", seq, model.seq_len));
   check_microbatch_sizes(*this);

@@ -1,5 +1,5 @@
-// The non-finite guard: building the step's health vector over the job's groups, judging it, skipping
-// an update, and the messages that name the step and the stage.
+// The non-finite guard: building the step's health vector over the job's groups, judging it, and the
+// messages that name the step and the stage (a model chunk, when a rank holds several).
 #include "stage_health.hpp"
 
 #include <fmt/format.h>
@@ -12,17 +12,17 @@
 
 namespace pd2bw::executor {
 
-double health_gradient_sum(std::span<const double> health, int64_t depth) {
+double health_gradient_sum(std::span<const double> health, int64_t stages) {
   double total = 0;
-  for (int64_t i = 0; i < depth; ++i) total += health[static_cast<size_t>(i)];
+  for (int64_t i = 0; i < stages; ++i) total += health[static_cast<size_t>(i)];
   return total;
 }
 
-std::string nonfinite_verdict(std::span<const double> health, int64_t depth) {
+std::string nonfinite_verdict(std::span<const double> health, int64_t count) {
   std::vector<int64_t> stages;
-  for (int64_t i = 0; i < depth; ++i)
+  for (int64_t i = 0; i < count; ++i)
     if (!std::isfinite(health[static_cast<size_t>(i)])) stages.push_back(i);
-  const double losses = health[static_cast<size_t>(depth)];
+  const double losses = health[static_cast<size_t>(count)];
   std::string out;
   if (losses > 0) out = fmt::format("the loss of {:.0f} microbatch{}", losses, losses > 1 ? "es" : "");
   if (!stages.empty())
@@ -39,14 +39,16 @@ Error nonfinite_error(int64_t step, const std::string& what, const char* verb) {
 }
 
 // The replicas' gradients are already summed (AllReduce), so every slot but the losses is the same on
-// every replica; the last stage first sums its replicas' loss counts, so that one is too.
+// every replica; the rank of the last chunk first sums its replicas' loss counts, so that one is too.
+// Each rank fills the slots of its own chunks, so the replica group's fixed-order sum leaves each slot
+// with its one chunk's value, bit for bit.
 template <typename T>
 std::vector<double> StageWorker<T>::Impl::step_health(Comm& comm, int64_t step, double scale) {
-  std::vector<double> health(static_cast<size_t>(cfg.depth + 1), 0.0);
-  // The head's copy of a tied table is counted once, on the embedding's stage (the copy is last).
-  const int64_t counted = tied_copy >= 0 ? tied_copy : numel;
-  health[static_cast<size_t>(stage)] = backend->sum_of_squares(grads.view().slice(0, counted)) * scale * scale;
-  if (last) {
+  const int64_t n = cfg.chunks_total();
+  std::vector<double> health(static_cast<size_t>(n + 1), 0.0);
+  // The head's copy of a tied table is counted once, on the embedding's chunk (the copy is last).
+  for (ChunkState<T>& ch : chunks) health[static_cast<size_t>(ch.chunk)] = ch.grad_sum_of_squares() * scale * scale;
+  if (holds(n - 1)) {
     // Every microbatch's forward (and recompute) wrote its loss into the step's slots by now.
     std::vector<double> bad{0.0};
     if (const auto it = losses.find(step); it != losses.end()) {
@@ -59,21 +61,6 @@ std::vector<double> StageWorker<T>::Impl::step_health(Comm& comm, int64_t step, 
   }
   comm.allreduce_sum(replica_comm_group, std::span<double>(health));
   return health;
-}
-
-template <typename T>
-void StageWorker<T>::Impl::skip_update(int64_t step) {
-  Buffer& dst = buffer_of(step + 1);
-  if (dst.empty()) {
-    dst = backend->alloc(compute, numel);
-    ++allocated;
-  }
-  if (mixed)
-    backend->copy(master.view(), dst.view());  // the master still holds W(step)
-  else if (&dst != &buffer_of(step))
-    backend->copy(buffer_of(step).cview(), dst.view());
-  backend->fill_zero(grads.view());
-  steps_done = step + 1;
 }
 
 template struct StageWorker<float>::Impl;

@@ -93,15 +93,20 @@ bool all_finite(std::span<const T> values) {
 
 }  // namespace
 
+// Every chunk of the worker's rank, in model order.
 template <typename T>
 std::string nonfinite_state(StageWorker<T>& w, const PipelineConfig& config, int64_t step) {
-  if (!all_finite<T>(w.weights(step))) return "weights are";
-  if (config.schedule == schemas::Schedule::two_bw && step > 0 && !all_finite<T>(w.weights(step - 1)))
-    return "older weight version is";
-  if (!all_finite<T>(w.moment1()) || !all_finite<T>(w.moment2())) return "optimizer state is";
+  for (const int64_t c : w.chunks()) {
+    if (!all_finite<T>(w.weights(step, c))) return "weights are";
+    if (config.schedule == schemas::Schedule::two_bw && step > 0 && !all_finite<T>(w.weights(step - 1, c)))
+      return "older weight version is";
+    if (!all_finite<T>(w.moment1(c)) || !all_finite<T>(w.moment2(c))) return "optimizer state is";
+  }
   return {};
 }
 
+// One file per rank (pipeline position) holds all of its chunks: their tensors' names are their layers'
+// and so never meet (the head's copy of a tied table is in the head's chunk only).
 template <typename T>
 CheckpointStage save_stage_shard(StageWorker<T>& w, const PipelineConfig& config, const std::string& dir,
                                  int64_t step) {
@@ -109,10 +114,13 @@ CheckpointStage save_stage_shard(StageWorker<T>& w, const PipelineConfig& config
   std::filesystem::create_directories(dir, ec);
   if (ec) throw Error(fmt::format("cannot create the checkpoint directory {}: {}", dir, ec.message()));
   std::vector<TensorView> views;
-  add_tensors<T>(views, w.layout(), "", w.weights(step));
-  if (config.schedule == schemas::Schedule::two_bw && step > 0) add_tensors<T>(views, w.layout(), "prev/", w.weights(step - 1));
-  add_tensors<T>(views, w.layout(), "optimizer.m/", w.moment1());
-  if (!w.moment2().empty()) add_tensors<T>(views, w.layout(), "optimizer.v/", w.moment2());
+  for (const int64_t c : w.chunks()) {
+    const ParamLayout& layout = w.layout(c);
+    add_tensors<T>(views, layout, "", w.weights(step, c));
+    if (config.schedule == schemas::Schedule::two_bw && step > 0) add_tensors<T>(views, layout, "prev/", w.weights(step - 1, c));
+    add_tensors<T>(views, layout, "optimizer.m/", w.moment1(c));
+    if (!w.moment2(c).empty()) add_tensors<T>(views, layout, "optimizer.v/", w.moment2(c));
+  }
   CheckpointStage st{w.stage(), stage_file_name(w.stage()), ""};
   const std::string path = stage_file_path(dir, st);
   // write_safetensors syncs the file and the step directory before it returns: the shard is durable.
@@ -162,13 +170,20 @@ void load_stage_shard(StageWorker<T>& w, const PipelineConfig& config, const std
   verify_stage_file(dir, st);
   const SafetensorsFile f = read_safetensors(stage_file_path(dir, st));
   check_shard_identity(f, w.stage(), m.step);
-  const auto& layout = w.layout();
-  std::vector<T> prev, m2;
-  const std::vector<T> cur = read_tensors<T>(f, layout, "");
-  if (config.schedule == schemas::Schedule::two_bw && m.step > 0) prev = read_tensors<T>(f, layout, "prev/");
-  const std::vector<T> m1 = read_tensors<T>(f, layout, "optimizer.m/");
-  if (config.optimizer.kind == schemas::Optimizer::adamw) m2 = read_tensors<T>(f, layout, "optimizer.v/");
-  w.restore(m.step, prev, cur, m1, m2);
+  struct Chunk {
+    std::vector<T> prev, cur, m1, m2;
+  };
+  std::vector<Chunk> read;  // all of them before the worker changes
+  for (const int64_t c : w.chunks()) {
+    const auto& layout = w.layout(c);
+    Chunk& r = read.emplace_back();
+    r.cur = read_tensors<T>(f, layout, "");
+    if (config.schedule == schemas::Schedule::two_bw && m.step > 0) r.prev = read_tensors<T>(f, layout, "prev/");
+    r.m1 = read_tensors<T>(f, layout, "optimizer.m/");
+    if (config.optimizer.kind == schemas::Optimizer::adamw) r.m2 = read_tensors<T>(f, layout, "optimizer.v/");
+  }
+  for (size_t i = 0; i < read.size(); ++i)
+    w.restore(m.step, read[i].prev, read[i].cur, read[i].m1, read[i].m2, w.chunks()[i]);
 }
 
 template CheckpointStage save_stage_shard<float>(StageWorker<float>&, const PipelineConfig&, const std::string&, int64_t);

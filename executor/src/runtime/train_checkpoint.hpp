@@ -1,5 +1,6 @@
-// Saving a job's state as one safetensors file per stage plus a manifest, and restoring it (private to
-// the trainer). Tensor names are the layers' (HF GPT-2 style: "h.3.attn.c_attn.weight"); the older 2BW
+// Saving a job's state as one safetensors file per stage (pipeline position: a rank holding several
+// model chunks writes all of them into its file) plus a manifest, and restoring it (private to the
+// trainer). Tensor names are the layers' (HF GPT-2 style: "h.3.attn.c_attn.weight"); the older 2BW
 // version is under "prev/<name>", the optimizer state under "optimizer.m/<name>" and "optimizer.v/<name>".
 #pragma once
 

@@ -59,13 +59,14 @@ void broadcast_status(Comm& comm, Status s) {
   for (int64_t r = 1; r < comm.size(); ++r) comm.send(r, kStatusTag, one(s));
 }
 
-// Rank 0's view of the losses: its own last stage's go straight into the progress; the other last-stage
+// Rank 0's view of the losses: those of its own last chunk go straight into the progress; the other last-stage
 // ranks send each step's losses, which rank 0 collects after its own update of that step (when they
 // have all been sent: see LossSink::on_update). Other ranks only send.
 class RankLosses final : public LossSink {
  public:
   RankLosses(Comm& comm, const PipelineConfig& c, TrainProgress* progress) : comm_(comm), c_(c), progress_(progress) {
-    for (int64_t r = 0; r < c.width; ++r) last_ranks_.push_back(c.ranks[static_cast<size_t>(c.depth - 1)][static_cast<size_t>(r)]);
+    const auto last = static_cast<size_t>(c.position_of(c.chunks_total() - 1));  // zb-v: position 0
+    for (int64_t r = 0; r < c.width; ++r) last_ranks_.push_back(c.ranks[last][static_cast<size_t>(r)]);
   }
   void on_loss(int64_t step, int64_t replica, int64_t microbatch, double loss) override {
     if (progress_) {

@@ -19,6 +19,7 @@
 #include "pd2bw/executor/device.hpp"
 #include "pd2bw/executor/process_group.hpp"
 #include "pd2bw/pipeline/memory.hpp"
+#include "pd2bw/pipeline/schedule.hpp"
 #include "pd2bw/schemas/common.hpp"
 #include "checkpoint_store.hpp"
 #include "train_rank.hpp"
@@ -115,7 +116,7 @@ void check_options(const TrainOptions& o) {
 
 // The ranks `here` share one memory (the cpu: this machine's; cuda: one GPU's): refuse plans that cannot
 // fit in it before allocating anything. Counts the static terms of the memory model (1 or 2 weight
-// versions, gradients, optimizer moments, the master copy for bf16) of each rank's stage.
+// versions, gradients, optimizer moments, the master copy for bf16) of each rank's chunks.
 void check_fits(const PipelineConfig& c, DType master, const std::vector<int64_t>& here) {
   const int64_t scalar = dtype_bytes(c.compute.value_or(master));
   const pipeline::MemoryFactors f = pipeline::memory_factors(c.schedule, c.optimizer.kind, scalar, dtype_bytes(master));
@@ -125,10 +126,10 @@ void check_fits(const PipelineConfig& c, DType master, const std::vector<int64_t
     for (const int64_t r : c.ranks[static_cast<size_t>(i)]) stage_of[static_cast<size_t>(r)] = i;
   int64_t need = 0;
   for (const int64_t r : here) {
-    const auto i = static_cast<size_t>(stage_of[static_cast<size_t>(r)]);
     int64_t numel = 0;
-    for (int64_t l = c.bounds[i]; l < c.bounds[i + 1]; ++l)
-      numel = checked_add(numel, layout_numel(layer_layout(c.model, l)), what);
+    for (const int64_t chunk : pipeline::chunks_at(c.schedule, c.depth, c.chunks, stage_of[static_cast<size_t>(r)]))
+      for (int64_t l = c.bounds[static_cast<size_t>(chunk)]; l < c.bounds[static_cast<size_t>(chunk) + 1]; ++l)
+        numel = checked_add(numel, layout_numel(layer_layout(c.model, l)), what);
     need = checked_add(need, f.total(checked_mul(numel, scalar, what)), what);
   }
   const int64_t have = device_info(c.backend).memory_bytes;

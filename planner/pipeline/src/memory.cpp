@@ -40,13 +40,13 @@ schemas::MemoryBreakdown stage_memory(const MemoryFactors& f, const StageMemoryI
   m.master_bytes = f.master_copy(in.param_bytes);
   m.grads_bytes = f.grads(in.param_bytes);
   m.optimizer_bytes = f.optimizer(in.param_bytes);
-  if (in.walk != nullptr)
-    m.stash_bytes = stash_peak(*in.walk, {{in.recompute ? in.input_bytes : in.stash_bytes, in.recompute ? in.stash_bytes : 0,
-                                           in.split_backward ? in.weight_grad_bytes : 0}});
-  else
-    m.stash_bytes = in.split_backward ? split_stash_term(in.depth, in.microbatches, in.stage, in.recompute,
-                                                       in.input_bytes, in.stash_bytes, in.weight_grad_bytes)
-                                    : stash_term(in.in_flight, in.recompute, in.input_bytes, in.stash_bytes);
+  if (in.split_backward) {
+    const auto [ahead, defer] = split_shape(in.schedule, in.depth, in.stage);
+    m.stash_bytes = deferred_stash_term(ahead, defer, in.microbatches, in.recompute, in.input_bytes, in.stash_bytes,
+                                        in.weight_grad_bytes);
+  } else {
+    m.stash_bytes = stash_term(in.in_flight, in.recompute, in.input_bytes, in.stash_bytes);
+  }
   m.comm_bytes = in.comm_bytes;
   m.reserve_bytes = in.reserve_bytes;
   m.total_bytes = memory_total(m);

@@ -144,7 +144,7 @@ void StageOpStream::start_step(int64_t step) {
   next_f_ = next_b_ = next_w_ = first_;
   const int64_t warm = s_.kind == Schedule::zb_h2 ? 2 * (s_.depth - stage_) - 1 : s_.depth - stage_ - 1;
   warm_left_ = s_.kind == Schedule::gpipe ? 0 : std::min(warm, end_ - first_);
-  phase_ = Phase::forward;
+  phase_ = s_.kind == Schedule::zb_h2 ? Phase::backward : Phase::forward;  // zb-h2: B (W) F after the warm-up
   next_unit_ = 0;
 }
 

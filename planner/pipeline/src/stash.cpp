@@ -37,9 +37,14 @@ StashWalk stash_walk(const ScheduleSpec& spec, int64_t stage, bool recompute) {
     const auto it = std::find(walk.chunks.begin(), walk.chunks.end(), chunk);
     return static_cast<size_t>(it - walk.chunks.begin());
   };
+  // Counts only rise between the ops that lower one (a backward, a B, a W), so the moment just before each
+  // of those, and the last, cover every other: only they are kept.
   for (StageOpStream s(one, stage, recompute); !s.done(); s.next()) {
     const Op& op = s.op();
     if (op.chunk < 0) continue;
+    const bool lowers = op.kind == OpKind::backward || op.kind == OpKind::backward_input ||
+                        op.kind == OpKind::backward_weight;
+    if (lowers) keep(walk.moments, now);
     ChunkHeld& h = now[local(op.chunk)];
     switch (op.kind) {
       case OpKind::forward: ++h.activations; break;
@@ -51,10 +56,10 @@ StashWalk stash_walk(const ScheduleSpec& spec, int64_t stage, bool recompute) {
         if (op.kind == OpKind::backward_input) ++h.weight_stashes;
         break;
       case OpKind::backward_weight: --h.weight_stashes; break;
-      default: continue;
+      default: break;
     }
-    keep(walk.moments, now);
   }
+  keep(walk.moments, now);
   return walk;
 }
 

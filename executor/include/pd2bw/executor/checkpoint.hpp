@@ -17,7 +17,8 @@ inline constexpr std::string_view kCheckpointSchema = "pd2bw.checkpoint";
 inline constexpr std::string_view kCheckpointSchemaVersion = "1.0.0";
 inline constexpr std::string_view kManifestFileName = "manifest.json";
 
-// One stage's weights (and optimizer state) file.
+// One stage's weights (and optimizer state) file: one per pipeline position, holding all the model chunks
+// of that position's rank when the schedule puts several on a rank (their tensor names never meet).
 struct CheckpointStage {
   int64_t stage = 0;   // 0-based pipeline stage; the manifest lists stages 0 .. depth-1 in order
   std::string file;    // a plain file name inside the checkpoint directory, e.g. "stage-000.safetensors"
@@ -27,9 +28,9 @@ struct CheckpointStage {
 struct CheckpointManifest {
   std::string plan_sha256;     // sha256 of the plan file's bytes (64 lower-case hex)
   std::string profile_sha256;  // the plan's profile hash (64 lower-case hex)
-  std::string schedule;        // "2bw" | "flush" | "gpipe" | "zb-h1"
+  std::string schedule;        // "2bw" | "flush" | "gpipe" | "zb-h1" | "interleaved" | "zb-h2" | "zb-v"
   std::string dtype;           // "float" | "double" | "bf16" (the compute dtype)
-  int64_t depth = 0;           // pipeline stages (>= 1)
+  int64_t depth = 0;           // pipeline stages (>= 1): positions, d, also when a rank holds several chunks
   int64_t width = 0;           // data-parallel replicas per stage (>= 1)
   int64_t step = 0;            // optimizer steps completed; the sampler is stateless, so also the data position
   uint64_t seed = 0;           // the run's seed (initialisation and data order)

@@ -55,10 +55,12 @@ struct TrainResult {
   int64_t first_step = 0;             // steps already done before this run (resume)
   double seconds = 0;                 // wall time of the steps run
   double tokens_per_s = 0;
-  std::vector<int64_t> peak_bytes;    // per stage: largest memory the runtime held (replica 0)
-  std::vector<int64_t> versions;      // per stage: weight buffers ever allocated (replica 0)
-  std::vector<double> compute_ms;     // per stage: thread CPU ms of forward (+ recompute) + backward per
-                                      // microbatch (replica 0)
+  // Per stage, i.e. pipeline position (d entries; a rank holding several model chunks reports them together),
+  // from replica 0:
+  std::vector<int64_t> peak_bytes;    // largest memory the rank's runtime held
+  std::vector<int64_t> versions;      // weight buffers ever allocated (the most of any of its chunks)
+  std::vector<double> compute_ms;     // thread CPU ms of forward (+ recompute) + backward per microbatch
+                                      // (through all of the rank's chunks)
   std::vector<double> step_ms;        // wall time of each step after the first of this run (update to update)
   double step_ms_median = 0;          // median of step_ms (0 when fewer than two steps ran)
   std::vector<int64_t> skipped_steps; // steps skipped for a non-finite loss or gradient (1-based)

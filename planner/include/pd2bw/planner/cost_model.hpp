@@ -5,12 +5,14 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string_view>
 #include <vector>
 
 #include "pd2bw/pipeline/memory.hpp"
 #include "pd2bw/pipeline/shape.hpp"
+#include "pd2bw/pipeline/stash.hpp"
 #include "pd2bw/planner/link_curve.hpp"
 #include "pd2bw/schemas/cluster.hpp"
 #include "pd2bw/schemas/plan.hpp"
@@ -46,6 +48,7 @@ struct Constraints {
   int64_t max_depth = 0;                // largest d to consider; 0 = no limit
   int64_t depth = 0;                    // pin d; 0 = search
   int64_t width = 0;                    // pin w; 0 = search
+  int64_t chunks = 0;                   // pin v, model chunks per rank (interleaved, zb-v); 0 = search
   Optimizer optimizer = Optimizer::adamw;
   int64_t reserve_bytes = int64_t{1} << 30;  // subtracted from each device's memory
 };
@@ -120,9 +123,10 @@ class CostModel {
   StageCost stage_cost(const Candidate& c, int64_t stage, int64_t begin, int64_t end) const;
 
   // Microbatches stashed at once at stage `stage`: min(d - stage, m) for 2bw, flush and zb-h1, m for
-  // gpipe (pipeline::in_flight).
+  // gpipe, min(2 (d - stage) - 1, m) for zb-h2; for a chunked candidate, over all chunks of position
+  // `stage` (pipeline::in_flight).
   static int64_t in_flight(const Candidate& c, int64_t stage) {
-    return pipeline::in_flight(c.schedule, c.depth, c.microbatches, stage);
+    return pipeline::in_flight(c.schedule, c.depth, c.microbatches, stage, c.chunks);
   }
   // Rank of (stage, replica) under the candidate's placement (pipeline::placement_rank).
   static int64_t rank_of(const Candidate& c, int64_t stage, int64_t replica) {
@@ -212,6 +216,11 @@ class CostModel {
     return 2.0 * (w - 1.0) / w * static_cast<double>(bytes) / (l.allreduce_busbw_gbps * 1e6) +
            l.p2p_latency_ms;
   }
+  // The stash walks (pipeline::stash_walk) of every position of candidate c's schedule, without and with
+  // recompute: (*result)[position][recompute ? 1 : 0]. They depend on (schedule, d, m, v) only and cost
+  // O(m v) per position, so they are memoised (thread-safe; copies of the model share the memo).
+  using PositionWalks = std::vector<std::array<pipeline::StashWalk, 2>>;
+  std::shared_ptr<const PositionWalks> position_walks(const Candidate& c) const;
   // A lower bound (ms) on the summed allreduce_ms of `parts` stages whose gradients add up to `bytes`,
   // each over `width` ranks at level `level`. Exact for the scalar model, which is affine in bytes:
   // parts * latency + (allreduce_ms(bytes) - latency). A curve is only known to be non-decreasing, so
@@ -225,6 +234,8 @@ class CostModel {
 
  private:
 
+  struct WalkMemo;  // cost_model.cpp
+  std::shared_ptr<WalkMemo> walks_;
   Profile profile_;
   Cluster cluster_;
   Constraints constraints_;

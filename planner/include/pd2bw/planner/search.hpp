@@ -63,10 +63,18 @@ struct SearchResult {
 // microbatches per stage that they hardly ever come close to the winner.
 inline constexpr int64_t kMaxReplayedMicrobatches = int64_t{1} << 22;
 
+// A chunked candidate (interleaved, zb-v) is priced per rank by walking its op list, m v ops per rank, and
+// its splits are replayed chunk by chunk: those with more chunk-microbatches per step (m d v) than this are
+// left out like the ones above (SearchResult::left_out).
+inline constexpr int64_t kMaxChunkedMicrobatches = int64_t{1} << 17;
+
 // The search looks at most at this many candidates, the most promising by their lower bounds; the rest
 // are summed up in SearchResult::unsearched (and counted in its proven_gap). Only spaces where thousands
 // of candidates come within a few percent of each other reach it.
 inline constexpr size_t kMaxSearched = 2048;
+// Of which at most this many chunked ones (interleaved, zb-v), by their own lower bounds: those bounds are
+// weaker (a chunked rank's layers are no single run), and each costs a walk of its ranks' op lists.
+inline constexpr size_t kMaxChunkedSearched = 64;
 
 // The schedules the search tries, in order: the pinned one, else 2bw, flush, gpipe, and zb-h1 when the
 // profile times the backward in halves (CostModel::split_backward).

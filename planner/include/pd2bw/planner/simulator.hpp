@@ -2,6 +2,12 @@
 // durations from the profile, honouring the dependencies between ranks (activations, gradients,
 // allreduce), and reports step times, busy and bubble fractions, memory over time and live weight
 // versions. Pure computation; the trace and picture writers turn a SimResult into text.
+//
+// Chunks (interleaved, zb-v: v = spec.chunks > 1 model chunks per rank): the input has one SimStage per
+// model chunk in model order, chunk c on position schemas::chunk_position(kind, d, c); the replay has one
+// lane per rank (position, replica) walking the position's op stream, each op timed and its memory
+// charged by its own chunk (Op::chunk). The results (SimResult::stages) are per rank position: what a
+// plan calls a stage when v = 1. With v = 1 a chunk is a stage and everything reads as before.
 #pragma once
 
 #include <cstdint>
@@ -13,51 +19,62 @@
 
 namespace pd2bw::planner {
 
-// One stage's durations (ms) and memory terms (bytes), identical on all its replicas.
+// One model chunk's durations (ms) and memory terms (bytes), identical on all its replicas (a stage when
+// v = 1). A rank's memory is the sum of its chunks' terms: what a rank holds once (the reserve) belongs to
+// one of its chunks only, and comm buffers only to boundaries that leave the rank (make_sim_input).
 struct SimStage {
   int64_t layer_begin = 0, layer_end = 0;
   bool recompute = false;
   double forward_ms = 0;    // per microbatch
   double backward_ms = 0;   // per microbatch
-  double weight_ms = 0;     // per microbatch, zb-h1: the W part of backward_ms (its B takes the rest)
+  double weight_ms = 0;     // per microbatch, split backward (zb-h1, zb-h2, zb-v): the W part of
+                            // backward_ms (its B takes the rest)
   double recompute_ms = 0;  // per microbatch (the forward again), used only when recompute
-  double allreduce_ms = 0;  // per step, 0 for one replica
-  double update_ms = 0;     // per step
+  double allreduce_ms = 0;  // per step (one allreduce per chunk), 0 for one replica
+  double update_ms = 0;     // per step (the rank's one update takes the sum over its chunks)
   int64_t weights_bytes = 0;        // one weight version
   int64_t fixed_bytes = 0;          // master + grads + optimizer + comm buffers + reserve
   int64_t stash_bytes = 0;          // kept per in-flight microbatch (its input when recomputing)
   int64_t recompute_stash_bytes = 0;  // one microbatch's full stash, held from Recompute to Backward's end
-  int64_t weight_grad_bytes = 0;      // zb-h1: what one microbatch keeps from the end of its B to its W's
+  int64_t weight_grad_bytes = 0;      // split backward: what one microbatch keeps from the end of its B to its W's
   int64_t limit_bytes = 0;          // device memory
 };
 
 struct SimInput {
-  ScheduleSpec spec;             // kind, d, m, steps, w
-  std::vector<SimStage> stages;  // d entries
-  // boundary_ms[r][i]: moving one activation (or its gradient) between stage i and i + 1 of replica r.
-  std::vector<std::vector<double>> boundary_ms;  // (w, d - 1)
-  std::vector<std::vector<int64_t>> ranks;       // (d, w): global rank of (stage, replica)
+  ScheduleSpec spec;             // kind, d, m, steps, w, v (chunks)
+  std::vector<SimStage> stages;  // d v entries, one per model chunk in model order. The chunks of one
+                                 // position must agree on `recompute` (a rank recomputes all or none).
+  // boundary_ms[r][c]: moving one activation (or its gradient) between chunk c and c + 1 of replica r.
+  // Between two chunks on the same rank (zb-v's turn, c = d - 1) the hand-over is local and costs
+  // nothing whatever the entry says (make_sim_input writes 0 there).
+  std::vector<std::vector<double>> boundary_ms;  // (w, d v - 1)
+  std::vector<std::vector<int64_t>> ranks;       // (d, w): global rank of (position, replica)
 };
 
-// Builds the simulator's input for `c` split at `bounds` (d + 1 entries) with recompute per stage, from
-// the same profile and cluster numbers the cost model uses; each replica's boundary crosses the level
-// between its own two ranks.
+// Builds the simulator's input for `c` split at `bounds` (d v + 1 entries, v = c.chunks) with recompute
+// per chunk (d v flags), from the same profile and cluster numbers the cost model uses; each replica's
+// boundary crosses the level between the ranks of its two chunks (0 when both are on one rank). A split
+// backward's W (zb-h1, zb-h2, zb-v) is priced by CostModel::weight_prefix. Memory per chunk: its
+// parameters' terms, its stash terms, comm buffers for its boundaries to other ranks, and the reserve
+// with the rank's first chunk only. Throws Error for the wrong number of bounds or flags.
 SimInput make_sim_input(const CostModel& model, const Candidate& c, const std::vector<int64_t>& bounds,
                         const std::vector<bool>& recompute, int64_t steps);
 
 struct SimEvent {
-  int64_t stage = 0, replica = 0;
+  int64_t stage = 0, replica = 0;  // the rank's position and replica
+  int64_t chunk = 0;               // the model chunk (Op::chunk; -1 for the update of all of them)
   OpKind kind = OpKind::forward;
   int64_t step = 0, microbatch = -1, version = 0;
   double start_ms = 0, end_ms = 0;
 };
 
-// Where one stage's time goes in the measured step window (ms), and its memory.
+// Where one rank position's time goes in the measured step window (ms), and its memory: over all of its
+// chunks (a stage when v = 1).
 struct SimStageResult {
   double compute_ms = 0, p2p_ms = 0, allreduce_ms = 0, update_ms = 0, idle_ms = 0;
   double busy_fraction = 0;   // (window - idle) / window, replica average
   int64_t peak_bytes = 0;     // largest memory of any replica over the whole run
-  int64_t peak_in_flight = 0;  // most microbatches stashed at once
+  int64_t peak_in_flight = 0;  // most microbatches stashed at once, summed over the rank's chunks
   int64_t max_live_versions = 0;
   // Memory of replica 0 over time: (time ms, bytes from then on), starting at 0 ms; only with keep_events.
   std::vector<std::pair<double, int64_t>> memory_curve;
@@ -79,7 +96,7 @@ struct SimResult {
   double bubble_fraction = 0;       // (window - busiest stage's busy time) / window
   double imbalance_fraction = 0;    // idle_fraction - bubble_fraction
   double total_ms = 0;              // end of the last op
-  std::vector<SimStageResult> stages;
+  std::vector<SimStageResult> stages;  // d entries, one per rank position
   std::vector<SimEvent> events;     // every op of every rank (only with keep_events)
   int64_t simulated_ranks = 0;      // lanes actually replayed (replicas with identical links share one)
   int64_t simulated_ops = 0;        // ops replayed over all lanes (the work the replay took)
@@ -101,7 +118,10 @@ inline constexpr int64_t kMaxSteadyOps = int64_t{1} << 26;
 // keep_events records every op of every rank; otherwise replicas whose links are identical are replayed
 // once. Communication holds both ends (no overlap with compute): a send occupies the sender for the
 // transfer time; a receive occupies the receiver for the same time from when the sender started (or
-// from when the receiver gets there, if later). Throws Error if the op lists deadlock.
+// from when the receiver gets there, if later); a hand-over between two chunks of one rank costs nothing.
+// An op's duration is its chunk's (an update: the sum of the rank's chunks' update_ms); the activation
+// of chunk c's forward comes from chunk c - 1, the gradient of its backward (or B) from chunk c + 1.
+// Throws Error if the op lists deadlock or the input is malformed.
 // With `measured_only` (and no events) each rank stops after its update of the measured step: the search
 // needs only the step time, and nothing of the measured step depends on what comes later (step_end_ms
 // after the measured step are then 0).
@@ -113,11 +133,13 @@ SimResult simulate(const SimInput& input, bool keep_events = false, bool measure
 SimResult simulate_steady(SimInput input, bool keep_events = false, bool measured_only = false);
 
 // About how many ops simulate_steady replays for `input` when it is steady at the first try: distinct
-// replicas x stages x steps x ops per step. Cheap (no replay); for deciding what is worth replaying.
+// replicas x positions x steps x ops per step (all chunks' ops). Cheap (no replay); for deciding what is
+// worth replaying.
 int64_t estimated_replay_ops(const SimInput& input);
 
 // A plan resolved against its profile: a cost model with the plan's cluster, global batch, optimizer and
-// reserve, and the candidate, stage bounds (d + 1) and recompute flags (d) the plan describes.
+// reserve, and the candidate (with its chunks per rank v), chunk bounds (d v + 1) and recompute flags
+// (d v) the plan describes (plan.stages lists the d v chunks).
 struct PlanModel {
   CostModel model;
   Candidate candidate;
@@ -125,8 +147,8 @@ struct PlanModel {
   std::vector<bool> recompute;
 };
 // Throws UsageError when the plan was not made from this profile (model, layer count or microbatch size
-// differ), and for a zb-h1 plan when the profile lacks the split backward. The plan itself must already be consistent (parse_plan
-// checks that).
+// differ), and for a plan whose schedule splits the backward (zb-h1, zb-h2, zb-v) when the profile lacks
+// the halves. The plan itself must already be consistent (parse_plan checks that).
 PlanModel plan_model(const Profile& profile, const schemas::Plan& plan);
 
 // The fewest steps whose measured step and the one before it can be compared with their predecessors,

@@ -68,7 +68,10 @@ enum class Optimizer { adamw, sgd };            // sgd means SGD with momentum
 std::string_view to_string(Optimizer o);       // "adamw", "sgd"
 Optimizer parse_optimizer(std::string_view s, std::string_view pointer);
 
-// Predicted peak memory of one device of a stage, by term (bytes).
+// Predicted peak memory of one device of a stage, by term (bytes). In a chunked plan (chunks_per_rank
+// v > 1) each chunk's breakdown holds its share of its rank's memory: the reserve is counted once per
+// rank, on the rank's first chunk (chunk p of position p; the later chunks carry reserve_bytes 0), and
+// the rank's total, the sum of its chunks' total_bytes, must be within limit_bytes (parse_plan checks it).
 struct MemoryBreakdown {
   int64_t weights_bytes = 0;    // weight versions in the compute dtype (2 for 2bw, 1 otherwise)
   int64_t master_bytes = 0;     // fp32 master weights (0 when the compute dtype is fp32)
@@ -82,12 +85,14 @@ struct MemoryBreakdown {
   std::string dominant;         // name of the largest term, e.g. "stash"
 };
 
+// One model chunk: a pipeline stage when chunks_per_rank is 1.
 struct StagePlan {
-  int64_t index = 0;
+  int64_t index = 0;        // the chunk's number, its place in Plan::stages
   int64_t layer_begin = 0;  // first layer (index into the profile's layers)
   int64_t layer_end = 0;    // one past the last layer
   bool recompute = false;   // activation recomputation: stash only the stage input, redo forward in backward
-  std::vector<int64_t> ranks;  // one per replica, replica order
+                            // (equal for the chunks of one position: a rank recomputes all or none)
+  std::vector<int64_t> ranks;  // one per replica, replica order: the ranks of the chunk's position
   int64_t in_flight = 0;       // microbatches whose activations are stashed at once
   double compute_ms = 0;       // fwd + bwd (+ recompute fwd) per microbatch
   double p2p_ms = 0;           // boundary activation and gradient transfers per microbatch
@@ -99,7 +104,7 @@ struct StagePlan {
 
 struct RankEntry {
   int64_t rank = 0;
-  int64_t stage = 0;
+  int64_t stage = 0;         // the pipeline position (0 .. depth - 1) it runs, whose chunks it holds all of
   int64_t replica = 0;
   int64_t node = 0;          // index of the level-0 group (node) the rank lives in
   int64_t local_device = 0;  // device index inside that node
@@ -109,7 +114,8 @@ struct Predictions {
   double step_ms = 0;            // time of one optimizer step (global batch)
   double samples_per_s = 0;
   double tokens_per_s = 0;
-  int64_t bottleneck_stage = 0;  // stage with the largest step_ms (the busiest)
+  int64_t bottleneck_stage = 0;  // stage with the largest step_ms (the busiest): an index into Plan::stages,
+                                 // so a model chunk (< depth x chunks_per_rank), not a position
   double bubble_fraction = 0;    // idle share of all ranks' time while even the busiest stage idles (the
                                  // schedule's fill and drain, waits it cannot hide)
   double imbalance_fraction = 0;  // idle share of all ranks' time on stages less busy than the busiest
@@ -127,6 +133,7 @@ struct Alternative {
   double step_ms = 0;
   double samples_per_s = 0;
   std::string why;
+  int64_t chunks_per_rank = 1;  // its v (as Plan::chunks_per_rank); last, so older initialisers still compile
 };
 
 struct Plan {
@@ -152,10 +159,18 @@ struct Plan {
   std::vector<Alternative> alternatives;  // best losers, best first
 };
 
-// Parses and checks a plan, including its internal consistency (contiguous stages covering all layers,
-// w * d ranks, global batch = b * m * w, m >= d for 2bw, rank table matching the stages).
-// Throws SchemaError with the JSON pointer of the first problem.
+// Parses and checks a plan, including its internal consistency: chunks_per_rank allowed by the schedule
+// (chunks_allowed; absent reads as 1) and at most num_layers; d v contiguous stages covering all layers;
+// w * d ranks; global batch = b * m * w; m >= min_microbatches and a multiple of microbatch_multiple; each
+// chunk's ranks those of its position (placement rule, rank table); with v > 1 the chunks of a position
+// share one recompute flag and one limit_bytes, the reserve sits on the position's first chunk only, and
+// the sum of their total_bytes is within the limit; bottleneck_stage < d v; each alternative's
+// chunks_per_rank allowed by its schedule. (A stage's own total against its limit is `pd2bw validate`'s
+// to report: planner/plan_audit.) Throws SchemaError with the JSON pointer of the first problem.
 Plan parse_plan(std::string_view json_text);
+// The plan's text: "chunks_per_rank" (the plan's, an alternative's) only when > 1, so plans of one chunk
+// per rank are written as before; schema_version 1.3.0 when the plan or an alternative uses interleaved,
+// zb-h2, zb-v or v > 1, else 1.2.0 when one uses zb-h1, else 1.0.0.
 std::string dump_plan(const Plan& plan);
 
 }  // namespace pd2bw::schemas

@@ -8,10 +8,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "pd2bw/checked.hpp"
 #include "pd2bw/pipeline/shape.hpp"
-#include "pd2bw/pipeline/stash.hpp"
 #include "pd2bw/schemas/plan.hpp"
 
 namespace pd2bw::pipeline {
@@ -53,28 +53,45 @@ inline int64_t stash_term(int64_t in_flight, bool recompute, int64_t input_bytes
                    : saturating_mul(in_flight, stash_bytes);
 }
 
-// The stash term of a schedule that splits the backward (zb-h1), stage `stage` of `depth` with
-// `microbatches` per step: the largest over its B's of the memory just before one (the activations in
-// flight, the recomputed stash when recomputing, the W stashes of `weight_grad_bytes` still deferred) and
-// just after it (one activation fewer, one W stash more). Before the B of microbatch k the stage holds
-// min(d - i, m - k) activations and min(k, i) deferred W's; both are linear in k between k = i and
-// k = m - d + i, so the largest is at one of those, k = 0 or k = m - 1. With m >= d that is the
-// steady state, d - i activations and i W's. Saturates.
-inline int64_t split_stash_term(int64_t depth, int64_t microbatches, int64_t stage, bool recompute, int64_t input_bytes,
-                                int64_t stash_bytes, int64_t weight_grad_bytes) {
+// The stash term of a stage whose backward is split, holding at most `ahead` activations between forward
+// and B and deferring its W's by `defer` microbatches, with `microbatches` per step: the largest over its
+// B's of the memory just before one (the activations in flight, the recomputed stash when recomputing,
+// the W stashes of `weight_grad_bytes` still deferred) and just after it (one activation fewer, one W
+// stash more). Before the B of microbatch k the stage holds min(ahead, m - k) activations and
+// min(k, defer) deferred W's (the schedule runs one forward per B after its warm-up, and the W of k -
+// defer after the B of k); both are linear in k between k = defer and k = m - ahead, so the largest is at
+// one of those, k = 0 or k = m - 1. zb-h1: ahead = d - i, defer = i; zb-h2: ahead = 2 (d - i) - 1,
+// defer = 2 i (split_shape). Saturates.
+inline int64_t deferred_stash_term(int64_t ahead, int64_t defer, int64_t microbatches, bool recompute,
+                                   int64_t input_bytes, int64_t stash_bytes, int64_t weight_grad_bytes) {
   const int64_t activation = recompute ? input_bytes : stash_bytes;
-  const int64_t ahead = depth - stage, last = microbatches - 1;
+  const int64_t last = microbatches - 1;
   int64_t most = 0;
-  for (int64_t k : {int64_t{0}, stage, microbatches - ahead, last}) {
+  for (int64_t k : {int64_t{0}, defer, microbatches - ahead, last}) {
     if (k < 0 || k > last) continue;
     const int64_t act = ahead < microbatches - k ? ahead : microbatches - k;
-    const int64_t deferred = k < stage ? k : stage;
+    const int64_t deferred = k < defer ? k : defer;
     const int64_t before = saturating_add(saturating_add(saturating_mul(act, activation), recompute ? stash_bytes : 0),
                                           saturating_mul(deferred, weight_grad_bytes));
     const int64_t after = saturating_add(saturating_mul(act - 1, activation), saturating_mul(deferred + 1, weight_grad_bytes));
     most = std::max({most, before, after});
   }
   return most;
+}
+
+// The (ahead, defer) of stage `stage` of `depth` under a split-backward schedule of one chunk per rank:
+// (d - i, i) for zb-h1, (2 (d - i) - 1, 2 i) for zb-h2.
+inline std::pair<int64_t, int64_t> split_shape(Schedule s, int64_t depth, int64_t stage) {
+  if (s == Schedule::zb_h2) return {2 * (depth - stage) - 1, 2 * stage};
+  return {depth - stage, stage};
+}
+
+// zb-h1's stash term, stage `stage` of `depth` (deferred_stash_term with ahead = d - i, defer = i). With
+// m >= d the largest is the steady state, d - i activations and i W's. Saturates.
+inline int64_t split_stash_term(int64_t depth, int64_t microbatches, int64_t stage, bool recompute, int64_t input_bytes,
+                                int64_t stash_bytes, int64_t weight_grad_bytes) {
+  return deferred_stash_term(depth - stage, stage, microbatches, recompute, input_bytes, stash_bytes,
+                             weight_grad_bytes);
 }
 
 // Send and receive buffers of stage `stage` of `depth`: both directions of the input boundary (activation
@@ -99,9 +116,7 @@ struct StageMemoryInput {
   bool split_backward = false;
   int64_t weight_grad_bytes = 0;
   int64_t stage = 0, depth = 1, microbatches = 1;
-  // When set, the stash term is the walk's peak (stash_peak) with this stage's bytes instead of a closed
-  // form: zb-h2, whose counts over a step have none. The walk must be of this stage (v = 1).
-  const StashWalk* walk = nullptr;
+  Schedule schedule = Schedule::zb_h1;  // which split schedule (split_shape), when split_backward
 };
 
 // The same model in the form an event-by-event replay needs (the simulator adds and frees these).
@@ -117,7 +132,7 @@ struct StageMemoryTerms {
 StageMemoryTerms stage_memory_terms(const MemoryFactors& f, const StageMemoryInput& in);
 
 // The stage's peak by term: weights = versions x one version, stash = stash_term(...) (split_stash_term
-// when the backward is split, stash_peak when a walk is given), the others as above; total_bytes their sum (saturating), limit_bytes =
+// when the backward is split: deferred_stash_term with split_shape), the others as above; total_bytes their sum (saturating), limit_bytes =
 // `limit_bytes`, dominant the name of the largest term
 // ("weights", "master", "grads", "optimizer", "stash", "comm", "reserve"; the first of equals).
 schemas::MemoryBreakdown stage_memory(const MemoryFactors& f, const StageMemoryInput& in, int64_t limit_bytes);

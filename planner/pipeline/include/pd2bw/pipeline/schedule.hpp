@@ -62,8 +62,10 @@ int64_t version_for_step(Schedule kind, int64_t step);
 // microbatches (after B of microbatch k comes W of k - i), so every stage holds at most d - i
 // microbatches between forward and B, as 1F1B does, and the deferred W's fill the drain; the step's
 // remaining W's run after its last B, before the update. zb-h2 is zb-h1 with min(2 (d - i) - 1, m)
-// warm-up forwards and the W's deferred by 2 i (Qi et al. 2024, section 3: the extra forwards fill the
-// bubble before the first B, the W's the one after the last). interleaved (v chunks, chunk j x d + i on
+// warm-up forwards, then each B (and the W it releases) before the next forward, so stage i holds at most
+// 2 (d - i) - 1 activations, and the W's deferred by 2 i (Qi et al. 2024, section 3: the extra forwards
+// fill the bubble before the first B, the deferred W's the one after the last; no bubble when F = B = W
+// and m >= 2 d - 1). interleaved (v chunks, chunk j x d + i on
 // stage i) runs the k-th of its m v forwards on local chunk (k mod d v) / d for microbatch
 // (k / d v) d + k mod d, its backwards in the same order with the chunks reversed, after
 // 2 (d - i - 1) + (v - 1) d warm-up forwards (all m v when m = d), as Megatron-LM does. zb-v (chunks i and

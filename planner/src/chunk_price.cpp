@@ -1,0 +1,237 @@
+// The chunked schedules' pricing: per chunk the time terms of its layers and of the boundaries that leave
+// its rank, per rank the memory of all its chunks together (see chunk_price.hpp).
+#include "chunk_price.hpp"
+
+#include <algorithm>
+
+#include "pd2bw/checked.hpp"
+#include "objective.hpp"
+#include "pd2bw/pipeline/memory.hpp"
+
+namespace pd2bw::planner::detail {
+
+ChunkPricer::ChunkPricer(const CostModel& model, const Candidate& c) : model_(model), c_(c), pc_(prepare(model, c)) {
+  const int64_t n = chunks_total(), d = c.depth;
+  held_.resize(static_cast<size_t>(d));
+  for (int64_t k = 0; k < n; ++k) {
+    pos_.push_back(pipeline::chunk_position(c.schedule, d, k));
+    held_[static_cast<size_t>(pos_.back())].push_back(k);
+  }
+  in_level_.assign(static_cast<size_t>(n), std::vector<int64_t>(static_cast<size_t>(c.width), -1));
+  out_level_ = in_level_;
+  for (int64_t k = 0; k + 1 < n; ++k) {
+    const int64_t a = pos_[static_cast<size_t>(k)], b = pos_[static_cast<size_t>(k + 1)];
+    if (a == b) continue;  // zb-v's turn: a hand-over on the rank
+    for (int64_t r = 0; r < c.width; ++r) {
+      const int64_t lv = model.level_between(CostModel::rank_of(c, a, r), CostModel::rank_of(c, b, r));
+      out_level_[static_cast<size_t>(k)][static_cast<size_t>(r)] = lv;
+      in_level_[static_cast<size_t>(k + 1)][static_cast<size_t>(r)] = lv;
+    }
+  }
+  walks_ = model.position_walks(c);
+  for (int64_t p = 0; p < d; ++p) ar_level_.push_back(c.width > 1 ? model.allreduce_level(c, p) : -1);
+}
+
+bool ChunkPricer::completes(int64_t chunk) const {
+  return held_[static_cast<size_t>(position_of(chunk))].back() == chunk;
+}
+
+double ChunkPricer::transfer_ms(int64_t chunk, int64_t replica, int64_t layer_out, bool input) const {
+  const auto& levels = input ? in_level_ : out_level_;
+  const int64_t lv = levels[static_cast<size_t>(chunk)][static_cast<size_t>(replica)];
+  return lv < 0 ? 0.0 : model_.output_p2p_ms(c_.microbatch_index, lv)[static_cast<size_t>(layer_out)];
+}
+
+double ChunkPricer::compute_lane(int64_t begin, int64_t end) const {
+  return static_cast<double>(c_.microbatches) * (pc_.compute[end] - pc_.compute[begin]);
+}
+
+double ChunkPricer::least_lane(int64_t chunk, int64_t begin, int64_t end) const {
+  double p2p = kInfinity;
+  for (int64_t r = 0; r < c_.width; ++r) {
+    const double in = begin > 0 ? transfer_ms(chunk, r, begin - 1, true) : 0.0;
+    const double out = end < model_.num_layers() ? transfer_ms(chunk, r, end - 1, false) : 0.0;
+    p2p = std::min(p2p, 2.0 * (in + out));
+  }
+  const int64_t lv = ar_level_[static_cast<size_t>(position_of(chunk))];
+  const int64_t grads = pc_.statics.grads(pc_.params[end] - pc_.params[begin]);
+  const double ar = lv >= 0 ? model_.allreduce_ms(grads, c_.width, lv) : 0.0;
+  return compute_lane(begin, end) + static_cast<double>(c_.microbatches) * p2p + ar + (pc_.update[end] - pc_.update[begin]);
+}
+
+namespace {
+
+// A chunk's time terms without the rank's choices (recompute, the replica that sets the lane).
+StageCost chunk_times(const PreparedCandidate& pc, int64_t begin, int64_t end) {
+  StageCost sc;
+  sc.forward_ms = pc.fwd[end] - pc.fwd[begin];
+  sc.compute_ms = pc.compute[end] - pc.compute[begin];
+  if (pc.split_backward()) sc.weight_ms = pc.weight[end] - pc.weight[begin];
+  sc.update_ms = pc.update[end] - pc.update[begin];
+  return sc;
+}
+
+}  // namespace
+
+ChunkPricer::RankMemory ChunkPricer::rank_memory(int64_t position, const std::vector<int64_t>& bounds) const {
+  const auto& held = chunks_of(position);
+  const auto P = static_cast<size_t>(position);
+  const int64_t L = model_.num_layers();
+  int64_t fixed = pc_.reserve_bytes;
+  plain_bytes_.clear();
+  redo_bytes_.clear();
+  for (int64_t k : held) {
+    const int64_t b = bounds[static_cast<size_t>(k)], e = bounds[static_cast<size_t>(k + 1)];
+    const int64_t params = pc_.params[e] - pc_.params[b], stash = pc_.stash[e] - pc_.stash[b];
+    const int64_t in = pc_.in_bytes[b], wst = pc_.split_backward() ? pc_.weight_stash[e] - pc_.weight_stash[b] : 0;
+    const bool cross_in = b > 0 && in_level_[static_cast<size_t>(k)][0] >= 0;
+    const bool cross_out = e < L && out_level_[static_cast<size_t>(k)][0] >= 0;
+    const int64_t comm = saturating_add(cross_in ? saturating_mul(2, in) : 0,
+                                        cross_out ? saturating_mul(2, pc_.out_bytes[e - 1]) : 0);
+    fixed = saturating_add(fixed, saturating_add(pc_.statics.total(params), comm));
+    plain_bytes_.push_back({stash, 0, wst});
+    redo_bytes_.push_back({in, stash, wst});
+  }
+  RankMemory r;
+  r.plain = saturating_add(fixed, pipeline::stash_peak((*walks_)[P][0], plain_bytes_));
+  r.redo = saturating_add(fixed, pipeline::stash_peak((*walks_)[P][1], redo_bytes_));
+  const RecomputeChoice choice = choose_recompute(pc_.policy, r.plain, r.redo, pc_.limit_bytes);
+  r.recompute = choice.recompute;
+  r.feasible = choice.feasible;
+  return r;
+}
+
+double ChunkPricer::position_lane(int64_t position, const std::vector<int64_t>& bounds, bool* recompute) const {
+  const RankMemory mem = rank_memory(position, bounds);
+  if (recompute) *recompute = mem.recompute;
+  if (!mem.feasible) return kInfinity;
+  const int64_t L = model_.num_layers();
+  const double m = static_cast<double>(c_.microbatches);
+  double fixed = 0.0, worst = 0.0;
+  const auto& held = chunks_of(position);
+  const int64_t lv = ar_level_[static_cast<size_t>(position)];
+  for (int64_t k : held) {
+    const int64_t b = bounds[static_cast<size_t>(k)], e = bounds[static_cast<size_t>(k + 1)];
+    double compute = pc_.compute[e] - pc_.compute[b];
+    if (mem.recompute) compute += pc_.redo[e] - pc_.redo[b];
+    fixed += m * compute + (pc_.update[e] - pc_.update[b]);
+    if (lv >= 0) fixed += model_.allreduce_ms(pc_.statics.grads(pc_.params[e] - pc_.params[b]), c_.width, lv);
+  }
+  for (int64_t r = 0; r < c_.width; ++r) {
+    double sum = 0.0;
+    for (int64_t k : held) {
+      const int64_t b = bounds[static_cast<size_t>(k)], e = bounds[static_cast<size_t>(k + 1)];
+      sum += (b > 0 ? transfer_ms(k, r, b - 1, true) : 0.0) + (e < L ? transfer_ms(k, r, e - 1, false) : 0.0);
+    }
+    worst = std::max(worst, sum);
+  }
+  return fixed + m * 2.0 * worst;
+}
+
+double ChunkPricer::objective(const std::vector<int64_t>& bounds, const std::vector<double>& lanes,
+                              const std::vector<char>& recompute) const {
+  double most = 0.0;
+  for (double lane : lanes) most = std::max(most, lane);
+  if (c_.schedule != Schedule::interleaved || !(most < kInfinity)) return most;
+  const auto d = static_cast<size_t>(c_.depth);
+  std::vector<double> work(d), h(d, 0.0), u(d);
+  for (size_t p = 0; p < d; ++p) {
+    const int64_t lv = ar_level_[p];
+    for (int64_t k : held_[p]) {
+      const int64_t b = bounds[static_cast<size_t>(k)], e = bounds[static_cast<size_t>(k + 1)];
+      h[p] += pc_.update[e] - pc_.update[b];
+      if (lv >= 0) h[p] += model_.allreduce_ms(pc_.statics.grads(pc_.params[e] - pc_.params[b]), c_.width, lv);
+    }
+    work[p] = lanes[p] - h[p];
+    const int64_t b = bounds[p], e = bounds[p + 1];  // chunk p: the rank's first
+    u[p] = (pc_.compute[e] - pc_.compute[b]) + (recompute[p] ? pc_.redo[e] - pc_.redo[b] : 0.0);
+  }
+  return std::max(most, interleaved_cycle(work, h, u));
+}
+
+PositionPrice ChunkPricer::price_position(int64_t position, const std::vector<int64_t>& bounds) const {
+  const auto& held = chunks_of(position);
+  const auto P = static_cast<size_t>(position);
+  const int64_t L = model_.num_layers(), m = c_.microbatches;
+  PositionPrice out;
+  for (int64_t k : held) {
+    const int64_t b = bounds[static_cast<size_t>(k)], e = bounds[static_cast<size_t>(k + 1)];
+    StageCost sc = chunk_times(pc_, b, e);
+    const int64_t params = pc_.params[e] - pc_.params[b];
+    const bool cross_in = b > 0 && in_level_[static_cast<size_t>(k)][0] >= 0;
+    const bool cross_out = e < L && out_level_[static_cast<size_t>(k)][0] >= 0;
+    sc.memory.comm_bytes = saturating_add(cross_in ? saturating_mul(2, pc_.in_bytes[b]) : 0,
+                                          cross_out ? saturating_mul(2, pc_.out_bytes[e - 1]) : 0);
+    sc.memory.weights_bytes = pc_.statics.weights(params);
+    sc.memory.master_bytes = pc_.statics.master_copy(params);
+    sc.memory.grads_bytes = pc_.statics.grads(params);
+    sc.memory.optimizer_bytes = pc_.statics.optimizer(params);
+    if (ar_level_[P] >= 0) sc.allreduce_ms = model_.allreduce_ms(pc_.statics.grads(params), c_.width, ar_level_[P]);
+    out.chunks.push_back(sc);
+  }
+  const RankMemory mem = rank_memory(position, bounds);  // fills the scratch bytes the stash peak reads
+  const int64_t limit = pc_.limit_bytes;
+  out.feasible = mem.feasible;
+  const bool recompute = mem.recompute;
+  const auto& walk = (*walks_)[P][recompute ? 1 : 0];
+  // The replica whose transfers make the rank busiest sets every chunk's p2p.
+  double worst = -1.0;
+  int64_t worst_r = 0;
+  for (int64_t r = 0; r < c_.width; ++r) {
+    double sum = 0.0;
+    for (int64_t k : held) {
+      const int64_t b = bounds[static_cast<size_t>(k)], e = bounds[static_cast<size_t>(k + 1)];
+      sum += (b > 0 ? transfer_ms(k, r, b - 1, true) : 0.0) + (e < L ? transfer_ms(k, r, e - 1, false) : 0.0);
+    }
+    if (sum > worst) worst = sum, worst_r = r;
+  }
+  const int64_t stash_peak = pipeline::stash_peak(walk, recompute ? redo_bytes_ : plain_bytes_);
+  for (size_t j = 0; j < held.size(); ++j) {
+    StageCost& sc = out.chunks[j];
+    const int64_t k = held[j], b = bounds[static_cast<size_t>(k)], e = bounds[static_cast<size_t>(k + 1)];
+    sc.feasible = out.feasible;
+    sc.recompute = recompute;
+    if (recompute) sc.compute_ms += pc_.redo[e] - pc_.redo[b];
+    sc.backward_ms = sc.compute_ms - sc.forward_ms;
+    const double in = b > 0 ? transfer_ms(k, worst_r, b - 1, true) : 0.0;
+    const double outward = e < L ? transfer_ms(k, worst_r, e - 1, false) : 0.0;
+    sc.p2p_ms = 2.0 * (in + outward);
+    sc.in_ms = in;
+    sc.out_ms = outward;
+    sc.step_ms = static_cast<double>(m) * (sc.compute_ms + sc.p2p_ms) + sc.allreduce_ms + sc.update_ms;
+    for (const auto& moment : walk.moments) sc.in_flight = std::max(sc.in_flight, moment[j].activations);
+    if (j == 0) {  // the rank's stash and reserve are written on its first chunk
+      sc.memory.stash_bytes = stash_peak;
+      sc.memory.reserve_bytes = pc_.reserve_bytes;
+    }
+    sc.memory.total_bytes = pipeline::memory_total(sc.memory);
+    sc.memory.limit_bytes = limit;
+    sc.memory.dominant = pipeline::dominant_term(sc.memory);
+  }
+  // The rank's time as the split walk adds it up, so that a split's objective is the same both ways.
+  out.lane_ms = out.feasible ? position_lane(position, bounds) : kInfinity;
+  if (!out.feasible) {
+    const int64_t over = std::min(mem.plain, mem.redo) - limit;
+    for (auto& sc : out.chunks) sc.over_bytes = over;
+  }
+  return out;
+}
+
+std::vector<StageCost> ChunkPricer::price(const std::vector<int64_t>& bounds, double* objective) const {
+  std::vector<StageCost> out(static_cast<size_t>(chunks_total()));
+  std::vector<double> lanes;
+  std::vector<char> recompute;
+  bool feasible = true;
+  for (int64_t p = 0; p < c_.depth; ++p) {
+    PositionPrice pp = price_position(p, bounds);
+    feasible = feasible && pp.feasible;
+    lanes.push_back(pp.lane_ms);
+    recompute.push_back(pp.chunks.front().recompute ? 1 : 0);
+    const auto& held = chunks_of(p);
+    for (size_t j = 0; j < held.size(); ++j) out[static_cast<size_t>(held[j])] = std::move(pp.chunks[j]);
+  }
+  if (objective) *objective = feasible ? this->objective(bounds, lanes, recompute) : kInfinity;
+  return out;
+}
+
+}  // namespace pd2bw::planner::detail

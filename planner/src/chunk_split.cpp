@@ -1,0 +1,226 @@
+// The chunked schedules' splits: a depth-first walk over the chunk boundaries in lexicographic order,
+// pricing each rank once its last chunk is placed, pruned by the ranks' partial times (which only grow)
+// and by the room the unfinished ranks have left for the layers still unplaced.
+#include <algorithm>
+#include <cmath>
+
+#include "chunk_price.hpp"
+
+namespace pd2bw::planner::detail {
+
+namespace {
+
+class Walk {
+ public:
+  Walk(const CostModel& model, const Candidate& c, double limit, int64_t max_nodes,
+       const std::function<double(const Split&)>& visit)
+      : pricer_(model, c), m_(static_cast<double>(c.microbatches)), limit_(limit), nodes_left_(max_nodes),
+        visit_(visit), L_(model.num_layers()), n_(pricer_.chunks_total()), cp_(model.compute_prefix(c.microbatch_index)) {
+    bounds_.assign(static_cast<size_t>(n_ + 1), 0);
+    bounds_.back() = L_;
+    lane_.assign(static_cast<size_t>(c.depth), 0.0);
+    open_.assign(static_cast<size_t>(c.depth), 1);
+    recompute_.assign(static_cast<size_t>(c.depth), 0);
+  }
+  // Whether every split within the limit was visited (false: out of nodes, or visit stopped the walk).
+  bool run() {
+    if (n_ > L_) return true;  // no split: nothing to visit
+    place(0);
+    return !stopped_;
+  }
+  const ChunkPricer& pricer() const { return pricer_; }
+
+ private:
+  void place(int64_t k) {
+    if (stopped_) return;
+    if (--nodes_left_ < 0) {
+      stopped_ = true;
+      return;
+    }
+    const int64_t b = bounds_[static_cast<size_t>(k)];
+    const int64_t last_end = k + 1 == n_ ? L_ : L_ - (n_ - 1 - k);
+    const auto p = static_cast<size_t>(pricer_.position_of(k));
+    for (int64_t e = k + 1 == n_ ? L_ : b + 1; e <= last_end && !stopped_; ++e) {
+      if (lane_[p] + pricer_.compute_lane(b, e) > limit_ * (1.0 + 1e-12)) break;  // grows with e
+      const double share = pricer_.least_lane(k, b, e);
+      if (lane_[p] + share > limit_ * (1.0 + 1e-12)) continue;
+      bounds_[static_cast<size_t>(k + 1)] = e;
+      const double saved = lane_[p];
+      lane_[p] += share;
+      if (pricer_.completes(k)) {
+        bool redo = false;
+        const double lane = pricer_.position_lane(static_cast<int64_t>(p), bounds_, &redo);
+        recompute_[p] = redo ? 1 : 0;
+        if (lane <= limit_ * (1.0 + 1e-12)) {
+          lane_[p] = lane;
+          open_[p] = 0;
+          descend(k);
+          open_[p] = 1;
+        }
+      } else {
+        descend(k);
+      }
+      lane_[p] = saved;
+    }
+  }
+  void descend(int64_t k) {
+    if (k + 1 == n_) return leaf();
+    // The layers still unplaced need at least m x their compute of room on the unfinished ranks.
+    double room = 0.0;
+    for (size_t q = 0; q < lane_.size(); ++q)
+      if (open_[q]) room += std::max(0.0, limit_ * (1.0 + 1e-12) - lane_[q]);
+    const int64_t e = bounds_[static_cast<size_t>(k + 1)];
+    if (room < m_ * (cp_.back() - cp_[static_cast<size_t>(e)]) * (1.0 - 1e-12)) return;
+    place(k + 1);
+  }
+  void leaf() {
+    Split s;
+    s.bounds = bounds_;
+    s.step_ms = pricer_.objective(bounds_, lane_, recompute_);
+    if (s.step_ms > limit_) return;
+    limit_ = visit_(s);
+    if (limit_ < 0.0) stopped_ = true;
+  }
+
+  ChunkPricer pricer_;
+  double m_, limit_;
+  int64_t nodes_left_;
+  const std::function<double(const Split&)>& visit_;
+  int64_t L_, n_;
+  const std::vector<double>& cp_;
+  std::vector<int64_t> bounds_;
+  std::vector<double> lane_;  // per position: the placed chunks' least lanes, or the rank's price once done
+  std::vector<char> open_;
+  std::vector<char> recompute_;  // per position, once it is priced
+  bool stopped_ = false;
+};
+
+// Chunks of equal compute: chunk k ends at the layer whose prefix is nearest (k + 1) / n of the total,
+// each chunk keeping at least one layer.
+std::vector<int64_t> equal_chunks(const CostModel& model, const Candidate& c) {
+  const int64_t L = model.num_layers(), n = c.depth * c.chunks;
+  const auto& cp = model.compute_prefix(c.microbatch_index);
+  std::vector<int64_t> bounds{0};
+  for (int64_t k = 0; k + 1 < n; ++k) {
+    const double target = cp.back() * static_cast<double>(k + 1) / static_cast<double>(n);
+    auto e = static_cast<int64_t>(std::lower_bound(cp.begin(), cp.end(), target) - cp.begin());
+    if (e > 0 && target - cp[static_cast<size_t>(e - 1)] < cp[static_cast<size_t>(e)] - target) --e;
+    e = std::clamp(e, bounds.back() + 1, L - (n - 1 - k));
+    bounds.push_back(e);
+  }
+  bounds.push_back(L);
+  return bounds;
+}
+
+Split priced(const ChunkPricer& pricer, std::vector<int64_t> bounds) {
+  Split s;
+  pricer.price(bounds, &s.step_ms);
+  s.bounds = std::move(bounds);
+  return s;
+}
+
+}  // namespace
+
+Split chunked_balanced_split(const CostModel& model, const Candidate& c) {
+  if (c.depth * c.chunks > model.num_layers()) return {};
+  const ChunkPricer pricer(model, c);
+  return priced(pricer, equal_chunks(model, c));
+}
+
+bool chunked_for_each_split_within(const CostModel& model, const Candidate& c, double limit_ms, int64_t max_nodes,
+                                   const std::function<double(const Split&)>& visit) {
+  Walk walk(model, c, limit_ms, max_nodes, visit);
+  return walk.run();
+}
+
+namespace {
+
+// log2 of the number of splits of L layers into n non-empty chunks, C(L - 1, n - 1).
+double log2_splits(int64_t L, int64_t n) {
+  const auto lg = [](double x) { return std::lgamma(x + 1.0); };
+  return (lg(static_cast<double>(L - 1)) - lg(static_cast<double>(n - 1)) - lg(static_cast<double>(L - n))) /
+         std::log(2.0);
+}
+
+// Moves single chunk boundaries by a layer or more while that lowers the objective (first improvement,
+// at most kMoves tries): a cheap refinement of the equal-compute split where the exact walk cannot
+// finish. A move re-prices only the two ranks whose chunks it changes.
+Split refined(const ChunkPricer& pricer, Split s) {
+  constexpr int kMoves = 2048;
+  const auto n = static_cast<size_t>(pricer.chunks_total());
+  const auto d = static_cast<size_t>(pricer.positions());
+  std::vector<double> lanes(d);
+  std::vector<char> redo(d);
+  const auto price_at = [&](const std::vector<int64_t>& bounds, size_t p, std::vector<double>& l, std::vector<char>& r) {
+    bool rc = false;
+    l[p] = pricer.position_lane(static_cast<int64_t>(p), bounds, &rc);
+    r[p] = rc ? 1 : 0;
+  };
+  for (size_t p = 0; p < d; ++p) price_at(s.bounds, p, lanes, redo);
+  int tries = 0;
+  for (bool moved = true; moved && tries < kMoves;) {
+    moved = false;
+    for (size_t k = 1; k < n && tries < kMoves; ++k)
+      for (int64_t step : {1, -1, 4, -4}) {
+        auto bounds = s.bounds;
+        bounds[k] += step;
+        if (bounds[k] <= bounds[k - 1] || bounds[k] >= bounds[k + 1]) continue;
+        ++tries;
+        auto l = lanes;
+        auto r = redo;
+        const auto a = static_cast<size_t>(pricer.position_of(static_cast<int64_t>(k) - 1));
+        const auto b = static_cast<size_t>(pricer.position_of(static_cast<int64_t>(k)));
+        price_at(bounds, a, l, r);
+        if (b != a) price_at(bounds, b, l, r);
+        const double objective = pricer.objective(bounds, l, r);
+        if (objective < s.step_ms) {
+          s.bounds = std::move(bounds);
+          s.step_ms = objective;
+          lanes = std::move(l);
+          redo = std::move(r);
+          moved = true;
+        }
+      }
+  }
+  return s;
+}
+
+}  // namespace
+
+// The least objective, ties to the lexicographically first bounds: the same whatever the upper bound.
+// Where the splits are too many to walk (2^20 and more), the equal-compute split refined by single moves.
+Split chunked_best_split(const CostModel& model, const Candidate& c, double upper_bound_ms, int64_t max_work) {
+  if (c.depth * c.chunks > model.num_layers()) return {};
+  const Split start = chunked_balanced_split(model, c);
+  if (log2_splits(model.num_layers(), c.depth * c.chunks) > 20.0) {
+    Split out = start.feasible() ? refined(ChunkPricer(model, c), start) : start;
+    out.exhausted = true;
+    return out;
+  }
+  Split best;
+  if (start.step_ms <= upper_bound_ms) best = start;
+  const std::function<double(const Split&)> keep = [&](const Split& s) {
+    if (s.step_ms < best.step_ms || (s.step_ms == best.step_ms && s.bounds < best.bounds)) best = s;
+    return best.step_ms;
+  };
+  const bool complete = chunked_for_each_split_within(model, c, std::min(upper_bound_ms, best.step_ms),
+                                                      std::min(max_work, kChunkedSplitWork), keep);
+  if (!complete) {
+    best = start.feasible() ? refined(ChunkPricer(model, c), start) : start;
+    best.exhausted = true;
+  }
+  return best;
+}
+
+OverageSplit chunked_least_overage_split(const CostModel& model, const Candidate& c, int64_t bound_bytes) {
+  OverageSplit out;
+  if (c.depth * c.chunks > model.num_layers()) return out;
+  const ChunkPricer pricer(model, c);
+  const auto bounds = equal_chunks(model, c);
+  int64_t over = 0;
+  for (const auto& sc : pricer.price(bounds, nullptr)) over = std::max(over, sc.over_bytes);
+  if (over <= bound_bytes) out = {bounds, over};
+  return out;
+}
+
+}  // namespace pd2bw::planner::detail
