@@ -81,12 +81,18 @@ Evaluated replay_candidate(const CostModel& model, const Candidate& c, const Spl
   const double lower = best.exhausted ? lower_ms : best.step_ms;
   if (win.step_ms <= lower * (1.0 + kRounding)) return win;
   if (!best.exhausted) {
+    // The objectives of zb-h2 (no round trips) and of the chunked schedules (the busiest rank) are looser,
+    // so more of their splits fall below a replay: their walks get a smaller share of the budget.
+    const int64_t share = c.chunks > 1 ? 32 : c.schedule == Schedule::zb_h2 ? 8 : 1;
     std::set<std::vector<int64_t>> seen{best.bounds};
     auto below = [](double s) { return s * (1.0 + kRounding); };
-    if (cost * 64 <= kExactReplayOps && replay_walk(model, c, win, seen, kExactReplayOps, replays, below)) return win;
+    if (cost * 64 <= kExactReplayOps / share &&
+        replay_walk(model, c, win, seen, kExactReplayOps / share, replays, below))
+      return win;
     auto within = [](double s) { return s / (1.0 + kReplayTolerance); };
     const bool close = win.step_ms <= lower * (1.0 + kReplayTolerance);
-    if (!close && replay_walk(model, c, win, seen, std::max(kToleranceReplayOps, 4 * cost), replays, within)) {
+    if (!close &&
+        replay_walk(model, c, win, seen, std::max(kToleranceReplayOps / share, 4 * cost), replays, within)) {
       win.proven_gap = std::min(kReplayTolerance, win.step_ms / lower - 1.0);
       return win;
     }
