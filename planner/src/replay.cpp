@@ -76,6 +76,17 @@ Evaluated replay_candidate(const CostModel& model, const Candidate& c, const Spl
   Evaluated win = evaluate_split(model, c, best);
   const int64_t cost = replay_into(model, win);  // the others cost about as much
   ++*replays;
+  // A chunked candidate's stand-in split was refined for its busiest rank, which need not replay faster
+  // than the equal-compute split it started from: that one is replayed too.
+  if (best.exhausted && c.chunks > 1) {
+    const Split start = balanced_split(model, c);
+    if (start.feasible() && start.bounds != best.bounds) {
+      Evaluated e = evaluate_split(model, c, start);
+      replay_into(model, e);
+      ++*replays;
+      if (e.step_ms < win.step_ms) win = std::move(e);
+    }
+  }
   // No split's objective, and so no split's replay, is below the optimum, or below lower_ms when the
   // optimum is not known.
   const double lower = best.exhausted ? lower_ms : best.step_ms;

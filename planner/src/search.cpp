@@ -253,9 +253,12 @@ void choose_searched(const std::vector<Candidate>& candidates, const std::vector
                      size_t& count) {
   std::vector<size_t> chosen, rest;
   size_t chunked = 0;
+  // A search of the chunked schedules alone (one pinned) has no other candidates to make room for.
+  const bool mixed = std::any_of(candidates.begin(), candidates.end(), [](const Candidate& c) { return c.chunks == 1; });
+  const size_t cap = mixed ? kMaxChunkedSearched : kMaxSearched;
   for (size_t idx : order) {
     const bool is_chunked = candidates[idx].chunks > 1;
-    if (chosen.size() < kMaxSearched && lb[idx] < kInfinity && (!is_chunked || chunked < kMaxChunkedSearched)) {
+    if (chosen.size() < kMaxSearched && lb[idx] < kInfinity && (!is_chunked || chunked < cap)) {
       chosen.push_back(idx);
       chunked += is_chunked ? 1 : 0;
     } else {
