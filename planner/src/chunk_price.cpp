@@ -105,7 +105,6 @@ double ChunkPricer::position_lane(int64_t position, const std::vector<int64_t>& 
   const RankMemory mem = rank_memory(position, bounds);
   if (recompute) *recompute = mem.recompute;
   if (!mem.feasible) return kInfinity;
-  const int64_t L = model_.num_layers();
   const double m = static_cast<double>(c_.microbatches);
   double fixed = 0.0, worst = 0.0;
   const auto& held = chunks_of(position);
@@ -117,15 +116,23 @@ double ChunkPricer::position_lane(int64_t position, const std::vector<int64_t>& 
     fixed += m * compute + (pc_.update[e] - pc_.update[b]);
     if (lv >= 0) fixed += model_.allreduce_ms(pc_.statics.grads(pc_.params[e] - pc_.params[b]), c_.width, lv);
   }
+  worst = busiest_replica(position, bounds).second;
+  return fixed + m * 2.0 * worst;
+}
+
+std::pair<int64_t, double> ChunkPricer::busiest_replica(int64_t position, const std::vector<int64_t>& bounds) const {
+  const int64_t L = model_.num_layers();
+  double worst = -1.0;
+  int64_t worst_r = 0;
   for (int64_t r = 0; r < c_.width; ++r) {
     double sum = 0.0;
-    for (int64_t k : held) {
+    for (int64_t k : chunks_of(position)) {
       const int64_t b = bounds[static_cast<size_t>(k)], e = bounds[static_cast<size_t>(k + 1)];
       sum += (b > 0 ? transfer_ms(k, r, b - 1, true) : 0.0) + (e < L ? transfer_ms(k, r, e - 1, false) : 0.0);
     }
-    worst = std::max(worst, sum);
+    if (sum > worst) worst = sum, worst_r = r;
   }
-  return fixed + m * 2.0 * worst;
+  return {worst_r, worst};
 }
 
 double ChunkPricer::objective(const std::vector<int64_t>& bounds, const std::vector<double>& lanes,
@@ -175,16 +182,7 @@ PositionPrice ChunkPricer::price_position(int64_t position, const std::vector<in
   const bool recompute = mem.recompute;
   const auto& walk = (*walks_)[P][recompute ? 1 : 0];
   // The replica whose transfers make the rank busiest sets every chunk's p2p.
-  double worst = -1.0;
-  int64_t worst_r = 0;
-  for (int64_t r = 0; r < c_.width; ++r) {
-    double sum = 0.0;
-    for (int64_t k : held) {
-      const int64_t b = bounds[static_cast<size_t>(k)], e = bounds[static_cast<size_t>(k + 1)];
-      sum += (b > 0 ? transfer_ms(k, r, b - 1, true) : 0.0) + (e < L ? transfer_ms(k, r, e - 1, false) : 0.0);
-    }
-    if (sum > worst) worst = sum, worst_r = r;
-  }
+  const int64_t worst_r = busiest_replica(position, bounds).first;
   const int64_t stash_peak = pipeline::stash_peak(walk, recompute ? redo_bytes_ : plain_bytes_);
   for (size_t j = 0; j < held.size(); ++j) {
     StageCost& sc = out.chunks[j];

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "pd2bw/pipeline/stash.hpp"
@@ -51,6 +52,8 @@ class ChunkPricer {
 
  private:
   double transfer_ms(int64_t chunk, int64_t replica, int64_t layer_out, bool input) const;
+  // The replica whose boundary transfers at `position` add up to the most, and that sum (one way).
+  std::pair<int64_t, double> busiest_replica(int64_t position, const std::vector<int64_t>& bounds) const;
   const CostModel& model_;
   Candidate c_;
   PreparedCandidate pc_;

@@ -191,11 +191,7 @@ void StageOpStream::unit() {
         weight(next_w_++, stage_);
         return;
       }
-      finish_step(step_);
-      if (step_ + 1 < s_.steps)
-        start_step(step_ + 1);
-      else
-        phase_ = Phase::done;
+      end_step();
       return;
     case Phase::done: finished_ = true; return;
   }
@@ -207,11 +203,7 @@ void StageOpStream::chunked_unit() {
     return;
   }
   if (next_unit_ == units_.size()) {
-    finish_step(step_);
-    if (step_ + 1 < s_.steps)
-      start_step(step_ + 1);
-    else
-      phase_ = Phase::done;
+    end_step();
     return;
   }
   const Unit& u = units_[next_unit_++];
@@ -243,6 +235,15 @@ void StageOpStream::backward(int64_t g, OpKind kind, int64_t chunk) {
 void StageOpStream::weight(int64_t g, int64_t chunk) {
   const int64_t step = g / s_.microbatches, k = g % s_.microbatches;
   push(OpKind::backward_weight, step, k, version_for_step(s_.kind, step), chunk);
+}
+
+// The step's allreduces and update, then the next step or the end.
+void StageOpStream::end_step() {
+  finish_step(step_);
+  if (step_ + 1 < s_.steps)
+    start_step(step_ + 1);
+  else
+    phase_ = Phase::done;
 }
 
 void StageOpStream::finish_step(int64_t step) {

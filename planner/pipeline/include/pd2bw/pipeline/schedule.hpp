@@ -103,6 +103,7 @@ class StageOpStream {
   void backward(int64_t g, OpKind kind, int64_t chunk);  // kind: backward, or a split backward's B
   void weight(int64_t g, int64_t chunk);                 // a split backward's W
   void finish_step(int64_t step);
+  void end_step();
   void push(OpKind kind, int64_t step, int64_t k, int64_t v, int64_t chunk);
   bool split() const;
 
