@@ -93,6 +93,19 @@ def allocation_cases(ws, plan):
         path = ws.write("huge-batch-plan", json.dumps(p))
         argv = ["train", "--plan", path, "--steps", "1", "-q"]
         cases.append(quick(Case("hardening", f"train a plan with {label}", argv, 2, fragment)))
+    # The same huge microbatch in a plan whose numbers agree with each other (its predictions redone for
+    # the new batch): the plan checks pass it, and train's own estimate refuses it, naming the activations.
+    p = json.loads(json.dumps(base))
+    p["microbatch_size"] = 2**16
+    p["global_batch"] = p["microbatch_size"] * p["microbatches_per_step"] * p["width"]
+    pred = p["predictions"]
+    pred["samples_per_s"] = p["global_batch"] / pred["step_ms"] * 1000
+    pred["tokens_per_s"] = pred["samples_per_s"] * p["model"]["seq_len"]
+    p["alternatives"] = []
+    path = ws.write("consistent-huge-batch-plan", json.dumps(p))
+    argv = ["train", "--plan", path, "--steps", "1", "-q"]
+    cases.append(quick(Case("hardening", "train a consistent plan with microbatch 2^16", argv, 2,
+                            "of activations"), 10))
     return cases
 
 

@@ -59,6 +59,14 @@ expect_exit 0 "checkpoint: step 3" -- "$PD2BW" train --plan "$TMP/p22.json" --st
 expect_exit 0 "done: steps 4-6" -- "${MPI[@]}" -np 4 "$PD2BW" train --plan "$TMP/p22.json" --steps 6 --resume \
   --log "$TMP/tm.jsonl" --checkpoint-dir "$TMP/tm.ck"
 same_losses "$TMP/whole.jsonl" "$TMP/tm.jsonl" && ok || fail "threads -> mpirun resume is not bit-identical"
+# A finished run resumed again under mpirun (a job script that retries until exit 0): every process
+# exits 0 saying the run is complete, and neither the log nor the checkpoints change.
+cp "$TMP/tm.jsonl" "$TMP/tm.before.jsonl"
+ls -R "$TMP/tm.ck" >"$TMP/tm.ck.before"
+expect_exit 0 "the run is complete" -- "${MPI[@]}" -np 4 "$PD2BW" train --plan "$TMP/p22.json" --steps 6 --resume \
+  --log "$TMP/tm.jsonl" --checkpoint-dir "$TMP/tm.ck"
+cmp -s "$TMP/tm.before.jsonl" "$TMP/tm.jsonl" && ok || fail "resuming a finished run under mpirun changed the log"
+ls -R "$TMP/tm.ck" | cmp -s "$TMP/tm.ck.before" - && ok || fail "resuming a finished run under mpirun changed the checkpoints"
 expect_exit 0 "checkpoint: step 3" -- "${MPI[@]}" -np 4 "$PD2BW" train --plan "$TMP/p22.json" --steps 6 --stop-after 3 \
   --log "$TMP/mt.jsonl" --checkpoint-dir "$TMP/mt.ck"
 expect_exit 0 "done: steps 4-6" -- "$PD2BW" train --plan "$TMP/p22.json" --steps 6 --resume --log "$TMP/mt.jsonl" \

@@ -22,6 +22,7 @@
 #include "pd2bw/pipeline/schedule.hpp"
 #include "pd2bw/schemas/common.hpp"
 #include "checkpoint_store.hpp"
+#include "train_fits.hpp"
 #include "train_rank.hpp"
 
 namespace pd2bw::executor {
@@ -112,38 +113,6 @@ void check_options(const TrainOptions& o) {
   if ((o.resume || o.checkpoint_every > 0) && o.checkpoint_dir.empty())
     throw UsageError("--resume and --checkpoint-every need --checkpoint-dir");
   // What the checkpoint directory holds, its lock and its free space are rank 0's to check (CheckpointStore).
-}
-
-// The ranks `here` share one memory (the cpu: this machine's; cuda: one GPU's): refuse plans that cannot
-// fit in it before allocating anything. Counts the static terms of the memory model (1 or 2 weight
-// versions, gradients, optimizer moments, the master copy for bf16) of each rank's chunks.
-void check_fits(const PipelineConfig& c, DType master, const std::vector<int64_t>& here) {
-  const int64_t scalar = dtype_bytes(c.compute.value_or(master));
-  const pipeline::MemoryFactors f = pipeline::memory_factors(c.schedule, c.optimizer.kind, scalar, dtype_bytes(master));
-  const char* what = "the host memory the plan needs";
-  std::vector<int64_t> stage_of(static_cast<size_t>(c.ranks_total()));
-  for (int64_t i = 0; i < c.depth; ++i)
-    for (const int64_t r : c.ranks[static_cast<size_t>(i)]) stage_of[static_cast<size_t>(r)] = i;
-  int64_t need = 0;
-  for (const int64_t r : here) {
-    int64_t numel = 0;
-    for (const int64_t chunk : pipeline::chunks_at(c.schedule, c.depth, c.chunks, stage_of[static_cast<size_t>(r)]))
-      for (int64_t l = c.bounds[static_cast<size_t>(chunk)]; l < c.bounds[static_cast<size_t>(chunk) + 1]; ++l)
-        numel = checked_add(numel, layout_numel(layer_layout(c.model, l)), what);
-    need = checked_add(need, f.total(checked_mul(numel, scalar, what)), what);
-  }
-  const int64_t have = device_info(c.backend).memory_bytes;
-  if (have <= 0 || need <= have) return;
-  if (c.backend == "cuda")
-    throw UsageError(fmt::format("{} rank(s) share one GPU here, and their weights, gradients and optimizer state alone "
-                                 "need {}; the GPU has {}",
-                                 here.size(), schemas::format_bytes(need), schemas::format_bytes(have)),
-                     "plan fewer stages and replicas per GPU, or run one process per GPU");
-  throw UsageError(fmt::format("training a {}-block GPT on the CPU needs at least {} of host memory for weights, gradients "
-                               "and optimizer state on this machine ({} ranks); it has {}",
-                               c.model.blocks, schemas::format_bytes(need), here.size(), schemas::format_bytes(have)),
-                   "the CPU backend is for small models; plan a smaller model (e.g. "
-                   "schemas/examples/gpt-tiny.profile.json)");
 }
 
 // The device's dense peak in the compute dtype, or 0 (the cpu, or a GPU missing from the table).
