@@ -115,8 +115,10 @@ std::shared_ptr<const CostModel::PositionWalks> CostModel::position_walks(const 
   }
   auto out = std::make_shared<PositionWalks>();
   const pipeline::ScheduleSpec spec{c.schedule, c.depth, c.microbatches, 1, 1, c.chunks};
-  for (int64_t p = 0; p < c.depth; ++p)
-    out->push_back({pipeline::stash_walk(spec, p, false), pipeline::stash_walk(spec, p, true)});
+  for (int64_t p = 0; p < c.depth; ++p) {
+    auto [plain, redo] = pipeline::stash_walks(spec, p);
+    out->push_back({std::move(plain), std::move(redo)});
+  }
   const std::lock_guard<std::mutex> lock(walks_->mutex);
   if (walks_->walks.size() >= 1024) walks_->walks.clear();  // a bound on the memo, far above one search's use
   return walks_->walks.emplace(key, std::move(out)).first->second;

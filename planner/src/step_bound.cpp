@@ -24,6 +24,8 @@
 // T + (m + 1) E >= (m - n_k r) x_k + (1 - r) X_{<k} for every k; as for flush, taking each x_k as large
 // as that allows holds the most, g (T + (m + 1) E) in all, so T >= C / g - (m + 1) E. And flush's two
 // round trips below a stage k with m >= w_k + 2 give T >= 2 Y - Y_{<k}, Y the fwd + bwd less the W's.
+// ZB-H2's fold has the same cycle with n_k = min(2 k + 1, m) (its W's deferred by 2 k) and no round
+// trips, so the same recursion with those n_k bounds it (looser, as more W's trail).
 //
 // Crowding: d stages over L layers put ceil(L / d) layers on some stage, so its busy time is at least m
 // times the least fwd + bwd of that many consecutive layers.
@@ -43,7 +45,8 @@
 // 2 X_{>k} <= T (its first and last microbatches' round trips below it; X the compute of the stages
 // before or after), where stage k's own term counts its recompute once its stash cannot hold x_k (the
 // capacity above). Both caps on x_k grow with X_{<k}, so taking each x_k as large as they allow reaches
-// the furthest; T is feasible only if that reaches C. zb-h1 likewise, with its cycle bound's caps.
+// the furthest; T is feasible only if that reaches C. zb-h1 likewise, with its cycle bound's caps, and
+// zb-h2 with its cycle's caps alone.
 #include "step_bound.hpp"
 
 #include <algorithm>
@@ -52,6 +55,7 @@
 #include <tuple>
 
 #include "bisect.hpp"
+#include "objective.hpp"
 #include "pd2bw/planner/partition.hpp"
 
 namespace pd2bw::planner {
@@ -219,10 +223,10 @@ double StepLowerBound::zb_cycle_bound(const Candidate& c, double transfers) {
   const double r = weight_share_[bi], m = static_cast<double>(c.microbatches);
   if (!(r < 1.0)) return 0.0;
   // held[d - 1]: X_{<d} at T + (m + 1) E = 1, grown on demand (a prefix of the same recursion for every d).
-  auto& held = zb_held_[{bi, c.microbatches}];
+  auto& held = zb_held_[{bi, c.microbatches, c.schedule}];
   for (auto k = static_cast<int64_t>(held.size()); k < c.depth; ++k) {
     const double before = k > 0 ? held.back() : 0.0;
-    const double after = std::min(static_cast<double>(k + 1), m);
+    const double after = zb_trailing(c, k);
     held.push_back(before + std::max(0.0, 1.0 - (1.0 - r) * before) / (m - after * r));
   }
   const double g = held[static_cast<size_t>(c.depth - 1)], excess = (m + 1.0) * weight_excess_ms_[bi];
@@ -232,7 +236,7 @@ double StepLowerBound::zb_cycle_bound(const Candidate& c, double transfers) {
   // T >= 2 Y_all - Y_{<k}, Y the fwd + bwd less W, and Y_{<k} <= X_{<k} <= held[k - 1] (T + (m + 1) E);
   // refined() adds the transfers of those round trips.
   const int64_t k = zb_round_trip_stage(c);
-  if (k < c.depth) {
+  if (c.schedule == Schedule::zb_h1 && k < c.depth) {
     const double all_y = all - model_.weight_prefix(c.microbatch_index).back();
     const double h = held[static_cast<size_t>(k - 1)];
     bound = std::max(bound, (2.0 * all_y + transfers - h * excess) / (1.0 + h));
@@ -364,12 +368,12 @@ bool StepLowerBound::rules_out(const Candidate& c, double limit) const {
     size_t a = 0;
     for (int64_t k = 0; k < c.depth; ++k) {
       const auto& l = links[static_cast<size_t>(k)];
-      const double after = std::min(static_cast<double>(k + 1), m);
+      const double after = zb_trailing(c, k);
       const double x = hold(k, (t + (m + 1.0) * excess - (1.0 - r) * cp[a] - ins_before - m * l.lane) / (m - after * r));
       if (x < 0.0) return false;
       size_t e = furthest(a, cp[a] + x * (1.0 + 1e-12), [&](size_t j) { return cp[j]; });
       const double w = std::min(d - 1.0 - static_cast<double>(k), m);
-      if (m >= w + 2.0) {
+      if (c.schedule == Schedule::zb_h1 && m >= w + 2.0) {  // zb-h2's longer warm-up bounds no round trip
         const double slack = t - 2.0 * all_y + y(a) -
                              (2.0 * l.in_fast + 2.0 * ins_after[static_cast<size_t>(k + 1)] + (m - 2.0 - w) * l.lane +
                               ins_before);
@@ -385,7 +389,7 @@ bool StepLowerBound::rules_out(const Candidate& c, double limit) const {
   };
   const double t = limit * (1.0 + 1e-9);  // rounding must not rule out a split at the limit itself
   return too_few_layers(c, t / m) || !lanes_hold(t) || (c.schedule == Schedule::flush && !flush_reaches(t)) ||
-         (c.schedule == Schedule::zb_h1 && !zb_reaches(t));
+         ((c.schedule == Schedule::zb_h1 || c.schedule == Schedule::zb_h2) && !zb_reaches(t));
 }
 
 // Whole layers: stage i holds a run of layers whose fwd + bwd, plus the redo where its in-flight stashes
@@ -471,10 +475,14 @@ double StepLowerBound::operator()(const Candidate& c) {
   const double crowded = static_cast<double>(c.microbatches) * least_window_ms(static_cast<size_t>(c.microbatch_index), most);
   const double redo = forced_redo_(c);
   const double fill = c.schedule == Schedule::flush   ? fill_bound(c, redo)
-                     : c.schedule == Schedule::zb_h1 ? zb_cycle_bound(c, 0.0)
+                     : c.schedule == Schedule::zb_h1 || c.schedule == Schedule::zb_h2 ? zb_cycle_bound(c, 0.0)
                                                      : 0.0;
   // Scaled down so that rounding never lifts the bound above an exact cost.
   return std::max({average_bound(c, redo), capacity_bound(c, redo), crowded, fill}) * (1.0 - 1e-9);
+}
+
+double StepLowerBound::zb_trailing(const Candidate& c, int64_t k) {
+  return std::min(static_cast<double>(detail::weight_defer(c.schedule, k) + 1), static_cast<double>(c.microbatches));
 }
 
 int64_t StepLowerBound::zb_round_trip_stage(const Candidate& c) {

@@ -77,11 +77,14 @@ class StepLowerBound {
   // share of its own fwd + bwd, summed (see zb_cycle_bound).
   std::vector<double> weight_share_, weight_excess_ms_;
   // ZB-H1's cycles through stage 0 and its round trips with `transfers` ms of boundary transfers on them
-  // (step_bound.cpp); memoised per microbatch index and m.
+  // (step_bound.cpp); ZB-H2's cycles alone, with its trailing W counts; memoised per microbatch index, m
+  // and schedule.
   double zb_cycle_bound(const Candidate& c, double transfers);
+  // The W's stage k runs after its last B in the cycle (objective.hpp): min(defer + 1, m).
+  static double zb_trailing(const Candidate& c, int64_t k);
   // The first stage k whose warm-up w_k leaves m >= w_k + 2: max(1, d - m + 1).
   static int64_t zb_round_trip_stage(const Candidate& c);
-  std::map<std::pair<size_t, int64_t>, std::vector<double>> zb_held_;
+  std::map<std::tuple<size_t, int64_t, Schedule>, std::vector<double>> zb_held_;
   std::vector<int64_t> min_out_, min_in_;       // per microbatch index: smallest boundary tensors
   std::array<int64_t, kSchedules> max_layer_static_{};   // per schedule
   int64_t total_grad_bytes_ = 0, first_grad_bytes_ = 0;  // fp32 gradients of all layers / of layer 0

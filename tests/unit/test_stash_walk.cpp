@@ -3,7 +3,8 @@
 // and off: stash_term over in_flight for 2bw, flush and gpipe, split_stash_term for zb-h1 and
 // deferred_stash_term over split_shape for zb-h2; deferred_weight_grads of zb-h1 and zb-h2 against the
 // W's it holds waiting; in_flight of every schedule (interleaved and zb-v included) against its most
-// activations; and stash_peak against a brute-force count over every op of every schedule.
+// activations; stash_peak against a brute-force count over every op of every schedule; and the one-pass
+// pair of walks (stash_walks) against the two walks.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -165,6 +166,26 @@ TEST_CASE("stash walk: stash_peak equals a count over every op, for every schedu
         CHECK(most_activations(walk) == in_flight(c.kind, c.d, c.m, i, c.v));
       }
   }
+}
+
+TEST_CASE("stash walks: one pass gives the walks without and with recompute, moment for moment") {
+  int64_t checked = 0;
+  for (const ScheduleCase& c : chunked_cases())
+    for (int64_t i = 0; i < c.d; ++i) {
+      CAPTURE(name(c.kind));
+      CAPTURE(c.d);
+      CAPTURE(c.v);
+      CAPTURE(c.m);
+      CAPTURE(i);
+      const auto [plain, redo] = stash_walks(spec_of(c), i);
+      for (const auto& [walk, recompute] : {std::pair{&plain, false}, std::pair{&redo, true}}) {
+        const StashWalk want = stash_walk(spec_of(c), i, recompute);
+        CHECK(walk->chunks == want.chunks);
+        CHECK(walk->moments == want.moments);
+      }
+      ++checked;
+    }
+  CHECK(checked > 1000);
 }
 
 TEST_CASE("stash walk: errors and saturation") {

@@ -2,6 +2,7 @@
 #include "pd2bw/pipeline/stash.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "pd2bw/checked.hpp"
 #include "pd2bw/error.hpp"
@@ -25,42 +26,81 @@ void keep(std::vector<std::vector<ChunkHeld>>& moments, const std::vector<ChunkH
   moments.push_back(now);
 }
 
+// Applies one op to the counts (recompute: the chunk's stash rebuilt until its backward or B).
+void apply(std::vector<ChunkHeld>& now, size_t j, OpKind kind) {
+  ChunkHeld& h = now[j];
+  switch (kind) {
+    case OpKind::forward: ++h.activations; break;
+    case OpKind::recompute: h.rebuilt = 1; break;
+    case OpKind::backward:
+    case OpKind::backward_input:
+      --h.activations;
+      h.rebuilt = 0;
+      if (kind == OpKind::backward_input) ++h.weight_stashes;
+      break;
+    case OpKind::backward_weight: --h.weight_stashes; break;
+    default: break;
+  }
+}
+
+bool lowers(OpKind k) {
+  return k == OpKind::backward || k == OpKind::backward_input || k == OpKind::backward_weight;
+}
+
+size_t local_index(const std::vector<int64_t>& chunks, int64_t chunk) {
+  return static_cast<size_t>(std::find(chunks.begin(), chunks.end(), chunk) - chunks.begin());
+}
+
+ScheduleSpec one_step(ScheduleSpec spec) {
+  spec.steps = 1;
+  return spec;
+}
+
 }  // namespace
 
 StashWalk stash_walk(const ScheduleSpec& spec, int64_t stage, bool recompute) {
-  ScheduleSpec one = spec;
-  one.steps = 1;
+  const ScheduleSpec one = one_step(spec);
   StashWalk walk;
   walk.chunks = chunks_at(one.kind, one.depth, one.chunks, stage);
   std::vector<ChunkHeld> now(walk.chunks.size());
-  const auto local = [&](int64_t chunk) {
-    const auto it = std::find(walk.chunks.begin(), walk.chunks.end(), chunk);
-    return static_cast<size_t>(it - walk.chunks.begin());
-  };
   // Counts only rise between the ops that lower one (a backward, a B, a W), so the moment just before each
   // of those, and the last, cover every other: only they are kept.
   for (StageOpStream s(one, stage, recompute); !s.done(); s.next()) {
     const Op& op = s.op();
     if (op.chunk < 0) continue;
-    const bool lowers = op.kind == OpKind::backward || op.kind == OpKind::backward_input ||
-                        op.kind == OpKind::backward_weight;
-    if (lowers) keep(walk.moments, now);
-    ChunkHeld& h = now[local(op.chunk)];
-    switch (op.kind) {
-      case OpKind::forward: ++h.activations; break;
-      case OpKind::recompute: h.rebuilt = 1; break;
-      case OpKind::backward:
-      case OpKind::backward_input:
-        --h.activations;
-        h.rebuilt = 0;
-        if (op.kind == OpKind::backward_input) ++h.weight_stashes;
-        break;
-      case OpKind::backward_weight: --h.weight_stashes; break;
-      default: break;
-    }
+    if (lowers(op.kind)) keep(walk.moments, now);
+    apply(now, local_index(walk.chunks, op.chunk), op.kind);
   }
   keep(walk.moments, now);
   return walk;
+}
+
+std::pair<StashWalk, StashWalk> stash_walks(const ScheduleSpec& spec, int64_t stage) {
+  const ScheduleSpec one = one_step(spec);
+  std::pair<StashWalk, StashWalk> out;
+  auto& [plain, redo] = out;
+  plain.chunks = redo.chunks = chunks_at(one.kind, one.depth, one.chunks, stage);
+  std::vector<ChunkHeld> now(plain.chunks.size());
+  for (StageOpStream s(one, stage, false); !s.done(); s.next()) {
+    const Op& op = s.op();
+    if (op.chunk < 0) continue;
+    const size_t j = local_index(plain.chunks, op.chunk);
+    if (lowers(op.kind)) {
+      keep(plain.moments, now);
+      if (op.kind == OpKind::backward_weight) {
+        keep(redo.moments, now);
+      } else {  // the recomputing rank rebuilt this chunk's stash just before
+        ChunkHeld& h = now[j];
+        h.rebuilt = 1;
+        keep(redo.moments, now);
+        h.rebuilt = 0;
+      }
+    }
+    apply(now, j, op.kind);
+  }
+  keep(plain.moments, now);
+  keep(redo.moments, now);
+  return out;
 }
 
 int64_t stash_peak(const StashWalk& walk, const std::vector<ChunkStashBytes>& bytes) {

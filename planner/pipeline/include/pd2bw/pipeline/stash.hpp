@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "pd2bw/pipeline/schedule.hpp"
@@ -31,6 +32,12 @@ struct StashWalk {
 // The walk of one step (spec.steps is ignored) of position `stage`. Throws what stage_ops throws.
 // O(m v) time.
 StashWalk stash_walk(const ScheduleSpec& spec, int64_t stage, bool recompute);
+
+// stash_walk(spec, stage, false) and stash_walk(spec, stage, true) from one pass over the op list without
+// recompute: a recomputing rank runs the same ops with each Recompute just before its backward (or B),
+// so its moments are the plain ones with that chunk's stash rebuilt at each backward (or B). Equal to the
+// two walks (test_stash_walk.cpp); half their cost.
+std::pair<StashWalk, StashWalk> stash_walks(const ScheduleSpec& spec, int64_t stage);
 
 // Bytes of one microbatch of one chunk, as the stash term weighs the counts.
 struct ChunkStashBytes {
