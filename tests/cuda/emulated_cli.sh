@@ -4,7 +4,7 @@
 # cuda` to the cpu backend's fp32 losses within 1e-4 (relative); two cuda runs give the same bits; and
 # under mpirun the nccl transport gives the mpi transport's losses. The same for a BERT: `pd2bw profile
 # --model bert --device cuda` writes a valid profile, and a 2-stage plan trains on cuda to the cpu's
-# losses; interleaved 1F1B on cuda gives flush's losses bit for bit. Sizes are the micro model's (2 blocks, d_model 32): every GPU thread is a fiber here.
+# losses; interleaved 1F1B, ZB-H2 and ZB-V on cuda give flush's losses bit for bit. Sizes are the micro model's (2 blocks, d_model 32): every GPU thread is a fiber here.
 # Arguments: the pd2bw binary, the source dir.
 source "$2/tests/cli/lib.bash"
 PY="${PD2BW_PYTHON:-/usr/bin/python3}"
@@ -49,15 +49,19 @@ close_losses "$TMP/cpu.jsonl" "$TMP/cuda.jsonl" && ok ||
   fail "cuda losses $(losses "$TMP/cuda.jsonl") differ from the cpu's $(losses "$TMP/cpu.jsonl")"
 [ "$(losses "$TMP/cuda.jsonl")" = "$(losses "$TMP/cuda2.jsonl")" ] && ok || fail "two cuda runs differ"
 
-# Interleaved 1F1B (2 chunks per rank, a rank's chunks on one device) trains on cuda to flush's losses bit
-# for bit: the same kernels on the same operands, each chunk's gradient summed in microbatch order.
-for s in flush interleaved; do
+# Interleaved 1F1B and ZB-V (2 chunks per rank, a rank's chunks on one device) and ZB-H2 (the backward in
+# its input and weight halves, W's deferred) train on cuda to flush's losses bit for bit: the same kernels
+# on the same operands, each chunk's gradient summed in microbatch order.
+for s in flush interleaved zb-h2 zb-v; do
+  chunks=$(case $s in interleaved | zb-v) echo --chunks 2 ;; esac)
   expect_exit 0 "" -- "$PD2BW" plan --profile "$TMP/micro.json" --nodes 1 --gpus-per-node 2 --depth 2 --width 1 \
-    --global-batch 4 --microbatch 1 --schedule "$s" $([ "$s" = interleaved ] && echo --chunks 2) -o "$TMP/$s-b1.json" -q
+    --global-batch 4 --microbatch 1 --schedule "$s" $chunks -o "$TMP/$s-b1.json" -q
   PLAN="$s-b1" train "$s-b1-cuda" "$PD2BW" train --device cuda
 done
-[ "$(losses "$TMP/interleaved-b1-cuda.jsonl")" = "$(losses "$TMP/flush-b1-cuda.jsonl")" ] && ok ||
-  fail "interleaved on cuda: $(losses "$TMP/interleaved-b1-cuda.jsonl"), flush: $(losses "$TMP/flush-b1-cuda.jsonl")"
+for s in interleaved zb-h2 zb-v; do
+  [ "$(losses "$TMP/$s-b1-cuda.jsonl")" = "$(losses "$TMP/flush-b1-cuda.jsonl")" ] && ok ||
+    fail "$s on cuda: $(losses "$TMP/$s-b1-cuda.jsonl"), flush: $(losses "$TMP/flush-b1-cuda.jsonl")"
+done
 
 expect_exit 0 "wrote $TMP/bert.json" -- "$PD2BW" profile --model bert --device cuda --blocks 1 --d-model 32 --heads 2 \
   --seq 16 --microbatch 1 --warmup 1 --iters 1 --link-ranks 2 --link-max-bytes 16KiB -o "$TMP/bert.json"

@@ -39,5 +39,6 @@ void add_validate_command(CLI::App& app, Runner& run);
 void add_simulate_command(CLI::App& app, Runner& run);
 void add_train_command(CLI::App& app, Runner& run);
 void add_profile_command(CLI::App& app, Runner& run);
+void add_export_command(CLI::App& app, Runner& run);
 
 }  // namespace pd2bw::cli

@@ -264,6 +264,10 @@ void add_train_command(CLI::App& app, Runner& run) {
                   "else threads) | threads (every rank a thread of this process) | "
                   "mpi (one process per rank, host memory) | nccl (one process per rank and GPU)")
       ->capture_default_str();
+  cmd->add_option("--peer-timeout", o.peer_timeout_s,
+                  "One process per rank: seconds a rank may stay silent (its process or host lost, or stopped) "
+                  "before every other rank stops with a message naming it; 0 = wait forever, else >= 1")
+      ->capture_default_str();
   cmd->add_flag("-q,--quiet", o.quiet, "Print nothing but errors");
   cmd->callback([f, &run] { run = [f] { run_train(*f); }; });
 }

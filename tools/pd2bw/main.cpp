@@ -83,6 +83,7 @@ int main(int argc, char** argv) {
   pd2bw::cli::add_simulate_command(app, run);
   pd2bw::cli::add_train_command(app, run);
   pd2bw::cli::add_validate_command(app, run);
+  pd2bw::cli::add_export_command(app, run);
   pd2bw::cli::add_strict_number_checks(app);
   app.footer("Units: sizes accept B, KiB, MiB, GiB, TiB (binary) and KB, MB, GB, TB (decimal); "
              "bandwidths are GB/s (1e9 bytes/s); times are ms.\nExit codes: 0 ok, 1 runtime error, "

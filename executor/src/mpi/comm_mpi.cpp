@@ -15,6 +15,7 @@
 
 #include "mpi_internal.hpp"
 #include "pd2bw/error.hpp"
+#include "peer_watch.hpp"
 
 namespace pd2bw::executor::mpi {
 
@@ -153,9 +154,14 @@ namespace {
 
 class MpiComm final : public Comm {
  public:
-  explicit MpiComm(MPI_Comm world) : port_(world) {}
+  explicit MpiComm(MPI_Comm world) : port_(world), watch_(world) {}
   int64_t rank() const override { return port_.rank(); }
   int64_t size() const override { return port_.size(); }
+
+  void watch_peers(double timeout_s, std::vector<int64_t> peers, std::vector<std::string> names) override {
+    watch_.start(timeout_s, std::move(peers), std::move(names));
+  }
+  void set_stop_note(const std::string& note) override { watch_.set_note(note); }
 
   // A peer that cannot be told to stop is stopped with the whole job.
   void abort(const std::string& why) override {
@@ -179,6 +185,7 @@ class MpiComm final : public Comm {
     if (memory != MemoryKind::host) throw UsageError("the mpi transport moves host memory only; device buffers need nccl");
   }
   Port port_;
+  PeerWatch watch_;
 };
 
 }  // namespace

@@ -1,5 +1,6 @@
-// What the MPI parts of the executor share (private; the only headers that include mpi.h): error
-// checks, waiting without spinning the CPU, and the factories of the MPI comm and process group.
+// What the MPI parts of the executor share (private; with peer_watch.hpp, the only headers that include
+// mpi.h): error checks, waiting without spinning the CPU, and the factories of the MPI comm and process
+// group.
 #pragma once
 
 #include <mpi.h>

@@ -28,15 +28,10 @@ int64_t ranks_per_node_override() {
   return k;
 }
 
-// pd2bw calls MPI from the main thread only, but in builds with the nccl transport the emulated device's
-// NCCL (cuda-emu builds) runs its operations over MPI on the CUDA streams' worker threads, and refuses
-// to make a communicator below MPI_THREAD_MULTIPLE. Real NCCL makes no MPI call; GPU builds ask for the
-// same level all the same, so that they start MPI as the emulated build that CI tests does.
-#if PD2BW_HAVE_NCCL
+// Two threads of a process call MPI: the main one, and the watchdog of its peers (peer_watch.hpp). In
+// builds with the nccl transport the emulated device's NCCL (cuda-emu builds) also runs its operations
+// over MPI on the CUDA streams' worker threads.
 constexpr int kThreadLevel = MPI_THREAD_MULTIPLE;
-#else
-constexpr int kThreadLevel = MPI_THREAD_FUNNELED;
-#endif
 
 class MpiProcessGroup final : public ProcessGroup {
  public:

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "mpi/mpi_internal.hpp"
+#include "mpi/peer_watch.hpp"
 #include "nccl_handles.hpp"
 #include "nccl_transport.hpp"
 #include "pd2bw/error.hpp"
@@ -67,7 +68,8 @@ cudaStream_t stream_of(Stream s) { return static_cast<cudaStream_t>(s.handle); }
 
 class NcclComm final : public Comm {
  public:
-  NcclComm(MPI_Comm world, int64_t device) : host_(world), headers_(world), ids_(world), device_(static_cast<int>(device)) {
+  NcclComm(MPI_Comm world, int64_t device)
+      : host_(world), headers_(world), ids_(world), watch_(world), device_(static_cast<int>(device)) {
     int count = 0;
     cuda_check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
     if (device < 0 || device >= count)
@@ -89,6 +91,10 @@ class NcclComm final : public Comm {
   int64_t rank() const override { return host_.rank(); }
   int64_t size() const override { return host_.size(); }
   bool accepts(MemoryKind) const override { return true; }
+  void watch_peers(double timeout_s, std::vector<int64_t> peers, std::vector<std::string> names) override {
+    watch_.start(timeout_s, std::move(peers), std::move(names));
+  }
+  void set_stop_note(const std::string& note) override { watch_.set_note(note); }
 
   void abort(const std::string& why) override {
     for (auto& [key, pair] : pairs_) pair->comm.abort();
@@ -249,6 +255,7 @@ class NcclComm final : public Comm {
   mpi::Port host_;     // Comm's host messages, under their own tags
   mpi::Port headers_;  // one header per device message on a pair, in the pair's order
   mpi::Port ids_;      // NCCL unique ids of new communicators
+  mpi::PeerWatch watch_;  // heartbeats: a lost or stalled peer ends the job
   int device_;
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<Pair>> pairs_;  // (from, to) -> its communicator
   std::map<std::pair<int64_t, int64_t>, std::deque<Parked>> parked_;    // (source, tag) -> early arrivals

@@ -1,4 +1,5 @@
-// PD2BW_FAULT: one named point where one rank fails on purpose (fault.hpp).
+// PD2BW_FAULT: one named point where one rank fails on purpose; and the watch of lost or stalled peers
+// (fault.hpp).
 #include "fault.hpp"
 
 #include <fmt/format.h>
@@ -91,6 +92,34 @@ void fault_point(std::string_view point, int64_t rank, int64_t step) {
       ::kill(::getpid(), SIGSTOP);  // continues where it stopped on SIGCONT
       return;
   }
+}
+
+void watch_job_peers(Comm& comm, const PipelineConfig& c, const TrainOptions& o) {
+  const int64_t n = comm.size(), me = comm.rank();
+  // The position and replica of every rank in the rank table ({-1, -1}: absent).
+  std::vector<std::pair<int64_t, int64_t>> place(static_cast<size_t>(n), {-1, -1});
+  for (size_t p = 0; p < c.ranks.size(); ++p)
+    for (size_t k = 0; k < c.ranks[p].size(); ++k)
+      if (const int64_t r = c.ranks[p][k]; r >= 0 && r < n)
+        place[static_cast<size_t>(r)] = {static_cast<int64_t>(p), static_cast<int64_t>(k)};
+  std::vector<std::string> names(static_cast<size_t>(n));
+  std::vector<int64_t> peers;
+  const auto [position, replica] = place[static_cast<size_t>(me)];
+  for (int64_t r = 0; r < n; ++r) {
+    const auto [p, k] = place[static_cast<size_t>(r)];
+    names[static_cast<size_t>(r)] = fmt::format("rank {} (stage {}, replica {})", r, p, k);
+    if (r != me && (me == 0 || r == 0 || p == position || k == replica)) peers.push_back(r);
+  }
+  comm.watch_peers(o.peer_timeout_s, std::move(peers), std::move(names));
+  comm.set_stop_note(stop_note(o, -1));
+}
+
+std::string stop_note(const TrainOptions& o, int64_t step) {
+  if (o.checkpoint_dir.empty()) return "no checkpoint was kept (no --checkpoint-dir), so a rerun starts over";
+  if (step < 0 && o.resume)
+    return fmt::format("the checkpoints in {} are intact; resume with --resume", o.checkpoint_dir);
+  if (step < 0) return fmt::format("no checkpoint of this run is complete yet in {}, so a rerun starts over", o.checkpoint_dir);
+  return fmt::format("the last complete checkpoint is step {} in {}; resume with --resume", step, o.checkpoint_dir);
 }
 
 }  // namespace pd2bw::executor

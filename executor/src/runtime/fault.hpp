@@ -20,12 +20,30 @@
 // handler), `kill` (the process sends itself SIGKILL, as a crashed or killed rank would) or `stop`
 // (the process sends itself SIGSTOP and carries on when continued: a run held still mid-way).
 // Unset, empty or malformed values inject nothing; a malformed one is reported once on stderr.
+//
+// Failures that are not injected: a rank of a multi-process job that is lost or stalls is noticed by
+// its peers' watch (Comm::watch_peers), set up here from the plan's rank table and the options.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
+#include "pd2bw/executor/comm.hpp"
+#include "pd2bw/executor/pipeline.hpp"
+#include "pd2bw/executor/trainer.hpp"
+
 namespace pd2bw::executor {
+
+// Starts comm's watch of this rank's peers with options.peer_timeout_s: the ranks of its replica and of
+// its stage, and rank 0 (which hears from every rank, so it watches them all); messages name a rank as
+// "rank 3 (stage 1, replica 1)". Sets the stop note for a run that has no checkpoint yet.
+void watch_job_peers(Comm& comm, const PipelineConfig& config, const TrainOptions& options);
+
+// The sentence that ends a lost-rank message when `step` is the last complete checkpoint: "the last
+// complete checkpoint is step 4 in DIR; resume with --resume"; step < 0: none of this run yet (a resumed
+// run's checkpoints are intact; a fresh run starts over).
+std::string stop_note(const TrainOptions& options, int64_t step);
 
 // Fails as PD2BW_FAULT says when (point, rank, step) is the one it names, the first time only; returns
 // otherwise. Cheap when the variable is unset (it is read once per process).

@@ -317,6 +317,7 @@ std::optional<TrainResult> train_rank(Comm& comm, const TrainSetup& s) {
   const bool root = comm.rank() == 0;
   std::unique_ptr<CheckpointStore> store;
   std::unique_ptr<MetricsLog> log;
+  watch_job_peers(comm, c, o);
   const Status start = start_job(comm, s, store, log);
   if (!start.go) {  // rank 0 returns here only for a finished run (start_job throws on everything else)
     if (!root) return std::nullopt;
@@ -326,6 +327,7 @@ std::optional<TrainResult> train_rank(Comm& comm, const TrainSetup& s) {
   }
   StageWorker<T> worker(c, comm.rank(), comm);
   int64_t done = o.resume ? load_checkpoint(comm, worker, s, start) : 0;
+  if (o.resume) comm.set_stop_note(stop_note(o, done));
   std::unique_ptr<TrainProgress> progress;
   if (root) {
     progress = std::make_unique<TrainProgress>(c.microbatches * c.width, s.tokens_per_step, done, o.steps, c.optimizer.lr,
@@ -346,6 +348,7 @@ std::optional<TrainResult> train_rank(Comm& comm, const TrainSetup& s) {
     done += n;
     if (!o.checkpoint_dir.empty() && !save_checkpoint(comm, worker, s, done, store.get(), log.get()))
       return std::nullopt;
+    if (!o.checkpoint_dir.empty()) comm.set_stop_note(stop_note(o, done));
   }
   if (!root) return std::nullopt;
   result.losses = progress->losses();

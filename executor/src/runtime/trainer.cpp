@@ -105,6 +105,11 @@ void check_options(const TrainOptions& o) {
     throw UsageError(fmt::format("--mask-rate must be in (0, 1), got {}", o.mask_rate),
                      "BERT predicts 15% of the tokens: --mask-rate 0.15");
   if (o.keep < 1) throw UsageError(fmt::format("--keep must be >= 1, got {}", o.keep));
+  // Heartbeats come every tenth of the timeout, but at least 50 ms apart: below a second, a busy machine
+  // would take healthy ranks for lost ones.
+  if (!std::isfinite(o.peer_timeout_s) || !(o.peer_timeout_s == 0 || o.peer_timeout_s >= 1))
+    throw UsageError(fmt::format("--peer-timeout must be 0 (wait forever) or a finite number of seconds >= 1, got {}",
+                                 o.peer_timeout_s));
   if (o.warmup_steps < 0) throw UsageError("--warmup must be >= 0 steps");
   if (o.dtype != "float" && o.dtype != "double" && o.dtype != "bf16")
     throw UsageError(fmt::format("--dtype must be float, double or bf16, got '{}'", o.dtype));
@@ -130,6 +135,27 @@ std::string per_node_text(const std::map<int64_t, int64_t>& counts) {
               : fmt::format("{} rank(s) on nodes 0..{}", fmt::join(n, ", "), n.size() - 1);
 }
 
+// The node of each plan rank.
+std::vector<int64_t> plan_to_groups(const schemas::Plan& plan) {
+  std::vector<int64_t> node;
+  for (const auto& r : plan.ranks) node.push_back(r.node);
+  return node;
+}
+
+// Ranks grouped by node, as "{0, 1} {2, 3}" (groups in order of their first rank).
+std::string groups_text(const std::vector<int64_t>& node_of_rank) {
+  std::map<int64_t, std::vector<int64_t>> by_node;
+  std::vector<int64_t> order;
+  for (size_t r = 0; r < node_of_rank.size(); ++r) {
+    auto& g = by_node[node_of_rank[r]];
+    if (g.empty()) order.push_back(node_of_rank[r]);
+    g.push_back(static_cast<int64_t>(r));
+  }
+  std::string out;
+  for (const int64_t n : order) out += fmt::format("{}{{{}}}", out.empty() ? "" : " ", fmt::join(by_node[n], ", "));
+  return out;
+}
+
 }  // namespace
 
 void check_process_layout(const schemas::Plan& plan, const ProcessGroup& g) {
@@ -137,7 +163,7 @@ void check_process_layout(const schemas::Plan& plan, const ProcessGroup& g) {
   if (g.size() != ranks)
     throw UsageError(fmt::format("the plan has {} ranks ({} stages x {} replicas), but this job has {} process(es)", ranks,
                                  plan.depth, plan.width, g.size()),
-                     fmt::format("start one process per rank: mpirun -np {} pd2bw train ...", ranks));
+                     fmt::format("start one process per rank: mpirun -np {0} pd2bw train ... (or srun -n {0})", ranks));
   const std::vector<int64_t> job_node = g.node_of_ranks();
   std::map<int64_t, int64_t> plan_to_job, job_to_plan, plan_count, job_count;
   bool same = true;
@@ -147,6 +173,12 @@ void check_process_layout(const schemas::Plan& plan, const ProcessGroup& g) {
     ++plan_count[pn];
     ++job_count[jn];
   }
+  if (!same && plan_count.size() == job_count.size() &&
+      std::equal(plan_count.begin(), plan_count.end(), job_count.begin(),
+                 [](const auto& a, const auto& b) { return a.second == b.second; }))
+    throw UsageError(fmt::format("the plan puts {} with ranks {} together, but this job groups ranks {} on its nodes",
+                                 per_node_text(plan_count), groups_text(plan_to_groups(plan)), groups_text(job_node)),
+                     "place consecutive ranks on one node (mpirun --map-by ppr:N:node, srun --distribution=block)");
   if (!same)
     throw UsageError(fmt::format("the plan puts {}, but this job runs {}", per_node_text(plan_count), per_node_text(job_count)),
                      "start as many processes on each node as the plan puts ranks there (e.g. mpirun --map-by "

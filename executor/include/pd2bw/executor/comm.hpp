@@ -124,6 +124,15 @@ class Comm {
   // calls it so that its peers stop instead of waiting forever.
   virtual void abort(const std::string& why) = 0;
 
+  // Lost and stalled peers (transports of one process per rank; the threads transport ignores both):
+  // from now on this rank and `peers` exchange heartbeats beside their work, and a peer silent for
+  // `timeout_s` seconds (0: never checked) ends the whole job with a message that names it (names[r]
+  // names rank r) and ends with the stop note. Every rank calls it once, with a symmetric relation
+  // (each of its peers lists it too); a rank's goodbye, when its Comm is destroyed, ends its watch.
+  virtual void watch_peers(double /*timeout_s*/, std::vector<int64_t> /*peers*/, std::vector<std::string> /*names*/) {}
+  // The sentence that ends such a message (where to resume from); replaced at every checkpoint.
+  virtual void set_stop_note(const std::string& /*note*/) {}
+
  protected:
   // The transport's point-to-point; peer, tag (<= kMaxTag) and group checks are done by the callers.
   virtual void do_send(int64_t dst, int64_t tag, ConstMessageBuffer data, Stream stream) = 0;

@@ -43,6 +43,8 @@ struct TrainOptions {
                                       // this process is one rank of a ProcessGroup (process_group.hpp)
   std::string device;                 // backend: "cpu" or "cuda"; empty: the plan's (resolve_train_device)
   double mask_rate = 0.15;            // bert: share of each row's tokens the masked-LM loss predicts, in (0, 1)
+  double peer_timeout_s = 30;         // one process per rank: a rank silent this long (lost or stalled) ends
+                                      // the job with a message naming it; 0: wait forever, else >= 1
 };
 
 // The divergence guard's bound: a step whose mean loss exceeds this many times the first step's (of this
