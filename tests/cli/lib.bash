@@ -48,6 +48,32 @@ open(sys.argv[2], "w").write(json.dumps(d))
 PYEOF
 }
 
+# checkpoint_intact CK STEP STAGES: `latest` in CK names step STEP, whose manifest lists STAGES stage
+# files, each matching its sha256.
+checkpoint_intact() {
+  "${PD2BW_PYTHON:-/usr/bin/python3}" - "$1" "$2" "$3" <<'PYEOF'
+import hashlib, json, os, sys
+ck, step, stages = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+name = open(os.path.join(ck, "latest")).read().strip()
+assert name == "step-%06d" % step, name
+m = json.load(open(os.path.join(ck, name, "manifest.json")))
+assert m["step"] == step and len(m["stages"]) == stages, m
+for s in m["stages"]:
+    with open(os.path.join(ck, name, s["file"]), "rb") as f:
+        assert hashlib.sha256(f.read()).hexdigest() == s["sha256"], s
+PYEOF
+}
+
+# same_step_losses WANT GOT STEPS: the metrics logs WANT and GOT hold the same (step, loss) pairs, bit for
+# bit, STEPS of them.
+same_step_losses() {
+  "${PD2BW_PYTHON:-/usr/bin/python3}" - "$1" "$2" "$3" <<'PYEOF'
+import json, sys
+a, b = ([(r["step"], r["loss"]) for r in map(json.loads, open(p))] for p in sys.argv[1:3])
+assert len(a) == int(sys.argv[3]) and a == b, (a, b)
+PYEOF
+}
+
 finish() {
   echo "$passed passed, $failed failed"
   [ "$failed" = 0 ]

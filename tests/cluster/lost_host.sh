@@ -57,28 +57,12 @@ host1_ranks_end_within() {
   done
   return 1
 }
-# intact CK STEP: `latest` names step STEP, whose manifest and shards match.
-intact() {
-  "$PY" - "$1" "$2" <<'PYEOF'
-import hashlib, json, os, sys
-ck, step = sys.argv[1], int(sys.argv[2])
-name = open(os.path.join(ck, "latest")).read().strip()
-assert name == "step-%06d" % step, name
-m = json.load(open(os.path.join(ck, name, "manifest.json")))
-assert m["step"] == step and len(m["stages"]) == 2, m
-for s in m["stages"]:
-    with open(os.path.join(ck, name, s["file"]), "rb") as f:
-        assert hashlib.sha256(f.read()).hexdigest() == s["sha256"], s
-PYEOF
-}
+# intact CK STEP: `latest` names step STEP, whose manifest and its two stage files match.
+intact() { checkpoint_intact "$1" "$2" 2; }
 # resumes NAME: --resume on both hosts finishes with the uninterrupted run's losses, bit for bit.
 resumes() {
   expect_exit 0 "" -- "${HOSTS_MPI[@]}" "${TRAIN[@]}" --resume --checkpoint-dir "$TMP/$1.ck" --log "$TMP/$1.jsonl"
-  "$PY" - "$TMP/whole.jsonl" "$TMP/$1.jsonl" <<'PYEOF' && ok || fail "$1: the resumed run's losses differ"
-import json, sys
-a, b = ([(r["step"], r["loss"]) for r in map(json.loads, open(p))] for p in sys.argv[1:3])
-assert len(a) == 8 and a == b, (a, b)
-PYEOF
+  same_step_losses "$TMP/whole.jsonl" "$TMP/$1.jsonl" 8 && ok || fail "$1: the resumed run's losses differ"
 }
 
 # 1. Host 2's processes are killed: mpirun sees its daemon go, ends the job and says so; rank 0 says

@@ -8,9 +8,7 @@
 source "$(dirname "$0")/../cli/lib.bash"
 source "$SRC/tests/cluster/slurm_lib.bash"
 PY="${PD2BW_PYTHON:-/usr/bin/python3}"
-slurm_require
-"$PD2BW" --version | grep -q "transports:.*mpi" || { echo "pd2bw built without MPI: skipped"; exit 77; }
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+slurm_require_pd2bw "$PD2BW"
 mkdir "$TMP/slurm"
 slurm_up "$TMP/slurm" || { fail "the Slurm cluster did not start"; finish; exit 1; }
 slurm srun --mpi=list 2>&1 | grep -q pmix || { echo "Slurm has no pmix plugin (srun --mpi=list): skipped"; exit 77; }
@@ -30,22 +28,9 @@ if [ "$rc" != 0 ] && [ "$rc" != 124 ]; then ok; else fail "srun exited $rc"; fi
 grep -qE "^pd2bw: error: rank [0-2]: rank 3 \(stage 1, replica 1\) sent nothing for 5 s: lost or stalled; the last \
 complete checkpoint is step 4 in $TMP/ck; resume with --resume$" "$TMP/err" && ok ||
   { fail "no message naming rank 3 and the checkpoint"; sed 's/^/  | /' "$TMP/err" | head -8 >&2; }
-"$PY" - "$TMP/ck" <<'PYEOF' && ok || fail "the checkpoint of step 4 is not intact"
-import hashlib, json, os, sys
-ck = sys.argv[1]
-assert open(os.path.join(ck, "latest")).read().strip() == "step-000004"
-m = json.load(open(os.path.join(ck, "step-000004", "manifest.json")))
-assert m["step"] == 4 and len(m["stages"]) == 2, m
-for s in m["stages"]:
-    with open(os.path.join(ck, "step-000004", s["file"]), "rb") as f:
-        assert hashlib.sha256(f.read()).hexdigest() == s["sha256"], s
-PYEOF
+checkpoint_intact "$TMP/ck" 4 2 && ok || fail "the checkpoint of step 4 is not intact"
 expect_exit 0 "" -- slurm timeout 120 "${SRUN[@]}" --resume
-"$PY" - "$TMP/whole.jsonl" "$TMP/run.jsonl" <<'PYEOF' && ok || fail "the resumed run's losses differ"
-import json, sys
-a, b = ([(r["step"], r["loss"]) for r in map(json.loads, open(p))] for p in sys.argv[1:3])
-assert len(a) == 8 and a == b, (a, b)
-PYEOF
+same_step_losses "$TMP/whole.jsonl" "$TMP/run.jsonl" 8 && ok || fail "the resumed run's losses differ"
 slurm_down
 slurm_check_clean && ok || fail "processes of the Slurm cluster were left"
 finish

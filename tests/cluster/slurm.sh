@@ -13,10 +13,7 @@
 source "$(dirname "$0")/../cli/lib.bash"
 source "$SRC/tests/cluster/slurm_lib.bash"
 PY="${PD2BW_PYTHON:-/usr/bin/python3}"
-slurm_require
-"$PD2BW" --version | grep -q "transports:.*mpi" || { echo "pd2bw built without MPI: skipped"; exit 77; }
-# OpenMPI's own allocations are not ours to leak-check.
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+slurm_require_pd2bw "$PD2BW"
 P="$TMP/micro.profile.json"
 micro_profile "$P"
 TINY=(--device-memory 4MiB --reserve 0 --global-batch 32)

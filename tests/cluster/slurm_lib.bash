@@ -11,6 +11,7 @@
 #
 # API (needs root; call slurm_require first, it exits 77 = skipped otherwise):
 #   slurm_require               exit 77 with a message unless the daemons and clients are installed
+#   slurm_require_pd2bw PD2BW   slurm_require, and PD2BW built with MPI (77 otherwise); no leak check
 #   slurm_up DIR [CTLD_ADDR NODE ADDR [NODE ADDR ...]]
 #                               start a cluster in the empty directory DIR and wait (30 s at most) until
 #                               every node is idle; returns 1 with the daemons' log tails otherwise.
@@ -45,6 +46,14 @@ slurm_require() {
       { echo "no '$cmd' (tools/setup installs slurm-wlm and munge): skipped"; exit 77; }
   done
   PATH="$PATH:/usr/sbin"
+}
+
+# slurm_require_pd2bw PD2BW: slurm_require, and a pd2bw built with MPI (exit 77 otherwise); OpenMPI's own
+# allocations are left out of the leak check.
+slurm_require_pd2bw() {
+  slurm_require
+  "$1" --version | grep -q "transports:.*mpi" || { echo "pd2bw built without MPI: skipped"; exit 77; }
+  export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 }
 
 _slurm_start_time() { awk '{ sub(/^.*\) /, ""); print $20 }' "/proc/$1/stat" 2>/dev/null; }
