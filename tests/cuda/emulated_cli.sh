@@ -51,10 +51,11 @@ close_losses "$TMP/cpu.jsonl" "$TMP/cuda.jsonl" && ok ||
 
 # Interleaved 1F1B and ZB-V (2 chunks per rank, a rank's chunks on one device) and ZB-H2 (the backward in
 # its input and weight halves, W's deferred) train on cuda to flush's losses bit for bit: the same kernels
-# on the same operands, each chunk's gradient summed in microbatch order.
+# on the same operands, each chunk's gradient summed in microbatch order. (The profile measured above: it
+# times the backward in halves, which zb-h2 and zb-v need.)
 for s in flush interleaved zb-h2 zb-v; do
   chunks=$(case $s in interleaved | zb-v) echo --chunks 2 ;; esac)
-  expect_exit 0 "" -- "$PD2BW" plan --profile "$TMP/micro.json" --nodes 1 --gpus-per-node 2 --depth 2 --width 1 \
+  expect_exit 0 "" -- "$PD2BW" plan --profile "$TMP/profile.json" --nodes 1 --gpus-per-node 2 --depth 2 --width 1 \
     --global-batch 4 --microbatch 1 --schedule "$s" $chunks -o "$TMP/$s-b1.json" -q
   PLAN="$s-b1" train "$s-b1-cuda" "$PD2BW" train --device cuda
 done
