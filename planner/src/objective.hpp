@@ -69,6 +69,10 @@ struct StageTimes {
 
 // Stage `stage` of `depth`; a split backward defers its W's by `defer` microbatches (zb-h1: the stage
 // index, zb-h2: twice it), so min(defer + 1, m) W's trail its last B.
+// The W's a stage runs after its last B when its W's are deferred by `defer` microbatches: min(defer + 1,
+// m) (the fold's trailing count, and the lower bounds' n_k).
+inline double trailing_weights(int64_t defer, double m) { return std::min(static_cast<double>(defer + 1), m); }
+
 inline StageTerms stage_terms(double m, int64_t stage, int64_t depth, const StageTimes& x, int64_t defer) {
   StageTerms s;
   const int64_t downstream = depth - 1 - stage;
@@ -78,7 +82,7 @@ inline StageTerms stage_terms(double m, int64_t stage, int64_t depth, const Stag
   s.t = x.compute + x.p2p;
   s.lane = m * s.t + s.h;
   s.w = x.weight;
-  s.trailing = x.weight > 0 ? std::min(static_cast<double>(defer + 1), m) : 0.0;
+  s.trailing = x.weight > 0 ? trailing_weights(defer, m) : 0.0;
   const double b = x.backward - x.weight;
   s.u = x.forward + b + 2.0 * x.in;
   s.cf = x.in + x.forward + x.out;
@@ -105,6 +109,13 @@ struct TwoBwFold {
   }
 };
 
+// The floor of the folds whose v[1] is the cycle P_i (flush, zb-h1, zb-h2): the stages still to come add
+// fb to it, and the busiest of them holds at least fb / n.
+template <size_t N>
+inline double cycle_floor(const std::array<double, N>& v, double fb, double m, double n) {
+  return std::max({v[0], fb + v[1], n > 0 ? m * fb / n : 0.0});
+}
+
 // v[1] = P_i = max over k >= i of (stage k's part + sum_{i <= j < k} u_j), v[2] = sum_{j >= i} u_j; the
 // objective is max_i (h_i + P_i). A stage's part needs its warm-up, so the fold knows its position.
 struct FlushFold {
@@ -121,9 +132,7 @@ struct FlushFold {
     const double p = std::max(part, s.u + v[1]);
     return {std::max(v[0], s.h + p), p, v[2] + s.u};
   }
-  static double floor(const FoldState<K>& v, double fb, double m, double n) {
-    return std::max({v[0], fb + v[1], n > 0 ? m * fb / n : 0.0});
-  }
+  static double floor(const FoldState<K>& v, double fb, double m, double n) { return cycle_floor(v, fb, m, n); }
 };
 
 // v[1] = sum u, v[2] = max cf, v[3] = max cb over stages i..d-1.
@@ -157,9 +166,7 @@ struct ZbH1Fold {
     return {std::max(v[0], s.h + s.trailing * s.w + p), p, v[2] + s.u};
   }
   // fb: the fwd + bwd less the W's of the stages to come (the partitioner passes that for zb-h1).
-  static double floor(const FoldState<K>& v, double fb, double m, double n) {
-    return std::max({v[0], fb + v[1], n > 0 ? m * fb / n : 0.0});
-  }
+  static double floor(const FoldState<K>& v, double fb, double m, double n) { return cycle_floor(v, fb, m, n); }
 };
 
 // zb-h2: the cycle of zb-h1's fold without the round trips below a stage (its longer warm-up lets a
@@ -174,9 +181,7 @@ struct ZbH2Fold {
     const double p = std::max(m * s.t - s.trailing * s.w, s.u + v[1]);
     return {std::max(v[0], s.h + s.trailing * s.w + p), p};
   }
-  static double floor(const FoldState<K>& v, double fb, double m, double n) {
-    return std::max({v[0], fb + v[1], n > 0 ? m * fb / n : 0.0});
-  }
+  static double floor(const FoldState<K>& v, double fb, double m, double n) { return cycle_floor(v, fb, m, n); }
 };
 
 // Interleaved 1F1B's cycle (chunk_price.cpp). Rank k's first op of a step is the forward of microbatch 0

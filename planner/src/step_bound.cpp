@@ -482,7 +482,7 @@ double StepLowerBound::operator()(const Candidate& c) {
 }
 
 double StepLowerBound::zb_trailing(const Candidate& c, int64_t k) {
-  return std::min(static_cast<double>(detail::weight_defer(c.schedule, k) + 1), static_cast<double>(c.microbatches));
+  return detail::trailing_weights(detail::weight_defer(c.schedule, k), static_cast<double>(c.microbatches));
 }
 
 int64_t StepLowerBound::zb_round_trip_stage(const Candidate& c) {

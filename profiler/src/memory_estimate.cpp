@@ -18,15 +18,10 @@ namespace {
 // Sizes in long double: the products of hostile dimensions overflow int64, and only their order matters.
 using Bytes = long double;
 
-std::string show(Bytes b) {
-  return b >= static_cast<Bytes>(INT64_MAX) ? fmt::format("{:.3g} bytes", static_cast<double>(b))
-                                            : schemas::format_bytes(static_cast<int64_t>(b));
-}
-
 [[noreturn]] void refuse(Bytes need, Bytes have, const std::string& what, const std::string& where,
                          const std::string& hint) {
-  throw UsageError(fmt::format("profiling this model needs at least {} of {} for {}; {} has {}", show(need), where,
-                               what, where == "host memory" ? "this machine" : "the device", show(have)),
+  throw UsageError(fmt::format("profiling this model needs at least {} of {} for {}; {} has {}", schemas::format_estimated_bytes(need), where,
+                               what, where == "host memory" ? "this machine" : "the device", schemas::format_estimated_bytes(have)),
                    hint);
 }
 

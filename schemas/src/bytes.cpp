@@ -91,4 +91,9 @@ std::string format_bytes(int64_t bytes) {
   return fmt::format("{}{:.1f} {}", sign, v, kUnits[unit]);
 }
 
+std::string format_estimated_bytes(long double bytes) {
+  return bytes >= static_cast<long double>(INT64_MAX) ? fmt::format("{:.3g} bytes", static_cast<double>(bytes))
+                                                      : format_bytes(static_cast<int64_t>(bytes));
+}
+
 }  // namespace pd2bw::schemas

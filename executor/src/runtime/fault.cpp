@@ -96,12 +96,8 @@ void fault_point(std::string_view point, int64_t rank, int64_t step) {
 
 void watch_job_peers(Comm& comm, const PipelineConfig& c, const TrainOptions& o) {
   const int64_t n = comm.size(), me = comm.rank();
-  // The position and replica of every rank in the rank table ({-1, -1}: absent).
-  std::vector<std::pair<int64_t, int64_t>> place(static_cast<size_t>(n), {-1, -1});
-  for (size_t p = 0; p < c.ranks.size(); ++p)
-    for (size_t k = 0; k < c.ranks[p].size(); ++k)
-      if (const int64_t r = c.ranks[p][k]; r >= 0 && r < n)
-        place[static_cast<size_t>(r)] = {static_cast<int64_t>(p), static_cast<int64_t>(k)};
+  std::vector<std::pair<int64_t, int64_t>> place = c.places();  // {position, replica} of each rank
+  place.resize(static_cast<size_t>(n), {-1, -1});                // {-1, -1}: not in the rank table
   std::vector<std::string> names(static_cast<size_t>(n));
   std::vector<int64_t> peers;
   const auto [position, replica] = place[static_cast<size_t>(me)];

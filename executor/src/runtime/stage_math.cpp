@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <tuple>
 
 #include "pd2bw/error.hpp"
 #include "stage_health.hpp"
@@ -31,16 +32,9 @@ StageWorker<T>::Impl::Impl(const PipelineConfig& config, int64_t rank_)
     : cfg(config), backend(make_backend(config.backend)), compute(stage_compute<T>(config)), rank(rank_) {
   cfg.validate();
   mixed = compute != dtype_of<T>();
-  bool found = false;
-  for (int64_t i = 0; i < cfg.depth && !found; ++i)
-    for (int64_t r = 0; r < cfg.width; ++r)
-      if (rank_of(i, r) == rank) {
-        stage = i;
-        replica = r;
-        found = true;
-        break;
-      }
-  if (!found) throw UsageError(fmt::format("rank {} is not in the plan's rank table", rank));
+  if (rank < 0 || rank >= cfg.ranks_total())
+    throw UsageError(fmt::format("rank {} is not in the plan's rank table", rank));
+  std::tie(stage, replica) = cfg.places()[static_cast<size_t>(rank)];
   if (cfg.chunks > kTagWindow)
     throw UsageError(
         fmt::format("{} chunks per rank; the runtime's messages tell at most {} apart", cfg.chunks, kTagWindow));

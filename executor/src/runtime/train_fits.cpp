@@ -35,32 +35,25 @@ long double stash_floor(const PipelineConfig& c, int64_t l, int64_t scalar) {
   return (rows * 16 * C + probs) * static_cast<LD>(scalar);
 }
 
-std::string show_bytes(long double b) {
-  return b >= static_cast<long double>(INT64_MAX) ? fmt::format("{:.3g} bytes", static_cast<double>(b))
-                                                  : schemas::format_bytes(static_cast<int64_t>(b));
-}
+}  // namespace
 
 // The ranks `here` share one memory (the cpu: this machine's; cuda: one GPU's): refuse plans that cannot
 // fit in it before allocating anything. Counts the static terms of the memory model (1 or 2 weight
 // versions, gradients, optimizer moments, the master copy for bf16) of each rank's chunks, and the stash
 // of one microbatch in flight on the rank's largest chunk (stash_floor): every schedule holds at least
 // that at some moment, so a plan refused here could not have run.
-}  // namespace
-
 void check_fits(const PipelineConfig& c, DType master, const std::vector<int64_t>& here) {
   const int64_t scalar = dtype_bytes(c.compute.value_or(master));
   const pipeline::MemoryFactors f = pipeline::memory_factors(c.schedule, c.optimizer.kind, scalar, dtype_bytes(master));
   const char* what = "the host memory the plan needs";
-  std::vector<int64_t> stage_of(static_cast<size_t>(c.ranks_total()));
-  for (int64_t i = 0; i < c.depth; ++i)
-    for (const int64_t r : c.ranks[static_cast<size_t>(i)]) stage_of[static_cast<size_t>(r)] = i;
+  const std::vector<std::pair<int64_t, int64_t>> place = c.places();  // {position, replica} of each rank
   int64_t need = 0;
   long double stash = 0, largest = 0;
   int64_t largest_stage = 0;
   for (const int64_t r : here) {
     int64_t numel = 0;
     long double rank_stash = 0;
-    for (const int64_t chunk : pipeline::chunks_at(c.schedule, c.depth, c.chunks, stage_of[static_cast<size_t>(r)])) {
+    for (const int64_t chunk : pipeline::chunks_at(c.schedule, c.depth, c.chunks, place[static_cast<size_t>(r)].first)) {
       long double chunk_stash = 0;
       for (int64_t l = c.bounds[static_cast<size_t>(chunk)]; l < c.bounds[static_cast<size_t>(chunk) + 1]; ++l) {
         numel = checked_add(numel, layout_numel(layer_layout(c.model, l)), what);
@@ -69,7 +62,7 @@ void check_fits(const PipelineConfig& c, DType master, const std::vector<int64_t
       rank_stash = std::max(rank_stash, chunk_stash);
     }
     need = checked_add(need, f.total(checked_mul(numel, scalar, what)), what);
-    if (rank_stash > largest) largest = rank_stash, largest_stage = stage_of[static_cast<size_t>(r)];
+    if (rank_stash > largest) largest = rank_stash, largest_stage = place[static_cast<size_t>(r)].first;
     stash += rank_stash;
   }
   const int64_t have = device_info(c.backend).memory_bytes;
@@ -81,7 +74,8 @@ void check_fits(const PipelineConfig& c, DType master, const std::vector<int64_t
     throw UsageError(fmt::format("one microbatch of {} x {} tokens in flight needs at least {} of activations ({} on "
                                  "stage {} alone) besides {} of weights, gradients and optimizer state ({} rank(s)); "
                                  "{} has {}",
-                                 c.microbatch_size, c.seq, show_bytes(stash), show_bytes(largest), largest_stage,
+                                 c.microbatch_size, c.seq, schemas::format_estimated_bytes(stash),
+                                 schemas::format_estimated_bytes(largest), largest_stage,
                                  schemas::format_bytes(need), here.size(), where, schemas::format_bytes(have)),
                      "plan with a smaller microbatch (pd2bw plan --microbatch N, in samples), more stages, or "
                      "--recompute");

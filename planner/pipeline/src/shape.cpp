@@ -77,6 +77,16 @@ void check_ranks(const PipelineShape& p) {
 
 }  // namespace
 
+std::vector<std::pair<int64_t, int64_t>> PipelineShape::places() const {
+  const auto n = static_cast<size_t>(std::max<int64_t>(ranks_total(), 0));
+  std::vector<std::pair<int64_t, int64_t>> out(n, {-1, -1});
+  for (size_t p = 0; p < ranks.size(); ++p)
+    for (size_t k = 0; k < ranks[p].size(); ++k)
+      if (const int64_t r = ranks[p][k]; r >= 0 && static_cast<size_t>(r) < n)
+        out[static_cast<size_t>(r)] = {static_cast<int64_t>(p), static_cast<int64_t>(k)};
+  return out;
+}
+
 void PipelineShape::validate(int64_t num_layers) const {
   if (depth < 1 || width < 1 || microbatches < 1 || microbatch_size < 1)
     throw UsageError(fmt::format("pipeline needs d, w, m, b >= 1 (got d={} w={} m={} b={})", depth, width,

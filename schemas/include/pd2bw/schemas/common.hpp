@@ -43,6 +43,9 @@ struct Provenance {
 int64_t parse_bytes(std::string_view text, std::string_view what);
 // Formats bytes for humans: "15.2 GiB", "640 MiB", "12 KiB", "100 B".
 std::string format_bytes(int64_t bytes);
+// The same for an estimate that may pass int64 (a product of hostile sizes): format_bytes up to
+// INT64_MAX, "1.23e+21 bytes" beyond.
+std::string format_estimated_bytes(long double bytes);
 
 // Reads a whole JSON document: read_input_file(path, "file", kMaxDocumentBytes) (files.hpp), so only a
 // regular file (or "-", standard input) of at most 256 MiB. Throws UsageError naming the path.

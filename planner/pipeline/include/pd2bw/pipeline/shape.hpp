@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "pd2bw/schemas/plan.hpp"
@@ -69,6 +70,9 @@ struct PipelineShape {
   int64_t ranks_total() const { return depth * width; }
   int64_t chunks_total() const { return depth * chunks; }  // model chunks, d v (= stages when v = 1)
   int64_t position_of(int64_t chunk) const { return chunk_position(schedule, depth, chunk); }
+  // The rank table inverted: places()[r] = {position, replica} of rank r, for r in 0 .. d w - 1
+  // ({-1, -1} for a rank the table leaves out, which validate() refuses). O(d w).
+  std::vector<std::pair<int64_t, int64_t>> places() const;
   // Microbatches in flight at `stage` under this shape's schedule (see pipeline::in_flight).
   int64_t in_flight(int64_t stage) const {
     return pipeline::in_flight(schedule, depth, microbatches, stage, chunks);
