@@ -271,7 +271,9 @@ TEST_CASE("float and double forward passes agree (relative 1e-5)") {
   std::vector<float> yf(yd.size()), lf(ld.size()), mf(n), rf(n), af(ad.size()), pf(pd.size());
   cpu::linear_forward(xd.data(), wd.data(), bd.data(), yd.data(), n, c, hidden);
   cpu::linear_forward(xf.data(), wf.data(), bf.data(), yf.data(), n, c, hidden);
-  CHECK(pd2bw::test::max_rel_diff(yf, yd) < 1e-5);
+  // 3e-5 here: the worst output (0.006) cancels terms of 1.35 in all (bias included), so float's bound
+  // (k + 3) u |terms| / |y| is 2.6e-4; the baseline's SSE2 sums land at 3.2e-6, the FMA kernels at 1.2e-5.
+  CHECK(pd2bw::test::max_rel_diff(yf, yd) < 3e-5);
   cpu::layernorm_forward(xd.data(), gd.data(), gd.data(), ld.data(), md.data(), rd.data(), n, c);
   cpu::layernorm_forward(xf.data(), gf.data(), gf.data(), lf.data(), mf.data(), rf.data(), n, c);
   CHECK(pd2bw::test::max_rel_diff(lf, ld) < 1e-5);

@@ -14,6 +14,7 @@
 #include <new>
 
 #include "backend/arena.hpp"
+#include "cpu/kernel_level.hpp"
 #include "cpu/staged.hpp"
 #include "pd2bw/executor/ops.hpp"
 #include "pd2bw/executor/optimizer.hpp"
@@ -105,7 +106,9 @@ std::span<const T> span_of(ConstView v) { return {v.as<T>(), static_cast<size_t>
 }  // namespace
 
 CpuBackend::CpuBackend(std::string name)
-    : name_(std::move(name)), arena_(std::make_unique<CachingArena>(host_block, [](void* p) { std::free(p); })) {}
+    : name_(std::move(name)), arena_(std::make_unique<CachingArena>(host_block, [](void* p) { std::free(p); })) {
+  detail::kernel_level();  // an unusable PD2BW_CPU_KERNELS stops here, before any op
+}
 CpuBackend::~CpuBackend() = default;
 
 bool CpuBackend::supports(DType compute) const {

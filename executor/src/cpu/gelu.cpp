@@ -1,6 +1,9 @@
 // CPU GELU, the tanh approximation used by GPT-2 and the exact (erf) form used by BERT, and their derivatives.
 #include <cmath>
+#include <type_traits>
 
+#include "cpu/gelu_simd.hpp"
+#include "cpu/kernel_level.hpp"
 #include "pd2bw/executor/ops.hpp"
 
 namespace pd2bw::executor::cpu {
@@ -11,8 +14,17 @@ constexpr double kInvSqrt2 = 0.70710678118654752440;     // 1 / sqrt(2)
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;   // 1 / sqrt(2 pi)
 }  // namespace
 
+// Float above the baseline level: the AVX2 kernels of gelu_simd.hpp.
+template <typename T>
+bool simd_gelu() {
+  return std::is_same_v<T, float> && detail::kernel_level() != detail::KernelLevel::baseline;
+}
+
 template <typename T>
 void gelu_forward(const T* x, T* y, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (simd_gelu<T>()) return detail::gelu_tanh_forward_avx2(x, y, n);
+  }
   const T s = static_cast<T>(kSqrt2OverPi);
   const T a = static_cast<T>(kCubic);
   for (int64_t i = 0; i < n; ++i) {
@@ -24,6 +36,9 @@ void gelu_forward(const T* x, T* y, int64_t n) {
 
 template <typename T>
 void gelu_backward(const T* dy, const T* x, T* dx, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (simd_gelu<T>()) return detail::gelu_tanh_backward_avx2(dy, x, dx, n);
+  }
   const T s = static_cast<T>(kSqrt2OverPi);
   const T a = static_cast<T>(kCubic);
   for (int64_t i = 0; i < n; ++i) {
