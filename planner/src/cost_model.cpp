@@ -13,6 +13,7 @@
 
 #include "pd2bw/checked.hpp"
 #include "pd2bw/error.hpp"
+#include "pd2bw/planner/runtime_costs.hpp"
 #include "objective.hpp"
 #include "prepared.hpp"
 
@@ -125,7 +126,10 @@ std::shared_ptr<const CostModel::PositionWalks> CostModel::position_walks(const 
 }
 
 CostModel::CostModel(const Profile& profile, const Cluster& cluster, const Constraints& constraints)
-    : walks_(std::make_shared<WalkMemo>()), profile_(profile), cluster_(cluster), constraints_(constraints) {
+    : walks_(std::make_shared<WalkMemo>()),
+      profile_(with_runtime_costs(profile)),
+      cluster_(cluster),
+      constraints_(constraints) {
   check_constraints(profile_, cluster_, constraints_);
   for (size_t i = 0; i < kSchedules; ++i) {  // fp32 state
     const auto s = static_cast<Schedule>(i);

@@ -75,6 +75,19 @@ std::vector<schemas::LinkLevel> measure_process_links(const ProfileOptions& opti
 // How many measurements measure_process_links makes in `group` (for progress).
 int64_t process_link_measurements(const ProfileOptions& options, const executor::ProcessGroup& group);
 
+// The stage runtime against the layers (runtime_calibration.cpp): for each microbatch size (index bi into
+// every layer's per_microbatch), the whole model of `config` as one cpu stage trained by ThreadsJob for
+// kCalibrationSteps steps of kCalibrationFew and of kCalibrationMany microbatches; each step is the median
+// CPU time of the rank thread per step after the first. Per microbatch (many - few steps over many - few)
+// over sum (fwd_ms + bwd_ms) is compute_scale; the rest of the few step (median over the sizes) over sum
+// update_ms is update_scale (1 without update_ms). `step` is called before each size. Throws pd2bw::Error
+// when a compute_scale is above schemas::kMaxRuntimeScale (a machine too busy to measure).
+inline constexpr int64_t kCalibrationFew = 1, kCalibrationMany = 5, kCalibrationSteps = 5;
+schemas::RuntimeCalibration calibrate_runtime(const executor::ModelConfig& config,
+                                              const std::vector<schemas::LayerProfile>& layers,
+                                              const std::vector<int64_t>& microbatches, uint64_t seed,
+                                              const std::function<void(const std::string&)>& step);
+
 // Median one-way time in ms of a `bytes` message between two in-process ranks (round trip / 2).
 double measure_p2p_ms(int64_t bytes, int64_t reps);
 // Median time in ms of the fixed-order allreduce_sum<float> of `bytes` over `ranks` in-process ranks; one sample is the

@@ -113,6 +113,7 @@ class Progress {
 struct LayerPart {
   std::vector<schemas::LayerProfile> layers;
   std::string notes;
+  schemas::RuntimeCalibration runtime;  // cpu only
 };
 
 // param_bytes comes from the arena when the layer is measured.
@@ -245,6 +246,7 @@ schemas::Profile assemble(const ProfileOptions& o, LayerPart layers, std::vector
   if (gpu) p.device = gpu_device();
   p.microbatch_sizes = o.microbatches;
   p.layers = std::move(layers.layers);
+  p.runtime_calibration = std::move(layers.runtime);
   p.links = std::move(links);
   p.provenance.tool = "pd2bw profile";
   p.provenance.version = std::string(schemas::pd2bw_version());
@@ -262,7 +264,24 @@ executor::DType compute_dtype(const ProfileOptions& o) {
 
 int64_t layer_measurements(const ProfileOptions& o) {
   constexpr int64_t kinds = 3;  // embedding, block, head
-  return kinds * (static_cast<int64_t>(o.microbatches.size()) + 1);
+  const auto sizes = static_cast<int64_t>(o.microbatches.size());
+  return kinds * (sizes + 1) + (o.device == "cpu" ? sizes : 0);  // + the runtime's calibration on the cpu
+}
+
+// On the cpu, the runtime's step against the layers' (runtime_calibration.cpp); the cuda runtime is
+// asynchronous and is not calibrated (the planner then uses the layers' times as they are).
+void calibrate(const ProfileOptions& o, const ModelConfig& cfg, LayerPart& part, Progress& progress) {
+  if (o.device != "cpu") return;
+  part.runtime = detail::calibrate_runtime(cfg, part.layers, o.microbatches, o.seed,
+                                           [&](const std::string& what) { progress.step(what); });
+  part.notes += fmt::format(
+      " runtime_calibration: the whole model as one stage (2bw, d = 1, clip 1) trained by the runtime for {} steps "
+      "of {} and of {} microbatches at each microbatch size; step_ms holds the median CPU time per step of the rank "
+      "thread (which does all of the step's work) after the first. compute_scale = (many - few step) / ({} sum "
+      "(fwd_ms + bwd_ms)); update_scale = (few step - {} x that per microbatch, median over the sizes) / sum "
+      "update_ms.",
+      detail::kCalibrationSteps, detail::kCalibrationFew, detail::kCalibrationMany,
+      detail::kCalibrationMany - detail::kCalibrationFew, detail::kCalibrationFew);
 }
 
 }  // namespace
@@ -324,6 +343,7 @@ schemas::Profile run_profile(const ProfileOptions& o, const ProgressFn& progress
   Progress progress(progress_fn, layer_measurements(o) + 2 * static_cast<int64_t>(link_message_sizes(o).size()));
   const auto backend = executor::make_backend(o.device);
   LayerPart layers = measure_layers(o, {*backend, compute_dtype(o)}, cfg, progress);
+  calibrate(o, cfg, layers, progress);
   std::vector<schemas::LinkLevel> links{measure_links(o, progress)};
   progress.finish();
   return assemble(o, std::move(layers), std::move(links), "");
@@ -342,6 +362,7 @@ std::optional<schemas::Profile> run_profile_in_job(const ProfileOptions& o, cons
   if (root) {
     const auto backend = executor::make_backend(o.device);
     layers = measure_layers(o, {*backend, compute_dtype(o)}, cfg, progress);
+    calibrate(o, cfg, layers, progress);
   }
   group.barrier();  // the others sleep here while rank 0 has the machine to itself
   auto links = detail::measure_process_links(o, group, [&](const std::string& what) { progress.step(what); });

@@ -149,6 +149,75 @@ LinkLevel read_link(const Json& value, const std::string& pointer) {
   return l;
 }
 
+// A scale of the runtime calibration: > 0 (update_scale: >= 0) and at most `most`.
+double read_scale(const ObjectReader& r, std::string_view key, Min min, double most) {
+  const double v = r.number(key, min);
+  if (v > most)
+    fail(r.at(key), fmt::format("must be <= {}, got {}", most, v),
+         "a runtime that much slower than its layers is a disturbed measurement: re-profile on a quiet machine, or "
+         "drop runtime_calibration");
+  return v;
+}
+
+RuntimeStep read_runtime_step(const Json& v, const std::string& p) {
+  const ObjectReader r(v, p, {"microbatch", "step_ms", "compute_scale"});
+  RuntimeStep s;
+  s.microbatch = r.integer("microbatch", Min::positive);
+  const auto steps =
+      r.list("step_ms", [](const Json& x, const std::string& q) { return as_number(x, q, Min::positive); });
+  if (steps.size() != 2)
+    fail(r.at("step_ms"),
+         fmt::format("must hold 2 numbers (the steps with few and many microbatches), got {}", steps.size()),
+         "give [few_step_ms, many_step_ms]");
+  s.few_step_ms = steps[0];
+  s.many_step_ms = steps[1];
+  s.compute_scale = read_scale(r, "compute_scale", Min::positive, kMaxRuntimeScale);
+  return s;
+}
+
+// The runtime calibration: absent, or two run lengths, an update scale and one entry per microbatch
+// size in their order.
+RuntimeCalibration read_runtime(const ObjectReader& root, const std::vector<int64_t>& sizes) {
+  if (!root.has("runtime_calibration")) return {};
+  const ObjectReader r = root.object("runtime_calibration", {"microbatches", "update_scale", "per_microbatch"});
+  RuntimeCalibration c;
+  const auto runs =
+      r.list("microbatches", [](const Json& x, const std::string& q) { return as_integer(x, q, Min::positive); });
+  if (runs.size() != 2 || runs[0] >= runs[1])
+    fail(r.at("microbatches"), "must hold 2 microbatch counts, the first smaller (the two runs' steps)",
+         "give [few, many], e.g. [1, 5] as pd2bw profile writes");
+  c.few = runs[0];
+  c.many = runs[1];
+  c.update_scale = read_scale(r, "update_scale", Min::non_negative, kMaxUpdateScale);
+  c.per_microbatch = r.list("per_microbatch", read_runtime_step);
+  const std::string list = r.at("per_microbatch");
+  if (c.per_microbatch.size() != sizes.size())
+    fail(list, fmt::format("has {} entries but /microbatch_sizes has {}", c.per_microbatch.size(), sizes.size()),
+         "give exactly one entry per microbatch size, in the order of /microbatch_sizes, or drop runtime_calibration");
+  for (std::size_t k = 0; k < sizes.size(); ++k)
+    if (c.per_microbatch[k].microbatch != sizes[k])
+      fail(child_pointer(child_pointer(list, k), "microbatch"),
+           fmt::format("expected {} (/microbatch_sizes/{}), got {}", sizes[k], k, c.per_microbatch[k].microbatch),
+           "order the entries like /microbatch_sizes");
+  return c;
+}
+
+OrderedJson runtime_json(const RuntimeCalibration& c) {
+  OrderedJson out = OrderedJson::object();
+  out["microbatches"] = {c.few, c.many};
+  out["update_scale"] = c.update_scale;
+  OrderedJson entries = OrderedJson::array();
+  for (const RuntimeStep& s : c.per_microbatch) {
+    OrderedJson e = OrderedJson::object();
+    e["microbatch"] = s.microbatch;
+    e["step_ms"] = {s.few_step_ms, s.many_step_ms};
+    e["compute_scale"] = s.compute_scale;
+    entries.push_back(std::move(e));
+  }
+  out["per_microbatch"] = std::move(entries);
+  return out;
+}
+
 OrderedJson layer_json(const LayerProfile& layer) {
   OrderedJson out = OrderedJson::object();
   out["name"] = layer.name;
@@ -221,7 +290,7 @@ Profile profile_from_json(const Json& root) {
   check_kind(root, kProfileKind);
   const ObjectReader r(root, "",
                        {"schema", "schema_version", "provenance", "model", "device", "microbatch_sizes", "layers",
-                        "links"});
+                        "links", "runtime_calibration"});
   check_header(r, kProfileKind);
   Profile p;
   p.provenance = read_provenance(r, "provenance");
@@ -230,6 +299,7 @@ Profile profile_from_json(const Json& root) {
   p.microbatch_sizes = read_microbatch_sizes(r);
   p.layers = read_layers(r, p.microbatch_sizes);
   p.links = r.list("links", read_link);
+  p.runtime_calibration = read_runtime(r, p.microbatch_sizes);
   return p;
 }
 
@@ -267,6 +337,10 @@ std::string dump_profile(const Profile& profile) {
     links.push_back(std::move(e));
   }
   out["links"] = std::move(links);
+  if (profile.runtime_calibration.present()) {
+    out["schema_version"] = kSchemaVersionRuntime;
+    out["runtime_calibration"] = detail::runtime_json(profile.runtime_calibration);
+  }
   return detail::dump_text(out);
 }
 

@@ -10,6 +10,7 @@
 
 #include "cli.hpp"
 #include "pd2bw/error.hpp"
+#include "pd2bw/planner/runtime_costs.hpp"
 #include "pd2bw/planner/search.hpp"
 #include "pd2bw/planner/simulator.hpp"
 #include "pd2bw/schemas/common.hpp"
@@ -127,6 +128,7 @@ void run_plan(const PlanOptions& o) {
     }
   }();
   if (!o.quiet) print_plan_header(in, model);
+  if (!o.quiet) fmt::print(stderr, "{}\n", planner::runtime_costs_note(in.profile));
   planner::SearchOptions so;
   so.top_k = o.top;
   so.threads = o.threads;

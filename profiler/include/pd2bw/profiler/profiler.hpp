@@ -74,8 +74,10 @@ using ProgressFn = std::function<void(double fraction, const std::string& what)>
 // stash_bytes_computed (Stash::bytes()) and stash_bytes (measured growth of the backend arena's live
 // bytes while the stash is alive); param_bytes is the arena's growth for the weights in the compute
 // dtype. links holds one level "node": p2p and allreduce curves over link_message_sizes() and the
-// scalars derived from them. With cuda the device carries the GPU's driver and CUDA versions and its
-// measured copy bandwidths, and the links are device buffers between stages sharing the GPU. Blocks
+// scalars derived from them. On the cpu, runtime_calibration times the stage runtime against the layers
+// (the whole model as one stage, schemas::RuntimeCalibration; about a second more). With cuda the device
+// carries the GPU's driver and CUDA versions and its measured copy bandwidths, and the links are device
+// buffers between stages sharing the GPU. Blocks
 // the calling thread for the whole run; starts link_ranks threads for the link part. Throws pd2bw::UsageError for bad options, pd2bw::Error if a measurement fails.
 schemas::Profile run_profile(const ProfileOptions& options, const ProgressFn& progress);
 

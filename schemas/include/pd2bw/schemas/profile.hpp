@@ -99,6 +99,33 @@ struct LinkLevel {
   int64_t allreduce_ranks = 0;  // ranks in the measured allreduce (> 1 when allreduce_curve is set)
 };
 
+// The stage runtime measured against the layers (`pd2bw profile` on the cpu): the whole model as one
+// stage (d = 1, 2bw) trained by the real runtime at each microbatch size b, with `few` and with `many`
+// microbatches per step. From its two steps (CPU time of its one rank thread, medians) the runtime's time
+// per microbatch is (many_step - few_step) / (many - few) and its time per step the rest of few_step.
+// compute_scale[b] is the first over the layers' sum of fwd_ms + bwd_ms at b; update_scale is the second
+// (the median over b) over the layers' sum of update_ms. The planner multiplies every layer's fwd, bwd,
+// recompute and backward halves at b by compute_scale[b] and every update_ms by update_scale, which
+// charges each stage its share of what the runtime spends beyond the isolated layers (caches gone cold
+// between layers, boundary and stash buffers, the loss, the gradient norm and the non-finite check).
+// Absent (an older profile, cuda, another tool): the layers' times are used as they are.
+struct RuntimeStep {
+  int64_t microbatch = 0;      // samples per microbatch (b), as /microbatch_sizes
+  double few_step_ms = 0;      // the runtime's step with `few` microbatches
+  double many_step_ms = 0;     // ... with `many`
+  double compute_scale = 1;    // > 0, <= kMaxRuntimeScale
+};
+struct RuntimeCalibration {
+  int64_t few = 0, many = 0;         // microbatches per step of the two runs, 0 < few < many
+  double update_scale = 1;           // >= 0, <= kMaxUpdateScale
+  std::vector<RuntimeStep> per_microbatch;  // one per microbatch size, same order; empty: absent
+  bool present() const { return !per_microbatch.empty(); }
+};
+// A runtime this many times slower than its layers is a disturbed measurement, not a cost.
+inline constexpr double kMaxRuntimeScale = 4.0;
+// The runtime's per-step work (norm, check, losses) against the optimizer step alone may be far larger.
+inline constexpr double kMaxUpdateScale = 100.0;
+
 struct Profile {
   Provenance provenance;
   ModelDesc model;
@@ -106,6 +133,7 @@ struct Profile {
   std::vector<int64_t> microbatch_sizes;  // strictly increasing, each > 0
   std::vector<LayerProfile> layers;       // in model order, at least one
   std::vector<LinkLevel> links;           // may be empty (then the cluster comes from a file or flags)
+  RuntimeCalibration runtime_calibration;  // optional (present() false when absent)
 };
 
 // Parses and checks a profile. Throws SchemaError starting with the JSON pointer of the first problem:
