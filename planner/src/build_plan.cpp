@@ -113,8 +113,10 @@ std::string why_lost(const Evaluated& winner, const Evaluated& loser) {
     text += fmt::format("; {:.1f}% idles on stages less busy than the slowest", 100.0 * loser.imbalance_fraction);
   if (ls.recompute) text += "; recomputes activations to fit";
   if (loser.representative)
-    text += "; this schedule was not searched further: its most promising candidate, split for the least "
-            "busiest-stage time";
+    text += fmt::format("; an upper bound, not {0}'s best plan: {0} was not searched further (its most promising "
+                        "candidate, split for the least busiest-stage time); `--schedule {0}` searches it and "
+                        "may find a faster plan",
+                        schemas::to_string(loser.candidate.schedule));
   return text;
 }
 

@@ -161,9 +161,19 @@ double StepLowerBound::fill_bound(const Candidate& c, double redo) const {
   const double all = model_.compute_prefix(c.microbatch_index).back();
   const double d = static_cast<double>(c.depth), m = static_cast<double>(c.microbatches);
   const LinkLevels lvl = fastest_levels(model_, c);
-  const double p2p = c.depth > 1 ? model_.p2p_ms(min_out_[bi], lvl.boundary) : 0.0;
   const double h0 = model_.allreduce_ms(first_grad_bytes_, c.width, lvl.replicas) + model_.update_prefix()[1];
-  return h0 + all + redo + 2.0 * (d - 1.0) * p2p + (m - 1.0) * std::max(total_fwd_ms_[bi], total_bwd_ms_[bi]) / d;
+  return h0 + all + redo + least_fill_p2p(c) + (m - 1.0) * std::max(total_fwd_ms_[bi], total_bwd_ms_[bi]) / d;
+}
+
+double StepLowerBound::least_fill_p2p(const Candidate& c) const {
+  if (c.depth < 2) return 0.0;
+  // Some replica of a boundary may cross a faster level than the one its group spans (fastest_levels),
+  // so each boundary is priced at the fastest level of all: cheap, and the fill is mostly compute.
+  const auto bi = static_cast<size_t>(c.microbatch_index);
+  double least = kInfinity;
+  for (size_t lv = 0; lv < model_.cluster().levels.size(); ++lv)
+    least = std::min(least, model_.p2p_ms(min_out_[bi], static_cast<int64_t>(lv)));
+  return 2.0 * static_cast<double>(c.depth - 1) * least;
 }
 
 double StepLowerBound::capacity_bound(const Candidate& c, double redo) {
@@ -195,7 +205,7 @@ double StepLowerBound::capacity_bound(const Candidate& c, double redo) {
                            ? 0.0
                            : model_.plain_capacity_ms(c.schedule, c.microbatch_index, c.microbatches);
   const double redone = std::max(0.0, total - d * std::min(plain, total));
-  const double fill = total + std::max(redo, model_.min_redo_share(c.microbatch_index) * redone) + (d - 1.0) * p2p;
+  const double fill = total + std::max(redo, model_.min_redo_share(c.microbatch_index) * redone) + least_fill_p2p(c);
   const double h0 = model_.allreduce_ms(first_grad_bytes_, c.width, lvl.replicas) + model_.update_prefix()[1];
   return std::max(lane, fill + (m - 1.0) * lo + h0);
 }
@@ -317,7 +327,8 @@ bool StepLowerBound::rules_out(const Candidate& c, double limit) const {
     }
     return sum >= all;
   };
-  // Flush: every cycle may turn at stage 0, whose allreduce and update cover layer 0 at least.
+  // Flush: every cycle may turn at stage 0, whose allreduce and update cover layer 0 at least. Asked for
+  // m > 1 only: with one microbatch it ruled out replicated splits' exact optimum (test_step_bound).
   const LinkLevels lvl = fastest_levels(model_, c);
   const double h0 = model_.allreduce_ms(first_grad_bytes_, c.width, lvl.replicas) + model_.update_prefix()[1];
   const double d = static_cast<double>(c.depth);
@@ -353,8 +364,10 @@ bool StepLowerBound::rules_out(const Candidate& c, double limit) const {
   // W (exact per layer): when m >= w_k + 2, (m - 2 - w_k) Y_k <= T - h_0 - 2 Y_all + Y_{<k} - transfers.
   // Both caps on a stage's end only grow with its start, so each stage taking the furthest end reaches
   // the furthest; T is feasible only if that reaches the last layer.
-  const double r = weight_share_[static_cast<size_t>(c.microbatch_index)];
-  const double excess = weight_excess_ms_[static_cast<size_t>(c.microbatch_index)];
+  // Flush the same with no W's apart (r = E = 0, no trailing W's, Y = fwd + bwd), on whole layers.
+  const bool split = c.schedule != Schedule::flush;
+  const double r = split ? weight_share_[static_cast<size_t>(c.microbatch_index)] : 0.0;
+  const double excess = split ? weight_excess_ms_[static_cast<size_t>(c.microbatch_index)] : 0.0;
   const auto& cp = model_.compute_prefix(c.microbatch_index);
   const auto& wp = model_.weight_prefix(c.microbatch_index);
   auto furthest = [&](size_t a, double most, auto&& value) {  // the last e >= a with value(e) <= most
@@ -362,34 +375,52 @@ bool StepLowerBound::rules_out(const Candidate& c, double limit) const {
   };
   auto zb_reaches = [&](double t0) {
     if (!(r < 1.0)) return true;
-    const double t = t0 - h0, all_y = cp.back() - wp.back();
-    auto y = [&](size_t e) { return cp[e] - wp[e]; };
+    auto y = [&](size_t e) { return split ? cp[e] - wp[e] : cp[e]; };
+    const double t = t0 - h0, all_y = y(cp.size() - 1);
     double ins_before = 0.0;
     size_t a = 0;
     for (int64_t k = 0; k < c.depth; ++k) {
       const auto& l = links[static_cast<size_t>(k)];
-      const double after = zb_trailing(c, k);
+      const double after = split ? zb_trailing(c, k) : 0.0;
       const double x = hold(k, (t + (m + 1.0) * excess - (1.0 - r) * cp[a] - ins_before - m * l.lane) / (m - after * r));
       if (x < 0.0) return false;
       size_t e = furthest(a, cp[a] + x * (1.0 + 1e-12), [&](size_t j) { return cp[j]; });
       const double w = std::min(d - 1.0 - static_cast<double>(k), m);
-      if (c.schedule == Schedule::zb_h1 && m >= w + 2.0) {  // zb-h2's longer warm-up bounds no round trip
+      if (c.schedule != Schedule::zb_h2 && m >= w + 2.0) {  // zb-h2's longer warm-up bounds no round trip
         const double slack = t - 2.0 * all_y + y(a) -
                              (2.0 * l.in_fast + 2.0 * ins_after[static_cast<size_t>(k + 1)] + (m - 2.0 - w) * l.lane +
                               ins_before);
         if (slack < -1e-12 * t) return false;
         if (m > w + 2.0) e = std::min(e, furthest(a, y(a) + std::max(0.0, slack) / (m - w - 2.0) * (1.0 + 1e-12) + 1e-12 * t, y));
       }
-      if (e == a) return false;  // not one whole layer
-      a = e;
+      a = e;  // e == a is allowed: an empty stage only relaxes (the real split's next start is no further)
       ins_before += 2.0 * l.in_fast;
       if (a + 1 >= cp.size()) return true;
     }
     return false;
   };
+  // GPipe, on whole layers: T >= h_0 + sum_j u_j + (m - 1)(cf_k + cb_k) for every stage k, with the u's
+  // at least all compute and each input twice, and cf_k + cb_k at least stage k's time and its input
+  // twice; and its lane. Each stage's cap on its end grows with its start, so the furthest ends decide.
+  auto gpipe_reaches = [&](double t0) {
+    const double slot = (t0 - h0 - cp.back() - ins_after[0]) / (m - 1.0);
+    size_t a = 0;
+    for (int64_t k = 0; k < c.depth; ++k) {
+      const auto& l = links[static_cast<size_t>(k)];
+      const double x = hold(k, std::min(slot - 2.0 * l.in_fast, (t0 - l.latency) / m - l.lane));
+      if (x < 0.0) return false;
+      const size_t e = furthest(a, cp[a] + x * (1.0 + 1e-12), [&](size_t j) { return cp[j]; });
+      a = e;
+      if (a + 1 >= cp.size()) return true;
+    }
+    return false;
+  };
   const double t = limit * (1.0 + 1e-9);  // rounding must not rule out a split at the limit itself
-  return too_few_layers(c, t / m) || !lanes_hold(t) || (c.schedule == Schedule::flush && !flush_reaches(t)) ||
-         ((c.schedule == Schedule::zb_h1 || c.schedule == Schedule::zb_h2) && !zb_reaches(t));
+  return too_few_layers(c, t / m) || !lanes_hold(t) || (c.schedule == Schedule::flush && c.microbatches > 1 && !flush_reaches(t)) ||
+         (((c.schedule == Schedule::flush && c.microbatches > 1) || c.schedule == Schedule::zb_h1 ||
+           c.schedule == Schedule::zb_h2) &&
+          !zb_reaches(t)) ||
+         (c.schedule == Schedule::gpipe && c.microbatches > 1 && !gpipe_reaches(t));
 }
 
 // Whole layers: stage i holds a run of layers whose fwd + bwd, plus the redo where its in-flight stashes

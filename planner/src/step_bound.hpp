@@ -59,6 +59,9 @@ class StepLowerBound {
   // Flush's cycle through every stage: all compute with the forced `redo`, every boundary twice, stage
   // 0's allreduce and update, and (m - 1) more forwards or backwards of the busiest stage.
   double fill_bound(const Candidate& c, double redo) const;
+  // Every boundary crossed twice (one way each), each at the fastest level: what the fill and drain of
+  // flush and gpipe pass at least.
+  double least_fill_p2p(const Candidate& c) const;
   // Sum over stages of the compute each can hold when its compute budget is x (ms per microbatch).
   double capacity_sum(const Candidate& c, double x);
   // Whether the d stages cannot hold all L layers when each stage's compute per microbatch may be at
