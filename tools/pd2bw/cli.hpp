@@ -40,5 +40,9 @@ void add_simulate_command(CLI::App& app, Runner& run);
 void add_train_command(CLI::App& app, Runner& run);
 void add_profile_command(CLI::App& app, Runner& run);
 void add_export_command(CLI::App& app, Runner& run);
+void add_plugins_command(CLI::App& app, Runner& run);
+// The lines of `pd2bw --version` about the plugins: each one's file, or why it cannot be used, from cheap
+// checks only (no library is loaded; `pd2bw plugins` loads them).
+std::string plugin_lines();
 
 }  // namespace pd2bw::cli

@@ -11,6 +11,7 @@
 #include "flag_checks.hpp"
 #include "pd2bw/error.hpp"
 #include "pd2bw/executor/backend.hpp"
+#include "pd2bw/executor/cpu_kernels.hpp"
 #include "pd2bw/executor/process_group.hpp"
 #include "pd2bw/schemas/common.hpp"
 
@@ -61,9 +62,11 @@ int report_error(const Error& e) {
 namespace {
 
 std::string version_text() {
-  return fmt::format("pd2bw {} (git {})\nbackends: {}\ntransports: {}", pd2bw::schemas::pd2bw_version(),
-                     pd2bw::schemas::pd2bw_git_sha(), fmt::join(pd2bw::executor::backend_names(), ", "),
-                     fmt::join(pd2bw::executor::transport_names(), ", "));
+  return fmt::format("pd2bw {} (git {})\nbackends: {}\ntransports: {}\ncpu kernels: {}",
+                     pd2bw::schemas::pd2bw_version(), pd2bw::schemas::pd2bw_git_sha(),
+                     fmt::join(pd2bw::executor::backend_names(), ", "),
+                     fmt::join(pd2bw::executor::transport_names(), ", "), pd2bw::executor::cpu_kernels_description())
+         + pd2bw::cli::plugin_lines();
 }
 
 }  // namespace
@@ -75,7 +78,7 @@ int main(int argc, char** argv) {
 
   CLI::App app{"pd2bw: plan and run memory-efficient pipeline-parallel training (PipeDream-2BW)"};
   app.name("pd2bw");
-  app.set_version_flag("--version", version_text());
+  app.set_version_flag("--version", std::function<std::string()>(version_text));
   app.require_subcommand(1);
   pd2bw::cli::Runner run;
   pd2bw::cli::add_profile_command(app, run);
@@ -84,6 +87,7 @@ int main(int argc, char** argv) {
   pd2bw::cli::add_train_command(app, run);
   pd2bw::cli::add_validate_command(app, run);
   pd2bw::cli::add_export_command(app, run);
+  pd2bw::cli::add_plugins_command(app, run);
   pd2bw::cli::add_strict_number_checks(app);
   app.footer("Units: sizes accept B, KiB, MiB, GiB, TiB (binary) and KB, MB, GB, TB (decimal); "
              "bandwidths are GB/s (1e9 bytes/s); times are ms.\nExit codes: 0 ok, 1 runtime error, "

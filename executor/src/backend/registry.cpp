@@ -1,5 +1,6 @@
-// The backend registry: the one place that knows which backends this build has (the CUDA backend's
-// factory, device queries and device transfer are reached here under `#if PD2BW_HAVE_CUDA`).
+// The backend registry: the one place that knows which backends this build has. The CUDA backend is a
+// plugin (libpd2bw_cuda.so, plugin/loader.hpp) that this build makes under PD2BW_HAVE_CUDA; its factory,
+// device queries and device transfer are reached through the plugin's table, loaded on first use.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <unistd.h>
@@ -12,9 +13,7 @@
 #include "pd2bw/error.hpp"
 #include "pd2bw/executor/backend.hpp"
 #include "pd2bw/executor/device.hpp"
-#if PD2BW_HAVE_CUDA
-#include "cuda/cuda_factory.hpp"
-#endif
+#include "plugin/loader.hpp"
 
 namespace pd2bw::executor {
 
@@ -26,7 +25,7 @@ struct Registry {
   Registry() {
     entries.emplace_back("cpu", [] { return std::make_unique<cpu::CpuBackend>(); });
 #if PD2BW_HAVE_CUDA
-    entries.emplace_back("cuda", [] { return cuda::make_cuda_backend(); });
+    entries.emplace_back("cuda", [] { return plugin::cuda().make_backend(); });
 #endif
   }
 };
@@ -72,18 +71,16 @@ Backend& default_backend() {
   return backend;
 }
 
+// Device memory exists only once the cuda backend's plugin is loaded: until then there is nothing to move.
 DeviceTransfer* device_transfer() {
-#if PD2BW_HAVE_CUDA
-  return &cuda::cuda_device_transfer();
-#else
-  return nullptr;
-#endif
+  const plugin::CudaPlugin* cuda = plugin::cuda_if_loaded();
+  return cuda ? cuda->device_transfer() : nullptr;
 }
 
 bool backend_available(std::string_view backend, std::string* why) {
   if (backend == "cpu") return true;
 #if PD2BW_HAVE_CUDA
-  if (backend == "cuda") return cuda::cuda_device_available(why);
+  if (backend == "cuda") return plugin::cuda().device_available(why);
 #endif
   if (why) *why = fmt::format("this build has no backend named '{}' (it has: {})", backend, fmt::join(backend_names(), ", "));
   return false;
@@ -95,14 +92,14 @@ void select_device(std::string_view backend, [[maybe_unused]] int64_t index) {
     return;
   }
 #if PD2BW_HAVE_CUDA
-  if (backend == "cuda") return cuda::cuda_select_device(index);
+  if (backend == "cuda") return plugin::cuda().select_device(index);
 #endif
   throw UsageError(fmt::format("no backend named '{}'; this build has: {}", backend, fmt::join(backend_names(), ", ")));
 }
 
 CopyBandwidth measure_copy_bandwidth(std::string_view backend, [[maybe_unused]] int64_t bytes, [[maybe_unused]] int reps) {
 #if PD2BW_HAVE_CUDA
-  if (backend == "cuda") return cuda::cuda_copy_bandwidth(bytes, reps);
+  if (backend == "cuda") return plugin::cuda().copy_bandwidth(bytes, reps);
 #endif
   throw UsageError(fmt::format("no device copies to measure for the '{}' backend", backend));
 }
@@ -118,7 +115,7 @@ DeviceInfo device_info(std::string_view backend) {
     return d;
   }
 #if PD2BW_HAVE_CUDA
-  if (backend == "cuda") return cuda::cuda_device_info();
+  if (backend == "cuda") return plugin::cuda().device_info();
 #endif
   throw UsageError(fmt::format("no backend named '{}'; this build has: {}", backend, fmt::join(backend_names(), ", ")));
 }

@@ -1,5 +1,6 @@
-// What the registry needs from the CUDA backend, in plain C++ types, so that the registry (compiled
-// by the host compiler, the only file with `#if PD2BW_HAVE_CUDA`) never includes a CUDA header.
+// What the registry needs from the CUDA backend, in plain C++ types: the cuda plugin's entry point
+// (plugin/cuda_entry.cpp, compiled by the host compiler) puts these in the table the registry calls
+// through, and never includes a CUDA header.
 #pragma once
 
 #include <memory>

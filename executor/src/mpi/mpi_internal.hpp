@@ -16,6 +16,7 @@
 
 #include "pd2bw/executor/comm.hpp"
 #include "pd2bw/executor/process_group.hpp"
+#include "plugin/loader.hpp"
 
 namespace pd2bw::executor::mpi {
 
@@ -85,9 +86,12 @@ class Port {
 // A Comm over `world` (duplicated: its traffic cannot meet anyone else's). Host memory only.
 std::unique_ptr<Comm> make_mpi_comm(MPI_Comm world);
 
-// A Comm of a device transport ("nccl") over `world`, on CUDA device `device`. Defined by the
-// transport registry; throws UsageError when this build lacks the transport.
-std::unique_ptr<Comm> make_device_comm(std::string_view transport, MPI_Comm world, int64_t device);
+// A Comm of a device transport ("nccl") over `world`, on CUDA device `device`, from the transport
+// registry (which loads the transport's plugin); throws UsageError when this build lacks the transport
+// or its plugin cannot be loaded.
+inline std::unique_ptr<Comm> make_device_comm(std::string_view transport, MPI_Comm world, int64_t device) {
+  return executor::make_device_comm(transport, &world, device);
+}
 
 // Initialises MPI and returns this process's group (mpi_process_group.cpp).
 std::unique_ptr<ProcessGroup> join();

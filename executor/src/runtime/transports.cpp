@@ -1,5 +1,7 @@
 // The transport registry: the one place that knows whether this build has MPI and NCCL, and how a
-// launcher is recognised from the environment it gives its processes.
+// launcher is recognised from the environment it gives its processes. The mpi transport (with MPI's
+// process group) and the nccl transport are plugins (libpd2bw_mpi.so, libpd2bw_nccl.so,
+// plugin/loader.hpp) that this build makes under PD2BW_HAVE_MPI and PD2BW_HAVE_NCCL, loaded on first use.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -10,12 +12,7 @@
 #include "pd2bw/error.hpp"
 #include "pd2bw/executor/process_group.hpp"
 
-#if PD2BW_HAVE_MPI
-#include "mpi/mpi_internal.hpp"
-#endif
-#if PD2BW_HAVE_NCCL
-#include "nccl/nccl_transport.hpp"
-#endif
+#include "plugin/loader.hpp"
 
 namespace pd2bw::executor {
 
@@ -69,7 +66,7 @@ bool transport_built(std::string_view name) {
 
 std::unique_ptr<ProcessGroup> join_process_group() {
 #if PD2BW_HAVE_MPI
-  return mpi::join();
+  return plugin::mpi().join();
 #else
   const LaunchEnvironment env = detect_launch_environment();
   throw UsageError(
@@ -81,17 +78,13 @@ std::unique_ptr<ProcessGroup> join_process_group() {
 #endif
 }
 
-#if PD2BW_HAVE_MPI
-std::unique_ptr<Comm> mpi::make_device_comm(std::string_view transport, MPI_Comm world, int64_t device) {
+std::unique_ptr<Comm> make_device_comm(std::string_view transport, [[maybe_unused]] const void* mpi_comm,
+                                       [[maybe_unused]] int64_t device) {
 #if PD2BW_HAVE_NCCL
-  if (transport == "nccl") return nccl::make_comm(world, device);
-#else
-  (void)world;
-  (void)device;
+  if (transport == "nccl") return plugin::nccl().make_comm(mpi_comm, device);
 #endif
   throw UsageError(fmt::format("no device transport named '{}' in this build", transport),
                    fmt::format("this build has: {}", fmt::join(transport_names(), ", ")));
 }
-#endif
 
 }  // namespace pd2bw::executor

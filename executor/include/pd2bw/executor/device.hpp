@@ -25,6 +25,8 @@ struct DeviceInfo {
 
 // Whether `backend` can make buffers on this machine: "cpu" always; "cuda" when this build has the CUDA
 // backend and a device is visible. When not, *why (if given) says why, e.g. "no CUDA device: ...".
+// Asking about "cuda" loads its plugin; throws UsageError (the file, the loader's reason, how to get a
+// working one) when that cannot be loaded.
 bool backend_available(std::string_view backend, std::string* why = nullptr);
 
 // The device `backend` runs on (cuda: the current device). Throws UsageError naming the backends built

@@ -2,7 +2,8 @@
 // one of several processes that a launcher (OpenMPI's mpirun, Slurm's srun, any PMI launcher) started,
 // one rank each. The launcher is recognised from its environment variables; joining its job initialises
 // MPI. The transports built are listed by transport_names(); the `mpi` one and the process group exist
-// only in builds with MPI (PD2BW_HAVE_MPI), and `nccl` only with CUDA and NCCL as well.
+// only in builds with MPI (PD2BW_HAVE_MPI), and `nccl` only with CUDA and NCCL as well; each lives in
+// a plugin (libpd2bw_mpi.so, libpd2bw_nccl.so) that is loaded when a job is joined or the transport made.
 #pragma once
 
 #include <cstddef>
@@ -66,8 +67,8 @@ class ProcessGroup {
   virtual void end_job(int exit_code) = 0;
 };
 
-// Joins the launcher's job. Throws UsageError when this build has no MPI (saying how to get it), Error
-// when MPI cannot start.
+// Joins the launcher's job. Throws UsageError when this build has no MPI or its mpi plugin cannot be
+// loaded (saying which file, why and how to get it), Error when MPI cannot start.
 std::unique_ptr<ProcessGroup> join_process_group();
 
 }  // namespace pd2bw::executor
