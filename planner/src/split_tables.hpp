@@ -2,7 +2,7 @@
 // (objective.hpp) of the ways stages i..d-1 can cover layers [a, L), built from the last stage to the
 // first. Exact: a fold state that another beats in every entry can never lead to a better split, and
 // every other one is kept, unless the work budget runs out first (then the tables say so and hold
-// nothing usable). Private to the planner (partition.cpp instantiates it).
+// nothing usable). Private to the planner (partition.cpp and partition_overage.cpp instantiate it).
 #pragma once
 
 #include <algorithm>

@@ -65,7 +65,7 @@ class StepLowerBound {
   // Sum over stages of the compute each can hold when its compute budget is x (ms per microbatch).
   double capacity_sum(const Candidate& c, double x);
   // Whether the d stages cannot hold all L layers when each stage's compute per microbatch may be at
-  // most `budget` ms (see step_bound.cpp). O(L x the longest run that fits).
+  // most `budget` ms (see step_bound_rules.cpp). O(L x the longest run that fits).
   bool too_few_layers(const Candidate& c, double budget) const;
   // The least fwd + bwd of k consecutive layers at microbatch index bi (memoised).
   double least_window_ms(size_t bi, int64_t k);

@@ -1,0 +1,56 @@
+// What the partitioner's files share: the windows on each stage's start and end under a bound
+// (partition_windows.cpp) and the greedy splits that give the DP its first bound (partition_greedy.cpp).
+// Private to the planner.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "pd2bw/planner/partition.hpp"
+#include "prepared.hpp"
+
+namespace pd2bw::planner::detail {
+
+// Where each stage may start and end for splits whose objective is <= bound: hi(i, a) is the furthest
+// end of stage i starting at a (its compute cap and static memory), and start_lo / start_hi bound the
+// starts from which the later stages can still reach the last layer / that the earlier stages can reach.
+struct Windows {
+  std::vector<double> caps;
+  int64_t max_params = 0;
+  std::vector<int64_t> start_lo, start_hi;
+  const std::vector<double>* cp = nullptr;
+  const std::vector<int64_t>* pp = nullptr;
+
+  int64_t hi(int64_t i, int64_t a) const {
+    const auto& c = *cp;
+    const auto by_compute = std::upper_bound(c.begin() + a, c.end(), c[static_cast<size_t>(a)] + caps[static_cast<size_t>(i)]);
+    const auto& p = *pp;
+    const auto by_memory = std::upper_bound(p.begin() + a, p.end(), p[static_cast<size_t>(a)] + max_params);
+    return std::min(by_compute - c.begin(), by_memory - p.begin()) - 1;
+  }
+  // Smallest start of stage i ending at e.
+  int64_t lo(int64_t i, int64_t e) const {
+    const auto& c = *cp;
+    const auto by_compute = std::lower_bound(c.begin(), c.begin() + e, c[static_cast<size_t>(e)] - caps[static_cast<size_t>(i)]);
+    const auto& p = *pp;
+    const auto by_memory = std::lower_bound(p.begin(), p.begin() + e, p[static_cast<size_t>(e)] - max_params);
+    return std::max(by_compute - c.begin(), by_memory - p.begin());
+  }
+};
+
+// Windows for `bound`; nullopt when no split can fit them (partition_windows.cpp).
+std::optional<Windows> make_windows(const CostModel& model, const detail::PreparedCandidate& pc, double bound,
+                                    int64_t static_cap, bool use_caps, bool lanes_only);
+
+// step_objective of `bounds`, priced through pc (partition_greedy.cpp).
+double objective_of(const CostModel& model, const detail::PreparedCandidate& pc, const std::vector<int64_t>& bounds);
+
+// The greedy split at the least busy-time threshold that has one, and the upper bound it gives, never
+// above `known` (partition_greedy.cpp).
+Split greedy_of(const CostModel& model, const detail::PreparedCandidate& pc, int64_t static_cap, double known,
+                bool lanes_only = false);
+double greedy_bound(const CostModel& model, const detail::PreparedCandidate& pc, int64_t static_cap, double known,
+                    bool lanes_only = false);
+
+}  // namespace pd2bw::planner::detail

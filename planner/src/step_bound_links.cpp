@@ -1,0 +1,71 @@
+// The link levels and per-stage transfers of a candidate's placement, shared by the bounds and rules_out.
+#include "step_bound_links.hpp"
+
+#include <algorithm>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "pd2bw/planner/partition.hpp"
+#include "step_bound.hpp"
+
+namespace pd2bw::planner {
+
+namespace detail {
+
+LinkLevels fastest_levels(const CostModel& model, const Candidate& c) {
+  const bool rep_inner = c.placement == Placement::replicas_inner;
+  LinkLevels l;
+  l.boundary = rep_inner ? model.level_between(0, 2 * c.width - 1) : 0;
+  l.replicas = model.level_between(0, rep_inner ? c.width - 1 : (c.width - 1) * c.depth);
+  return l;
+}
+
+}  // namespace detail
+
+std::shared_ptr<const StepLowerBound::PlacementLevels> StepLowerBound::placement_levels(const Candidate& c) const {
+  const auto key = std::make_tuple(c.depth, c.width, static_cast<int>(c.placement));
+  {
+    const std::lock_guard<std::mutex> lock(levels_mutex_);
+    if (const auto it = levels_.find(key); it != levels_.end()) return it->second;
+  }
+  auto out = std::make_shared<PlacementLevels>();
+  out->pairs.resize(static_cast<size_t>(c.depth));
+  out->ar_level.resize(static_cast<size_t>(c.depth));
+  for (int64_t i = 0; i < c.depth; ++i) {
+    auto& pairs = out->pairs[static_cast<size_t>(i)];
+    for (int64_t r = 0; r < c.width; ++r) {
+      const int64_t rank = CostModel::rank_of(c, i, r);
+      const std::pair<int, int> p{
+          i > 0 ? static_cast<int>(model_.level_between(CostModel::rank_of(c, i - 1, r), rank)) : -1,
+          i + 1 < c.depth ? static_cast<int>(model_.level_between(rank, CostModel::rank_of(c, i + 1, r))) : -1};
+      if (std::find(pairs.begin(), pairs.end(), p) == pairs.end()) pairs.push_back(p);
+    }
+    out->ar_level[static_cast<size_t>(i)] = model_.allreduce_level(c, i);
+  }
+  const std::lock_guard<std::mutex> lock(levels_mutex_);
+  return levels_.emplace(key, std::move(out)).first->second;
+}
+
+std::vector<StepLowerBound::StageLinks> StepLowerBound::stage_links(const Candidate& c) const {
+  const auto bi = static_cast<size_t>(c.microbatch_index);
+  const auto levels = placement_levels(c);
+  std::vector<double> p(model_.cluster().levels.size());  // the smallest boundary tensor, per level
+  for (size_t lv = 0; lv < p.size(); ++lv) p[lv] = model_.p2p_ms(min_out_[bi], static_cast<int64_t>(lv));
+  auto at = [&](int lv) { return lv >= 0 ? p[static_cast<size_t>(lv)] : 0.0; };
+  std::vector<StageLinks> out(static_cast<size_t>(c.depth));
+  for (int64_t i = 0; i < c.depth; ++i) {
+    auto& s = out[static_cast<size_t>(i)];
+    s.in_fast = i > 0 ? kInfinity : 0.0;
+    for (const auto& [in, o] : levels->pairs[static_cast<size_t>(i)]) {
+      s.lane = std::max(s.lane, 2.0 * (at(in) + at(o)));
+      s.in_fast = std::min(s.in_fast, at(in));
+    }
+    s.latency = model_.allreduce_ms(0, c.width, levels->ar_level[static_cast<size_t>(i)]);
+  }
+  return out;
+}
+
+}  // namespace pd2bw::planner

@@ -1,0 +1,19 @@
+// The fastest link levels a candidate's placement allows: shared by the step bounds (step_bound.cpp) and
+// rules_out (step_bound_rules.cpp). Private to the planner.
+#pragma once
+
+#include <cstdint>
+
+#include "pd2bw/planner/cost_model.hpp"
+
+namespace pd2bw::planner::detail {
+
+// The fastest levels any stage boundary and any stage's replicas can use under c's placement: a
+// boundary spans ranks [i w, (i + 2) w) when replicas are inner, adjacent ranks otherwise; the aligned
+// group of stage 0 spans the least.
+struct LinkLevels {
+  int64_t boundary = 0, replicas = 0;
+};
+LinkLevels fastest_levels(const CostModel& model, const Candidate& c);
+
+}  // namespace pd2bw::planner::detail

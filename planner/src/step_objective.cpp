@@ -1,0 +1,63 @@
+// step_objective: the search's objective over a split's priced stages (objective.hpp's folds).
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "objective.hpp"
+#include "pd2bw/planner/cost_model.hpp"
+
+namespace pd2bw::planner {
+
+namespace {
+
+template <class Fold>
+double fold_stages(const Candidate& c, const std::vector<StageCost>& stages) {
+  const double m = static_cast<double>(c.microbatches);
+  auto v = Fold::empty();
+  for (size_t k = stages.size(); k-- > 0;) {
+    const StageCost& s = stages[k];
+    v = Fold::prepend(v,
+                      detail::stage_terms(m, static_cast<int64_t>(k), static_cast<int64_t>(stages.size()),
+                                          {s.compute_ms, s.p2p_ms, s.forward_ms, s.backward_ms, s.weight_ms, s.in_ms,
+                                           s.out_ms, s.allreduce_ms, s.update_ms},
+                                          detail::weight_defer(c.schedule, static_cast<int64_t>(k))),
+                      m);
+  }
+  return v[0];
+}
+
+}  // namespace
+
+double step_objective(const Candidate& c, const std::vector<StageCost>& stages) {
+  if (stages.empty()) return std::numeric_limits<double>::infinity();
+  for (const auto& s : stages)
+    if (!s.feasible) return std::numeric_limits<double>::infinity();
+  if (c.chunks > 1) {  // the busiest rank (its chunks' times added up), and interleaved's cycle
+    const auto d = static_cast<size_t>(c.depth);
+    std::vector<double> lanes(d, 0.0), h(d, 0.0), work(d), u(d);
+    for (size_t k = 0; k < stages.size(); ++k) {
+      const auto p = static_cast<size_t>(pipeline::chunk_position(c.schedule, c.depth, static_cast<int64_t>(k)));
+      lanes[p] += stages[k].step_ms;
+      h[p] += stages[k].allreduce_ms + stages[k].update_ms;
+    }
+    const double most = *std::max_element(lanes.begin(), lanes.end());
+    if (c.schedule != Schedule::interleaved) return most;
+    for (size_t p = 0; p < d; ++p) {
+      work[p] = lanes[p] - h[p];
+      u[p] = stages[p].forward_ms + stages[p].backward_ms;
+    }
+    return std::max(most, detail::interleaved_cycle(work, h, u));
+  }
+  switch (c.schedule) {
+    case Schedule::flush: return fold_stages<detail::FlushFold>(c, stages);
+    case Schedule::gpipe: return fold_stages<detail::GpipeFold>(c, stages);
+    case Schedule::zb_h1: return fold_stages<detail::ZbH1Fold>(c, stages);
+    case Schedule::zb_h2: return fold_stages<detail::ZbH2Fold>(c, stages);
+    case Schedule::two_bw:
+    case Schedule::interleaved:
+    case Schedule::zb_v: break;
+  }
+  return fold_stages<detail::TwoBwFold>(c, stages);
+}
+
+}  // namespace pd2bw::planner
