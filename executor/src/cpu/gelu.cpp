@@ -30,7 +30,11 @@ void gelu_forward(const T* x, T* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const T xi = x[i];
     const T u = s * (xi + a * xi * xi * xi);
-    y[i] = T(0.5) * xi * (T(1) + std::tanh(u));
+    if constexpr (std::is_same_v<T, float>) {  // the logistic form of every float GELU (gelu_simd.hpp)
+      y[i] = xi / (1.0f + std::exp(std::fmin(-2.0f * u, 88.0f)));
+    } else {
+      y[i] = T(0.5) * xi * (T(1) + std::tanh(u));
+    }
   }
 }
 
@@ -43,10 +47,16 @@ void gelu_backward(const T* dy, const T* x, T* dx, int64_t n) {
   const T a = static_cast<T>(kCubic);
   for (int64_t i = 0; i < n; ++i) {
     const T xi = x[i];
-    const T th = std::tanh(s * (xi + a * xi * xi * xi));
     const T du = s * (T(1) + T(3) * a * xi * xi);
-    const T grad = T(0.5) * (T(1) + th) + T(0.5) * xi * (T(1) - th * th) * du;
-    dx[i] = grad * dy[i];
+    if constexpr (std::is_same_v<T, float>) {  // s + 2 x s (1 - s) u', 1 - s = e s, as gelu_simd.hpp
+      const float e = std::exp(std::fmin(-2.0f * (s * (xi + a * xi * xi * xi)), 88.0f));
+      const float sg = 1.0f / (1.0f + e);
+      dx[i] = (sg + 2.0f * xi * sg * (e * sg) * du) * dy[i];
+    } else {
+      const T th = std::tanh(s * (xi + a * xi * xi * xi));
+      const T grad = T(0.5) * (T(1) + th) + T(0.5) * xi * (T(1) - th * th) * du;
+      dx[i] = grad * dy[i];
+    }
   }
 }
 

@@ -1,6 +1,7 @@
 // CUDA GELU (cpu reference: executor/src/cpu/gelu.cpp, same formulas in fp32) in its two forms: the tanh
-// approximation of GPT-2, y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), and the exact form of
-// BERT, y = x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), with dy/dx = Phi(x) + x phi(x); and their derivatives.
+// approximation of GPT-2, y = 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)) with u = sqrt(2/pi) (x + 0.044715
+// x^3), and the exact form of BERT, y = x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), with dy/dx = Phi(x) +
+// x phi(x); and their derivatives.
 #include "cuda/kernels.hpp"
 
 namespace pd2bw::executor::cuda {
@@ -12,15 +13,22 @@ constexpr float kCubic = 0.044715f;
 constexpr float kInvSqrt2 = 0.70710678118654752440f;    // 1 / sqrt(2)
 constexpr float kInvSqrt2Pi = 0.39894228040143267794f;  // 1 / sqrt(2 pi)
 
-__device__ __forceinline__ float gelu_tanh(float x) {
+// exp(-2u), u = sqrt(2/pi) (x + 0.044715 x^3), with -2u clamped at 88 (so the grad's e s stays finite).
+__device__ __forceinline__ float exp_minus_2u(float x) {
   const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
-  return 0.5f * x * (1.0f + tanhf(u));
+  return expf(fminf(-2.0f * u, 88.0f));
 }
 
+// 0.5 (1 + tanh(u)) as the logistic 1 / (1 + exp(-2u)): the same value without 1 + tanh(u)'s
+// cancellation where u is very negative (the cpu backend's float form).
+__device__ __forceinline__ float gelu_tanh(float x) { return x / (1.0f + exp_minus_2u(x)); }
+
+// s + 2 x s (1 - s) u', with s = 1 / (1 + e), 1 - s = e s and u' = sqrt(2/pi) (1 + 3a x^2).
 __device__ __forceinline__ float gelu_tanh_grad(float x) {
-  const float th = tanhf(kSqrt2OverPi * (x + kCubic * x * x * x));
+  const float e = exp_minus_2u(x);
+  const float s = 1.0f / (1.0f + e);
   const float du = kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
-  return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
+  return s + 2.0f * x * s * (e * s) * du;
 }
 
 __device__ __forceinline__ float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * kInvSqrt2)); }
