@@ -7,11 +7,14 @@
 #include <vector>
 
 #include "cpu/gemm.hpp"
+#include "cpu/rows.hpp"
 #include "pd2bw/error.hpp"
 #include "pd2bw/executor/ops.hpp"
 
 namespace pd2bw::executor::cpu {
 namespace {
+
+using detail::KeyRange;
 
 // One (batch, head) slice: row strides of the packed (T, 3C) input and the (T, C) output.
 struct HeadSlice {
@@ -25,14 +28,6 @@ HeadSlice slice(int64_t bi, int64_t hi, int64_t t, int64_t c, int64_t h) {
   return {bi * t * 3 * c + hi * hd, bi * t * c + hi * hd, (bi * h + hi) * t * t};
 }
 
-// The keys query row r of sequence bi sees are [0, end(r)): r + 1 of them with a causal mask, else the
-// sequence's length (all T without lengths).
-struct KeyRange {
-  bool causal;
-  int64_t length;
-  int64_t end(int64_t r) const { return causal ? r + 1 : length; }
-};
-
 KeyRange key_range(int64_t bi, int64_t t, bool causal, const int32_t* lengths) {
   if (causal || lengths == nullptr) return {causal, t};
   const int32_t len = lengths[bi];
@@ -42,25 +37,42 @@ KeyRange key_range(int64_t bi, int64_t t, bool causal, const int32_t* lengths) {
   return {false, len};
 }
 
-// scores: (T, T) raw q k^T; writes the masked softmax of scale * scores into p: (T, T), zero outside
-// each row's keys.
+// Above the baseline level a causal head's products skip the masked triangle in chunks of kChunk
+// queries or keys (the last chunk takes the rest: kChunk to 2 kChunk - 1, so no chunk's product is small
+// enough for gemm.hpp's loop unless the whole one is). Every entry that is read (on or below the
+// diagonal) is summed in the same order as by the whole product; the terms skipped are products with the
+// probabilities' zeros.
+constexpr int64_t kChunk = 32;
+
+// The length of the chunk starting at i0 of t.
+int64_t chunk(int64_t i0, int64_t t) {
+  return t - i0 < 2 * kChunk ? t - i0 : kChunk;
+}
+
+// S (t, t, row stride t) = A B^T on and below the diagonal: key chunk [s0, s1) for queries r >= s0
+// (entries above the diagonal are left unset or hold values nobody reads).
 template <typename T>
-void masked_softmax(const T* scores, T* p, int64_t t, T scale, KeyRange keys) {
-  for (int64_t r = 0; r < t; ++r) {
-    const T* sr = scores + r * t;
-    T* pr = p + r * t;
-    const int64_t end = keys.end(r);
-    T mx = scale * sr[0];
-    for (int64_t s = 1; s < end; ++s) mx = std::max(mx, scale * sr[s]);
-    double sum = 0;
-    for (int64_t s = 0; s < end; ++s) {
-      pr[s] = std::exp(scale * sr[s] - mx);
-      sum += pr[s];
-    }
-    const T inv = static_cast<T>(1.0 / sum);
-    for (int64_t s = 0; s < end; ++s) pr[s] *= inv;
-    for (int64_t s = end; s < t; ++s) pr[s] = 0;
+void causal_abt(int64_t t, int64_t hd, const T* a, int64_t lda, const T* b, int64_t ldb, T* s) {
+  for (int64_t s0 = 0; s0 < t; s0 += chunk(s0, t))
+    detail::gemm(false, true, t - s0, chunk(s0, t), hd, a + s0 * lda, lda, b + s0 * ldb, ldb, s + s0 * t + s0, t,
+                 false);
+}
+
+// O (t, hd) = P B for a lower-triangular P (t, t): query chunk [r0, r1) over keys [0, r1).
+template <typename T>
+void causal_pb(int64_t t, int64_t hd, const T* p, const T* b, int64_t ldb, T* o, int64_t ldo) {
+  for (int64_t r0 = 0; r0 < t; r0 += chunk(r0, t)) {
+    const int64_t rows = chunk(r0, t);
+    detail::gemm(false, false, rows, hd, r0 + rows, p + r0 * t, t, b, ldb, o + r0 * ldo, ldo, false);
   }
+}
+
+// O (t, hd) = P^T B for a lower-triangular P (t, t): key chunk [s0, s1) over queries [s0, t).
+template <typename T>
+void causal_ptb(int64_t t, int64_t hd, const T* p, const T* b, int64_t ldb, T* o, int64_t ldo) {
+  for (int64_t s0 = 0; s0 < t; s0 += chunk(s0, t))
+    detail::gemm(true, false, chunk(s0, t), hd, t - s0, p + s0 * t + s0, t, b + s0 * ldb, ldb, o + s0 * ldo, ldo,
+                 false);
 }
 
 }  // namespace
@@ -70,6 +82,8 @@ void attention_forward(const T* qkv, T* out, T* probs, int64_t b, int64_t t, int
                        const int32_t* lengths) {
   const int64_t hd = c / h;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
+  const detail::KernelLevel level = detail::kernel_level();
+  const bool triangle = causal && level != detail::KernelLevel::baseline;
   std::vector<T> scores(static_cast<size_t>(t * t));
   for (int64_t bi = 0; bi < b; ++bi) {
     const KeyRange keys = key_range(bi, t, causal, lengths);
@@ -79,10 +93,18 @@ void attention_forward(const T* qkv, T* out, T* probs, int64_t b, int64_t t, int
       const T* k = q + c;
       const T* v = q + 2 * c;
       T* p = probs + sl.probs_offset;
-      detail::gemm(false, true, t, t, hd, q, 3 * c, k, 3 * c, scores.data(), t, false);
-      masked_softmax(scores.data(), p, t, scale, keys);
+      if (triangle) {
+        causal_abt(t, hd, q, 3 * c, k, 3 * c, scores.data());
+      } else {
+        detail::gemm(false, true, t, t, hd, q, 3 * c, k, 3 * c, scores.data(), t, false);
+      }
+      detail::masked_softmax_at(level, scores.data(), p, t, scale, keys);
       // The zeros of the masked entries make the full product equal the masked one.
-      detail::gemm(false, false, t, hd, t, p, t, v, 3 * c, out + sl.out_offset, c, false);
+      if (triangle) {
+        causal_pb(t, hd, p, v, 3 * c, out + sl.out_offset, c);
+      } else {
+        detail::gemm(false, false, t, hd, t, p, t, v, 3 * c, out + sl.out_offset, c, false);
+      }
     }
   }
 }
@@ -92,6 +114,8 @@ void attention_backward(const T* dout, const T* qkv, const T* probs, T* dqkv, in
                         int64_t h, bool causal, const int32_t* lengths) {
   const int64_t hd = c / h;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
+  const detail::KernelLevel level = detail::kernel_level();
+  const bool triangle = causal && level != detail::KernelLevel::baseline;
   std::vector<T> ds(static_cast<size_t>(t * t));
   for (int64_t bi = 0; bi < b; ++bi) {
     const KeyRange keys = key_range(bi, t, causal, lengths);
@@ -103,21 +127,19 @@ void attention_backward(const T* dout, const T* qkv, const T* probs, T* dqkv, in
       const T* p = probs + sl.probs_offset;
       const T* dout_h = dout + sl.out_offset;
       T* dq = dqkv + sl.q_offset;
-      // dP = dO V^T and dV = P^T dO.
+      // dP = dO V^T and dV = P^T dO; softmax backward row by row: dS = P * (dP - sum(P * dP)), scaled for
+      // the 1/sqrt(hd) in S; dQ = dS K and dK = dS^T Q.
+      if (triangle) {
+        causal_abt(t, hd, dout_h, c, v, 3 * c, ds.data());
+        causal_ptb(t, hd, p, dout_h, c, dq + 2 * c, 3 * c);
+        detail::masked_softmax_backward_at(level, p, ds.data(), t, scale, keys);
+        causal_pb(t, hd, ds.data(), k, 3 * c, dq, 3 * c);
+        causal_ptb(t, hd, ds.data(), q, 3 * c, dq + c, 3 * c);
+        continue;
+      }
       detail::gemm(false, true, t, t, hd, dout_h, c, v, 3 * c, ds.data(), t, false);
       detail::gemm(true, false, t, hd, t, p, t, dout_h, c, dq + 2 * c, 3 * c, false);
-      // Softmax backward row by row: dS = P * (dP - sum(P * dP)), scaled for the 1/sqrt(hd) in S.
-      for (int64_t r = 0; r < t; ++r) {
-        const T* pr = p + r * t;
-        T* dr = ds.data() + r * t;
-        const int64_t end = keys.end(r);
-        double dot = 0;
-        for (int64_t s = 0; s < end; ++s) dot += static_cast<double>(pr[s]) * dr[s];
-        const T dot_t = static_cast<T>(dot);
-        for (int64_t s = 0; s < end; ++s) dr[s] = scale * pr[s] * (dr[s] - dot_t);
-        for (int64_t s = end; s < t; ++s) dr[s] = 0;
-      }
-      // dQ = dS K and dK = dS^T Q.
+      detail::masked_softmax_backward_at(level, p, ds.data(), t, scale, keys);
       detail::gemm(false, false, t, hd, t, ds.data(), t, k, 3 * c, dq, 3 * c, false);
       detail::gemm(true, false, t, hd, t, ds.data(), t, q, 3 * c, dq + c, 3 * c, false);
     }

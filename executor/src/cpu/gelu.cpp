@@ -14,7 +14,7 @@ constexpr double kInvSqrt2 = 0.70710678118654752440;     // 1 / sqrt(2)
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;   // 1 / sqrt(2 pi)
 }  // namespace
 
-// Float above the baseline level: the AVX2 kernels of gelu_simd.hpp.
+// Float above the baseline level: the kernels of gelu_simd.hpp (16 lanes at avx512, 8 at avx2).
 template <typename T>
 bool simd_gelu() {
   return std::is_same_v<T, float> && detail::kernel_level() != detail::KernelLevel::baseline;
@@ -23,6 +23,7 @@ bool simd_gelu() {
 template <typename T>
 void gelu_forward(const T* x, T* y, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
+    if (detail::kernel_level() == detail::KernelLevel::avx512) return detail::gelu_tanh_forward_avx512(x, y, n);
     if (simd_gelu<T>()) return detail::gelu_tanh_forward_avx2(x, y, n);
   }
   const T s = static_cast<T>(kSqrt2OverPi);
@@ -41,6 +42,7 @@ void gelu_forward(const T* x, T* y, int64_t n) {
 template <typename T>
 void gelu_backward(const T* dy, const T* x, T* dx, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
+    if (detail::kernel_level() == detail::KernelLevel::avx512) return detail::gelu_tanh_backward_avx512(dy, x, dx, n);
     if (simd_gelu<T>()) return detail::gelu_tanh_backward_avx2(dy, x, dx, n);
   }
   const T s = static_cast<T>(kSqrt2OverPi);

@@ -5,34 +5,13 @@
 #include "cpu/gelu_simd.hpp"
 
 #define PD2BW_SIMD_TARGET __attribute__((target("avx2,fma")))
+#include "cpu/exp_avx2.hpp"
 
 namespace pd2bw::executor::cpu::detail {
 namespace {
 
 constexpr float kSqrt2OverPi = 0.79788456080286535588f;
 constexpr float kCubic = 0.044715f;
-
-// exp(x) for x clamped to [-87, 88] (so 2^n stays a normal float); NaN stays NaN.
-PD2BW_SIMD_TARGET __m256 exp_ps(__m256 x) {
-  const __m256 hi = _mm256_set1_ps(88.0f);
-  const __m256 lo = _mm256_set1_ps(-87.0f);
-  const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
-  x = _mm256_max_ps(_mm256_min_ps(x, hi), lo);
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  const __m256 out = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-  return _mm256_blendv_ps(out, x, nan);
-}
 
 // exp(-2u), u = sqrt(2/pi) (x + 0.044715 x^3), the scalar form's operations in its order.
 PD2BW_SIMD_TARGET __m256 exp_minus_2u(__m256 x) {

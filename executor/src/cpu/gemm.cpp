@@ -72,32 +72,37 @@ void gemm_eigen(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, con
 }  // namespace
 
 template <typename T>
-void gemm_at(KernelLevel level, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a,
-             int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc, bool accumulate) {
+void gemm_at(KernelLevel level, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
+             const T* b, int64_t ldb, T* c, int64_t ldc, bool accumulate, const T* bias) {
+  if (m >= 2 && n >= 2 && m + n + k >= kEigenMinDimSum && level != KernelLevel::baseline) {
+    // The packed kernels add the bias as they store C's last depth block.
+    if (level == KernelLevel::avx512)
+      return gemm_avx512(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, accumulate, bias);
+    return gemm_avx2(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, accumulate, bias);
+  }
   if (m < 2 || n < 2 || m + n + k < kEigenMinDimSum) {
     gemm_loop(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, accumulate);
-  } else if (level == KernelLevel::avx512) {
-    gemm_avx512(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, accumulate);
-  } else if (level == KernelLevel::avx2) {
-    gemm_avx2(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, accumulate);
   } else {
     gemm_eigen(trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, accumulate);
   }
+  if (bias == nullptr) return;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) c[i * ldc + j] += bias[j];
 }
 
 template <typename T>
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
-          int64_t ldb, T* c, int64_t ldc, bool accumulate) {
-  gemm_at(kernel_level(), trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, accumulate);
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb,
+          T* c, int64_t ldc, bool accumulate, const T* bias) {
+  gemm_at(kernel_level(), trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, accumulate, bias);
 }
 
-template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t,
-                          float*, int64_t, bool);
-template void gemm<double>(bool, bool, int64_t, int64_t, int64_t, const double*, int64_t, const double*,
-                           int64_t, double*, int64_t, bool);
-template void gemm_at<float>(KernelLevel, bool, bool, int64_t, int64_t, int64_t, const float*, int64_t,
-                             const float*, int64_t, float*, int64_t, bool);
-template void gemm_at<double>(KernelLevel, bool, bool, int64_t, int64_t, int64_t, const double*, int64_t,
-                              const double*, int64_t, double*, int64_t, bool);
+template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*,
+                          int64_t, bool, const float*);
+template void gemm<double>(bool, bool, int64_t, int64_t, int64_t, const double*, int64_t, const double*, int64_t,
+                           double*, int64_t, bool, const double*);
+template void gemm_at<float>(KernelLevel, bool, bool, int64_t, int64_t, int64_t, const float*, int64_t, const float*,
+                             int64_t, float*, int64_t, bool, const float*);
+template void gemm_at<double>(KernelLevel, bool, bool, int64_t, int64_t, int64_t, const double*, int64_t, const double*,
+                              int64_t, double*, int64_t, bool, const double*);
 
 }  // namespace pd2bw::executor::cpu::detail

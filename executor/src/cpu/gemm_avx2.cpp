@@ -42,12 +42,12 @@ constexpr int64_t kMc = 72;
 }  // namespace
 
 void gemm_avx2(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-               int64_t ldb, float* c, int64_t ldc, bool accumulate) {
-  gemm_packed_here<VecF, kMc>(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, accumulate);
+               int64_t ldb, float* c, int64_t ldc, bool accumulate, const float* bias) {
+  gemm_packed_here<VecF, kMc>(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, accumulate, bias);
 }
 void gemm_avx2(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b,
-               int64_t ldb, double* c, int64_t ldc, bool accumulate) {
-  gemm_packed_here<VecD, kMc>(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, accumulate);
+               int64_t ldb, double* c, int64_t ldc, bool accumulate, const double* bias) {
+  gemm_packed_here<VecD, kMc>(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, accumulate, bias);
 }
 
 }  // namespace pd2bw::executor::cpu::detail

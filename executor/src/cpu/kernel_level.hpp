@@ -5,10 +5,12 @@
 
 namespace pd2bw::executor::cpu::detail {
 
-// baseline: the portable build (Eigen's SSE2 GEMM, no FMA; the rounding of releases before the SIMD
-// kernels). avx2: packed GEMM with AVX2 + FMA. avx512: packed GEMM with AVX-512F + FMA. Each level's
-// results are bit-reproducible on its own (independent of buffer addresses and of the caller); two
-// levels round differently.
+// baseline: the portable build (Eigen's SSE2 GEMM, no FMA, scalar rows; the rounding of releases before
+// the SIMD kernels). avx2: packed GEMM with AVX2 + FMA. avx512: packed GEMM with AVX-512F + FMA. Above
+// the baseline the float tanh GELU, layer norm and attention softmax are vectorised too (gelu_simd.hpp,
+// rows_simd.hpp) and causal attention skips its masked triangle. Each level's results are
+// bit-reproducible on its own (independent of buffer addresses and of the caller); avx2 and avx512 give
+// the same bits; the baseline rounds differently.
 enum class KernelLevel { baseline, avx2, avx512 };
 
 // The best level this CPU (and OS) supports.

@@ -1,13 +1,21 @@
-// CPU layer norm over the last dimension with gamma/beta; statistics are accumulated in double.
+// CPU layer norm over the last dimension with gamma/beta; statistics are accumulated in double. Float
+// above the baseline kernel level runs the AVX2 rows of rows_simd.hpp (rows.hpp).
 #include <cmath>
+#include <type_traits>
 
+#include "cpu/rows.hpp"
+#include "cpu/rows_simd.hpp"
 #include "pd2bw/executor/ops.hpp"
 
 namespace pd2bw::executor::cpu {
+namespace detail {
 
 template <typename T>
-void layernorm_forward(const T* x, const T* gamma, const T* beta, T* y, T* mean, T* rstd, int64_t n,
-                       int64_t c) {
+void layernorm_forward_at(KernelLevel level, const T* x, const T* gamma, const T* beta, T* y, T* mean, T* rstd,
+                          int64_t n, int64_t c) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (level != KernelLevel::baseline) return layernorm_forward_avx2(x, gamma, beta, y, mean, rstd, n, c);
+  }
   const double inv_c = 1.0 / static_cast<double>(c);
   for (int64_t i = 0; i < n; ++i) {
     const T* xi = x + i * c;
@@ -29,8 +37,12 @@ void layernorm_forward(const T* x, const T* gamma, const T* beta, T* y, T* mean,
 }
 
 template <typename T>
-void layernorm_backward(const T* dy, const T* x, const T* gamma, const T* mean, const T* rstd, T* dx,
-                        T* dgamma, T* dbeta, int64_t n, int64_t c) {
+void layernorm_backward_at(KernelLevel level, const T* dy, const T* x, const T* gamma, const T* mean, const T* rstd,
+                           T* dx, T* dgamma, T* dbeta, int64_t n, int64_t c) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (level != KernelLevel::baseline)
+      return layernorm_backward_avx2(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, n, c);
+  }
   const double inv_c = 1.0 / static_cast<double>(c);
   for (int64_t i = 0; i < n; ++i) {
     const T* xi = x + i * c;
@@ -59,10 +71,26 @@ void layernorm_backward(const T* dy, const T* x, const T* gamma, const T* mean, 
   }
 }
 
-#define PD2BW_INSTANTIATE(T)                                                                                 \
-  template void layernorm_forward<T>(const T*, const T*, const T*, T*, T*, T*, int64_t, int64_t);            \
-  template void layernorm_backward<T>(const T*, const T*, const T*, const T*, const T*, T*, T*, T*, int64_t, \
-                                      int64_t);
+}  // namespace detail
+
+template <typename T>
+void layernorm_forward(const T* x, const T* gamma, const T* beta, T* y, T* mean, T* rstd, int64_t n, int64_t c) {
+  detail::layernorm_forward_at(detail::kernel_level(), x, gamma, beta, y, mean, rstd, n, c);
+}
+
+template <typename T>
+void layernorm_backward(const T* dy, const T* x, const T* gamma, const T* mean, const T* rstd, T* dx, T* dgamma,
+                        T* dbeta, int64_t n, int64_t c) {
+  detail::layernorm_backward_at(detail::kernel_level(), dy, x, gamma, mean, rstd, dx, dgamma, dbeta, n, c);
+}
+
+#define PD2BW_INSTANTIATE(T)                                                                                   \
+  template void detail::layernorm_forward_at<T>(detail::KernelLevel, const T*, const T*, const T*, T*, T*, T*, \
+                                                int64_t, int64_t);                                             \
+  template void detail::layernorm_backward_at<T>(detail::KernelLevel, const T*, const T*, const T*, const T*,  \
+                                                 const T*, T*, T*, T*, int64_t, int64_t);                      \
+  template void layernorm_forward<T>(const T*, const T*, const T*, T*, T*, T*, int64_t, int64_t);              \
+  template void layernorm_backward<T>(const T*, const T*, const T*, const T*, const T*, T*, T*, T*, int64_t, int64_t);
 PD2BW_INSTANTIATE(float)
 PD2BW_INSTANTIATE(double)
 #undef PD2BW_INSTANTIATE

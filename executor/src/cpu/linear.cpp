@@ -7,12 +7,8 @@ namespace pd2bw::executor::cpu {
 
 template <typename T>
 void linear_forward(const T* x, const T* weight, const T* bias, T* y, int64_t n, int64_t in, int64_t out) {
-  detail::gemm(false, true, n, out, in, x, in, weight, in, y, out, false);
-  if (bias == nullptr) return;
-  for (int64_t i = 0; i < n; ++i) {
-    T* row = y + i * out;
-    for (int64_t j = 0; j < out; ++j) row[j] += bias[j];
-  }
+  // The bias is added after the product, as it is stored (the bits of a separate pass).
+  detail::gemm(false, true, n, out, in, x, in, weight, in, y, out, false, bias);
 }
 
 template <typename T>
