@@ -38,12 +38,14 @@ class RandomTokens final : public executor::MicrobatchSource {
   int64_t numel_, vocab_;
 };
 
-// The rank thread's CPU time at the end of every update (on_update runs on that thread): a measure of the
-// stage's own work that a busy machine's other processes do not inflate, as the layers' medians are not.
-class UpdateClock final : public executor::LossSink {
+// The rank thread's CPU time at the end of every step: the step's losses are reported on that thread
+// when its last backward is done (2BW applies the update later, before the first op that reads the new
+// version, so on_update would stamp the step after). A measure of the stage's own work that a busy
+// machine's other processes do not inflate, as the layers' medians are not.
+class StepClock final : public executor::LossSink {
  public:
-  void on_loss(int64_t, int64_t, int64_t, double) override {}
-  void on_update(int64_t) override {
+  void on_loss(int64_t, int64_t, int64_t microbatch, double) override {
+    if (microbatch != 0) return;
     timespec t{};
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
     ends.push_back(static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) * 1e-6);
@@ -72,7 +74,7 @@ executor::PipelineConfig whole_model(const executor::ModelConfig& cfg, int64_t b
 double runtime_step_ms(const executor::ModelConfig& cfg, int64_t b, int64_t m, uint64_t seed) {
   executor::ThreadsJob<float> job(whole_model(cfg, b, m, seed));
   const RandomTokens data(seed, b * cfg.seq_len, cfg.vocab);
-  UpdateClock clock;
+  StepClock clock;
   job.run(data, 0, kCalibrationSteps, &clock);
   std::vector<double> steps_ms;
   for (size_t s = 1; s < clock.ends.size(); ++s) steps_ms.push_back(clock.ends[s] - clock.ends[s - 1]);

@@ -8,6 +8,7 @@
 #include <exception>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "chunk_state.hpp"
 #include "pd2bw/error.hpp"
@@ -239,33 +240,49 @@ Buffer& ChunkState<T>::version_buffer(int64_t step) {
 }
 
 template <typename T>
+void ChunkState<T>::park_gradient(int64_t step) {
+  if (!two_bw() || mixed)
+    throw Error(fmt::format("stage {}: only 2bw without a master copy parks its gradient", chunk));
+  std::swap(version_buffer(step), grads);
+  backend->fill_zero(grads.view());
+  parked = step;
+}
+
+template <typename T>
 void ChunkState<T>::apply_update(int64_t step, double scale) {
   const auto& opt = cfg->optimizer;
+  const bool was_parked = parked == step;
   Buffer& dst = version_buffer(step);
+  const View g = step_grads(step).view();  // dst itself when parked
   const View out = mixed ? master.view() : dst.view();
   const ConstView in = mixed ? master.cview() : buffer_of(step).cview();
   const double lr = opt.lr.at(step);
   if (opt.kind == schemas::Optimizer::adamw)
-    backend->adamw_step(opt.adamw, layout, lr, step + 1, scale, in, grads.view(), m1.view(), m2.view(), out);
+    backend->adamw_step(opt.adamw, layout, lr, step + 1, scale, in, g, m1.view(), m2.view(), out);
   else
-    backend->sgd_step(opt.sgd, layout, lr, scale, in, grads.view(), m1.view(), out);
+    backend->sgd_step(opt.sgd, layout, lr, scale, in, g, m1.view(), out);
+  if (was_parked) parked = -1;
   if (!std::isfinite(backend->sum_of_squares(mixed ? master.cview() : dst.cview())))
     throw nonfinite_error(step, fmt::format("stage {}'s weights after the update", chunk), "are");
   if (!std::isfinite(backend->sum_of_squares(m1.cview())) ||
       (!m2.empty() && !std::isfinite(backend->sum_of_squares(m2.cview()))))
     throw nonfinite_error(step, fmt::format("stage {}'s optimizer state after the update", chunk));
   if (mixed) backend->copy(master.view(), dst.view());
-  backend->fill_zero(grads.view());
+  if (!was_parked) backend->fill_zero(grads.view());
 }
 
 template <typename T>
 void ChunkState<T>::skip_update(int64_t step) {
+  const bool was_parked = parked == step;
   Buffer& dst = version_buffer(step);
   if (mixed)
     backend->copy(master.view(), dst.view());  // the master still holds W(step)
   else if (&dst != &buffer_of(step))
-    backend->copy(buffer_of(step).cview(), dst.view());
-  backend->fill_zero(grads.view());
+    backend->copy(buffer_of(step).cview(), dst.view());  // over a parked gradient
+  if (was_parked)
+    parked = -1;
+  else
+    backend->fill_zero(grads.view());
 }
 
 template struct ChunkState<float>;

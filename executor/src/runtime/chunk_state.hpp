@@ -124,11 +124,22 @@ struct ChunkState {
   void backward_input(Microbatch& mb, ConstView params);
   void backward_weight(Microbatch& mb, ConstView params);
 
+  // 2BW without a master copy: the step whose gradient waits for its update in the buffer of version
+  // step + 1 (-1: none). That buffer held version step - 1, which no op reads after the step's last
+  // backward, and is the update's output; so the next step's backwards accumulate into `grads` while the
+  // update waits, with no memory beyond the two versions. park_gradient(step) moves the gradient there
+  // (at the step's end) and leaves `grads` zeroed; requires two_bw() && !mixed.
+  int64_t parked = -1;
+  void park_gradient(int64_t step);
+  // Where the gradient of `step` is: parked, or in `grads`.
+  Buffer& step_grads(int64_t step) { return parked == step ? buffer_of(step + 1) : grads; }
   // W(step + 1) from W(step) and the step's gradients times `scale` (the replicas' mean and the clip);
   // with a master copy the optimizer updates it in place and the new version's compute buffer receives
-  // its cast, once. Clears the gradients. Throws Error when the new weights or moments are not finite.
+  // its cast, once. A parked gradient is overwritten by the new version (the optimizers read each
+  // element's gradient before they write its weight); else clears `grads`. Throws Error when the new
+  // weights or moments are not finite.
   void apply_update(int64_t step, double scale);
-  // W(step + 1) = W(step), moments untouched, gradients cleared.
+  // W(step + 1) = W(step), moments untouched, the step's gradients dropped.
   void skip_update(int64_t step);
   // The buffer of version step + 1, allocated on first use.
   Buffer& version_buffer(int64_t step);

@@ -40,10 +40,8 @@ Error nonfinite_error(int64_t step, const std::string& what, const char* verb) {
 
 // The replicas' gradients are already summed (AllReduce), so every slot but the losses is the same on
 // every replica; the rank of the last chunk first sums its replicas' loss counts, so that one is too.
-// Each rank fills the slots of its own chunks, so the replica group's fixed-order sum leaves each slot
-// with its one chunk's value, bit for bit.
 template <typename T>
-std::vector<double> StageWorker<T>::Impl::step_health(Comm& comm, int64_t step, double scale) {
+std::vector<double> StageWorker<T>::Impl::own_health(Comm& comm, int64_t step, double scale) {
   const int64_t n = cfg.chunks_total();
   std::vector<double> health(static_cast<size_t>(n + 1), 0.0);
   // The head's copy of a tied table is counted once, on the embedding's chunk (the copy is last).
@@ -59,8 +57,35 @@ std::vector<double> StageWorker<T>::Impl::step_health(Comm& comm, int64_t step, 
     if (cfg.width > 1) comm.allreduce_sum(stage_comm_group, std::span<double>(bad));
     health.back() = bad[0];
   }
-  comm.allreduce_sum(replica_comm_group, std::span<double>(health));
   return health;
+}
+
+// Sends never wait for their receive (Comm::send), so a rank posts its share at its own end of the step
+// and goes on; the messages of one pair and tag arrive in step order.
+template <typename T>
+void StageWorker<T>::Impl::post_health(Comm& comm, int64_t step, std::span<const double> own) {
+  const int64_t tag = make_tag(TagKind::health, 0, 1, step, 0);
+  for (const int64_t r : replica_group())
+    if (r != rank) comm.send(r, tag, own);
+}
+
+template <typename T>
+std::vector<double> StageWorker<T>::Impl::gather_health(Comm& comm, int64_t step, const std::vector<double>& own) {
+  const int64_t tag = make_tag(TagKind::health, 0, 1, step, 0);
+  std::vector<double> sum, theirs(own.size());
+  for (const int64_t r : replica_group()) {
+    const std::vector<double>* part = &own;
+    if (r != rank) {
+      comm.recv(r, tag, std::span<double>(theirs));
+      part = &theirs;
+    }
+    if (sum.empty()) {
+      sum = *part;
+      continue;
+    }
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += (*part)[i];
+  }
+  return sum;
 }
 
 template struct StageWorker<float>::Impl;

@@ -1,8 +1,9 @@
 // One rank's state and its step's end: building its chunks, its groups, the tied table's exchange, the
-// optimizer update of all its chunks with the non-finite guard, and the losses and times it reads back
-// once per step.
+// optimizer update of all its chunks with the non-finite guard (begun at the step's end, settled when
+// the schedule needs it), and the losses and times it reads back once per step.
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cmath>
 #include <tuple>
 
@@ -23,6 +24,10 @@ DType stage_compute(const PipelineConfig& cfg) {
   throw UsageError(
       fmt::format("compute dtype {} with {} master weights is not supported", to_string(c), to_string(dtype_of<T>())),
       "use bf16 over float masters, or the same dtype for both");
+}
+
+double steady_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace
@@ -85,7 +90,7 @@ void StageWorker<T>::Impl::bind_groups(Comm& comm) {
 // Both sides compute (embedding's part) + (head's part) in that order, so both copies get the same
 // gradient bits and therefore stay equal through every update; so does a rank holding both chunks.
 template <typename T>
-void StageWorker<T>::Impl::exchange_tied_grad(Comm& comm, int64_t step) {
+bool StageWorker<T>::Impl::exchange_tied_grad(Comm& comm, int64_t step) {
   const int64_t n = cfg.model.vocab * cfg.model.d_model, last = cfg.chunks_total() - 1;
   ChunkState<T>* emb = find(0);
   ChunkState<T>* head = find(last);
@@ -94,49 +99,86 @@ void StageWorker<T>::Impl::exchange_tied_grad(Comm& comm, int64_t step) {
                h = head->grads.view().slice(head->table_offset(), n);
     backend->add(e, h, e, n);
     backend->copy(e, h);
-    return;
+    return false;
   }
   ChunkState<T>& ch = emb ? *emb : *head;
   const View mine = ch.grads.view().slice(ch.table_offset(), n);
   const int64_t peer = rank_of_chunk(emb ? last : 0);
   const int64_t tag = make_tag(TagKind::tied, 0, 1, step, 0);
+  if (!backend->host_visible())
+    send(comm, peer, tag, mine);
+  else
+    comm.send(peer, tag, std::span<const T>(mine.as<T>(), static_cast<size_t>(n)));
+  if (head) return true;  // the embedding's rank ends its step later: receive its part at the update
+  receive_tied_grad(comm, step);
+  return false;
+}
+
+// Adds the other chunk's part of the tied table's gradient to this rank's (wherever the step's gradient
+// waits), embedding's part first.
+template <typename T>
+void StageWorker<T>::Impl::receive_tied_grad(Comm& comm, int64_t step) {
+  const int64_t n = cfg.model.vocab * cfg.model.d_model, last = cfg.chunks_total() - 1;
+  ChunkState<T>* emb = find(0);
+  ChunkState<T>& ch = emb ? *emb : *find(last);
+  const View mine = ch.step_grads(step).view().slice(ch.table_offset(), n);
+  const int64_t peer = rank_of_chunk(emb ? last : 0);
+  const int64_t tag = make_tag(TagKind::tied, 0, 1, step, 0);
   if (!backend->host_visible()) {  // the same sum on the device: a + b and b + a are the same bits
     Buffer theirs = backend->alloc(dtype_of<T>(), n);
-    send(comm, peer, tag, mine);
     recv(comm, peer, tag, theirs.view());
     backend->add(mine, theirs.view(), mine, n);
     return;
   }
   const std::span<T> own(mine.as<T>(), static_cast<size_t>(n));
   std::vector<T> theirs(static_cast<size_t>(n));
-  comm.send(peer, tag, std::span<const T>(own));
   comm.recv(peer, tag, std::span<T>(theirs));
   for (size_t i = 0; i < own.size(); ++i) own[i] = emb ? own[i] + theirs[i] : theirs[i] + own[i];
 }
 
-// W(step + 1) from W(step) and the step's gradient (computed with version_of_step(step)), averaged over
-// the replicas and clipped by the global norm over all chunks of this replica, for every chunk of the
-// rank. First the non-finite guard (stage_health.cpp): every rank judges the same health vector, so all
-// stop or all skip together.
+// The step's gradient (computed with version_of_step(step)) is complete on this rank: its share of the
+// health goes out, and in 2BW the gradient is parked when it can be.
 template <typename T>
-std::string StageWorker<T>::Impl::update(Comm& comm, int64_t step) {
-  const auto& opt = cfg.optimizer;
+void StageWorker<T>::Impl::begin_update(Comm& comm, int64_t step, LossSink* sink) {
   const int64_t n = cfg.chunks_total();
+  OpenUpdate u{step, {}, false};
+  if (cfg.model.tie_embeddings && n > 1 && (holds(0) || holds(n - 1))) u.tied_owed = exchange_tied_grad(comm, step);
+  u.health = own_health(comm, step, 1.0 / static_cast<double>(cfg.width));
+  post_health(comm, step, u.health);
+  if (cfg.schedule == schemas::Schedule::two_bw && !mixed)
+    for (ChunkState<T>& ch : chunks) ch.park_gradient(step);
+  report_losses(step, sink);
+  open = std::move(u);
+  if (cfg.schedule != schemas::Schedule::two_bw) settle(comm, sink);
+}
+
+// W(step + 1) from W(step) and the step's gradient, averaged over the replicas and clipped by the global
+// norm over all chunks of this replica, for every chunk of the rank. First the non-finite guard
+// (stage_health.cpp): every rank judges the same health vector, so all stop or all skip together.
+template <typename T>
+void StageWorker<T>::Impl::settle(Comm& comm, LossSink* sink) {
+  const OpenUpdate u = std::move(*open);
+  open.reset();
+  const auto& opt = cfg.optimizer;
+  const int64_t n = cfg.chunks_total(), step = u.step;
+  if (u.tied_owed) receive_tied_grad(comm, step);
+  const std::vector<double> health = gather_health(comm, step, u.health);
+  const std::string skipped = nonfinite_verdict(health, n);
+  if (!skipped.empty() && !opt.skip_nonfinite)
+    throw nonfinite_error(step, skipped, skipped.find(" and ") == std::string::npos ? "is" : "are");
   double scale = 1.0 / static_cast<double>(cfg.width);
-  if (cfg.model.tie_embeddings && n > 1 && (holds(0) || holds(n - 1))) exchange_tied_grad(comm, step);
-  const std::vector<double> health = step_health(comm, step, scale);
-  if (const std::string why = nonfinite_verdict(health, n); !why.empty()) {
-    if (!opt.skip_nonfinite) throw nonfinite_error(step, why, why.find(" and ") == std::string::npos ? "is" : "are");
-    for (ChunkState<T>& ch : chunks) ch.skip_update(step);
-    steps_done = step + 1;
-    resolve_times();
-    return why;
-  }
-  if (opt.clip_norm > 0) scale *= clip_factor(health_gradient_sum(health, n), opt.clip_norm);
-  for (ChunkState<T>& ch : chunks) ch.apply_update(step, scale);
+  if (skipped.empty() && opt.clip_norm > 0) scale *= clip_factor(health_gradient_sum(health, n), opt.clip_norm);
+  for (ChunkState<T>& ch : chunks)
+    if (skipped.empty())
+      ch.apply_update(step, scale);
+    else
+      ch.skip_update(step);
   steps_done = step + 1;
   resolve_times();
-  return {};
+  if (!skipped.empty() && sink) sink->on_skip(step, skipped);
+  if (update_end.size() <= static_cast<size_t>(step)) update_end.resize(static_cast<size_t>(step) + 1, 0.0);
+  update_end[static_cast<size_t>(step)] = steady_ms();
+  if (sink) sink->on_update(step);
 }
 
 // Microbatch k's loss of `step` goes to slot k of that step's buffer; report: hand it to the sink later.

@@ -7,6 +7,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -27,7 +28,7 @@ namespace pd2bw::executor {
 // walk the schedule, which sends and receives each kind over a boundary in the same (step, microbatch)
 // order; so the k-th receive under a tag gets the k-th send. The slot only narrows what could be
 // confused if that order were ever broken. With v = 1 there is one lane: the tags are those of one chunk.
-enum class TagKind : int64_t { activation = 0, gradient = 1, tied = 2 };
+enum class TagKind : int64_t { activation = 0, gradient = 1, tied = 2, health = 3 };
 inline constexpr int64_t kTagWindow = 1024;
 inline int64_t make_tag(TagKind kind, int64_t lane, int64_t lanes, int64_t step, int64_t microbatch) {
   const int64_t per_lane = kTagWindow / lanes;
@@ -97,27 +98,48 @@ struct StageWorker<T>::Impl {
     return make_tag(kind, lanes[static_cast<size_t>(boundary)], cfg.chunks, key.first, key.second);
   }
 
-  // One op of the list (stage_worker.cpp): messages, compute, the step's end.
+  // One op of the list (stage_worker.cpp): messages, compute, the step's end (begin_update).
   void run_op(Comm& comm, const MicrobatchSource& data, const pipeline::Op& op, int64_t step, LossSink* sink);
   void compute_op(ChunkState<T>& ch, pipeline::OpKind kind, const std::pair<int64_t, int64_t>& key,
                   const MicrobatchSource& data, bool report);
-  void finish_step(Comm& comm, int64_t step, LossSink* sink);
   // The messages of chunk ch (stage_messages.cpp): receive its input (activation) or its output's
   // gradient, send its output or its input's gradient; kind says which. From or to a chunk of this
   // rank, the buffer is handed over in place.
   void receive(Comm& comm, ChunkState<T>& ch, TagKind kind, const std::pair<int64_t, int64_t>& key);
   void hand_on(Comm& comm, ChunkState<T>& ch, TagKind kind, const std::pair<int64_t, int64_t>& key);
   // Sums the tied table's gradient of the embedding's and the head's chunk (same replica) on both: over
-  // Comm when they are on two ranks, in place when both are this rank's.
-  void exchange_tied_grad(Comm& comm, int64_t step);
+  // Comm when they are on two ranks, in place when both are this rank's. The head's rank only sends
+  // here and returns true: it adds the embedding's part at receive_tied_grad, before its update.
+  bool exchange_tied_grad(Comm& comm, int64_t step);
+  void receive_tied_grad(Comm& comm, int64_t step);
 
-  // Applies (or, with skip_nonfinite, skips) the update of `step` to every chunk; returns why it was
-  // skipped, or "". Throws Error when the step is not finite and may not be skipped, or the new weights
-  // are not finite.
-  std::string update(Comm& comm, int64_t step);
-  // The step's health, the same on every rank: per model chunk its gradient's sum of squares (scaled as
-  // the clip needs it), then the count of non-finite losses over all replicas (stage_health.cpp).
-  std::vector<double> step_health(Comm& comm, int64_t step, double scale);
+  // The update of a step, begun at the rank's end of the step (begin_update: the tied table's exchange,
+  // the rank's share of the step's health sent to its replica's other ranks, the losses reported) and
+  // finished by settle (the others' health received, then every chunk updated, or skipped with
+  // skip_nonfinite; the sink told). 2BW settles as late as its version rule allows (settle_due), so
+  // that a rank does not wait for the earlier stages' last backward of the step: until the first op
+  // that reads the new version, the next update, or the end of the run; without a master copy the
+  // gradient waits parked (ChunkState::park_gradient), with one until the next op that adds to the
+  // gradients. Every other schedule settles at once. settle throws Error when the step is not finite
+  // and may not be skipped, or the new weights are not finite.
+  struct OpenUpdate {
+    int64_t step = 0;
+    std::vector<double> health;  // this rank's share
+    bool tied_owed = false;      // receive_tied_grad is still to run
+  };
+  std::optional<OpenUpdate> open;
+  void begin_update(Comm& comm, int64_t step, LossSink* sink);
+  void settle(Comm& comm, LossSink* sink);
+  bool settle_due(const pipeline::Op& op, int64_t step) const;
+  // The step's health (stage_health.cpp), the same on every rank once gathered: per model chunk its
+  // gradient's sum of squares (scaled as the clip needs it), then the count of non-finite losses over
+  // all replicas. own_health fills this rank's slots (zeros elsewhere; the last chunk's rank sums the
+  // loss count over its stage group), post_health sends them to the replica's other ranks, and
+  // gather_health receives theirs and adds them in position order (bit-identical to a fixed-order
+  // allreduce: every slot has one rank's value).
+  std::vector<double> own_health(Comm& comm, int64_t step, double scale);
+  void post_health(Comm& comm, int64_t step, std::span<const double> own);
+  std::vector<double> gather_health(Comm& comm, int64_t step, const std::vector<double>& own);
 };
 
 }  // namespace pd2bw::executor

@@ -3,7 +3,6 @@
 // neighbouring chunks; and the in-process job that runs every rank as a thread.
 #include <fmt/format.h>
 
-#include <chrono>
 #include <optional>
 
 #include "fault.hpp"
@@ -11,14 +10,6 @@
 #include "stage_state.hpp"
 
 namespace pd2bw::executor {
-
-namespace {
-
-double steady_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-}  // namespace
 
 template <typename T>
 StageWorker<T>::StageWorker(const PipelineConfig& config, int64_t rank) : impl_(std::make_unique<Impl>(config, rank)) {}
@@ -44,8 +35,10 @@ void StageWorker<T>::run(Comm& comm, const MicrobatchSource& data, int64_t first
     const pipeline::Op& op = ops.op();
     const int64_t step = first_step + op.step;
     if (step != entered) fault_point("step", s.rank, entered = step);
+    if (s.open && s.settle_due(op, step)) s.settle(comm, sink);
     s.run_op(comm, data, op, step, sink);
   }
+  if (s.open) s.settle(comm, sink);
   s.resolve_times();
   size_t left = 0;
   for (const ChunkState<T>& ch : s.chunks) left += ch.live.size();
@@ -56,7 +49,7 @@ template <typename T>
 void StageWorker<T>::Impl::run_op(Comm& comm, const MicrobatchSource& data, const pipeline::Op& op, int64_t step,
                                   LossSink* sink) {
   using K = pipeline::OpKind;
-  if (op.kind == K::update) return finish_step(comm, step, sink);
+  if (op.kind == K::update) return begin_update(comm, step, sink);
   ChunkState<T>& ch = chunk(op.chunk);
   const auto key = std::make_pair(step, op.microbatch);
   switch (op.kind) {
@@ -117,15 +110,26 @@ void StageWorker<T>::Impl::compute_op(ChunkState<T>& ch, pipeline::OpKind kind, 
   if (kind == K::backward_weight || ch.first) ch.live.erase(key);
 }
 
-// The step's end on this rank: the update of all its chunks, the losses read back, the sink told.
+// Whether the open update must settle before `op` (of `step`) runs: op reads the version it writes,
+// or is the next update, or (with the gradient not parked) adds to or sums the gradients.
 template <typename T>
-void StageWorker<T>::Impl::finish_step(Comm& comm, int64_t step, LossSink* sink) {
-  const std::string skipped = update(comm, step);
-  report_losses(step, sink);
-  if (!skipped.empty() && sink) sink->on_skip(step, skipped);
-  if (update_end.size() <= static_cast<size_t>(step)) update_end.resize(static_cast<size_t>(step) + 1, 0.0);
-  update_end[static_cast<size_t>(step)] = steady_ms();
-  if (sink) sink->on_update(step);
+bool StageWorker<T>::Impl::settle_due(const pipeline::Op& op, int64_t step) const {
+  using K = pipeline::OpKind;
+  switch (op.kind) {
+    case K::update:
+      return true;
+    case K::allreduce:
+    case K::backward:
+    case K::backward_weight:
+      if (chunks.front().parked != open->step) return true;
+      [[fallthrough]];
+    case K::forward:
+    case K::recompute:
+    case K::backward_input:
+      return version_of_step(step) > open->step;
+    default:
+      return false;
+  }
 }
 
 template <typename T>
