@@ -111,6 +111,7 @@ Split optimum_below(const CostModel& model, const detail::PreparedCandidate& pc,
   solve<Fold>(model, pc, bound, solved, max_work);
   if (!solved.tables) return out;
   out.exhausted = solved.tables->exhausted();
+  out.work = solved.tables->work();
   const auto* best = solved.tables->best();
   if (!best) return out;
   out.bounds = solved.tables->bounds(best);
@@ -132,13 +133,25 @@ Split best_split_with(const CostModel& model, const Candidate& c, double upper_b
     return {};
   Split greedy = greedy_of(model, pc, static_cap, upper_bound_ms);
   Split out = optimum_below<Fold>(model, pc, std::min(upper_bound_ms, greedy.step_ms), max_work);
-  if (out.exhausted) {  // the cheapest split at hand: the greedy one, else the balanced one
+  const int64_t work = out.work;
+  if (out.exhausted) {  // the cheapest split at hand: the greedy one, else the balanced one (whose dynamic
+                        // program has no budget: only a search with the full kSplitWork pays for it)
     if (!greedy.feasible()) greedy = greedy_of(model, pc, static_cap, kInfinity);
-    out = greedy.feasible() ? std::move(greedy) : balanced_split_of(model, pc, static_cap);
+    if (greedy.feasible())
+      out = std::move(greedy);
+    else if (max_work >= kSplitWork)
+      out = balanced_split_of(model, pc, static_cap);
+    else
+      out = Split{};
     out.exhausted = true;
+    out.work = work;
     return out;
   }
-  if (!(out.step_ms <= upper_bound_ms)) return {};
+  if (!(out.step_ms <= upper_bound_ms)) {
+    Split none;
+    none.work = work;
+    return none;
+  }
   return out;
 }
 

@@ -71,6 +71,9 @@ Split greedy_of(const CostModel& model, const detail::PreparedCandidate& pc, int
     out.bounds = std::move(split);
     return true;
   };
+  // Without a threshold every stage is as long as memory allows: when even that finds no split, no
+  // threshold will (up to the rare stage that fits only when shorter), and the doublings are saved.
+  if (!attempt(kInfinity)) return {};
   double lo = m * cp.back() / static_cast<double>(pc.candidate.depth);
   double hi = lo;
   for (int doublings = 0; !attempt(hi); hi *= 2.0)

@@ -101,8 +101,9 @@ Evaluated replay_candidate(const CostModel& model, const Candidate& c, const Spl
         replay_walk(model, c, win, seen, kExactReplayOps / share, replays, below))
       return win;
     auto within = [](double s) { return s / (1.0 + kReplayTolerance); };
+    // A walk may replay a few splits whatever their size, but none when one replay passes the budget.
     const bool close = win.step_ms <= lower * (1.0 + kReplayTolerance);
-    if (!close &&
+    if (!close && cost <= kToleranceReplayOps &&
         replay_walk(model, c, win, seen, std::max(kToleranceReplayOps / share, 4 * cost), replays, within)) {
       win.proven_gap = std::min(kReplayTolerance, win.step_ms / lower - 1.0);
       return win;
@@ -113,6 +114,11 @@ Evaluated replay_candidate(const CostModel& model, const Candidate& c, const Spl
 }
 
 namespace {
+
+// Replayed ops the rounds of replay_search may spend in all (about 1.5 s): past them the candidates that
+// could still win are counted in the proven gap by their objective instead.
+constexpr int64_t kRoundReplayOps = int64_t{1} << 26;
+constexpr int64_t kRoundSplitWork = int64_t{1} << 26, kLeastRoundWork = int64_t{1} << 10;
 
 // Alternatives whose replay would take more ops than this are shown only if they are replayed anyway
 // (because they could win): a replay of 2^23 ops takes about 0.2 s.
@@ -169,6 +175,34 @@ void replay_search(const CostModel& model, SearchSpace& space, const std::vector
   // ran out of work is tried again whenever the best replay falls below the bound it was tried under (a
   // smaller bound needs less work), so what is known of each candidate is what the last bound gives; its
   // greedy split is replayed when its objective could still win.
+  std::vector<size_t> position(cands.size(), 0);
+  for (size_t pos = 0; pos < space.order.size(); ++pos) position[space.order[pos]] = pos;
+  // The rounds may replay kRoundReplayOps in all: a batch keeps its candidates in the order of the search
+  // (by lower bound) while their estimated replays fit what is left. The others are skipped for good and
+  // counted in the proven gap by what is known of them below. The estimates depend on the candidates
+  // alone, so which are skipped does not depend on timing or the thread count.
+  std::vector<char> skipped(cands.size(), 0);
+  // Likewise the dynamic programs the rounds run again (under a lower bound, which may now finish) share
+  // kRoundSplitWork: each round's candidates may each spend what is left before the round (the work a
+  // given bound needs does not depend on anything else), and what they spent is taken off after it; a
+  // candidate that would get less than kLeastRoundWork keeps what is known of it.
+  std::vector<char> given_up(cands.size(), 0);
+  int64_t split_budget = kRoundSplitWork;
+  int64_t budget = kRoundReplayOps;
+  auto take_within_budget = [&](std::vector<size_t>& batch) {
+    std::vector<size_t> taken;
+    for (size_t idx : batch) {
+      const int64_t ops = estimated_replay_ops(replay_input(model, evaluate_split(model, cands[idx], space.known[idx].split)));
+      if (ops <= budget) {
+        budget -= ops;
+        taken.push_back(idx);
+      } else {
+        skipped[idx] = 1;
+        budget = 0;  // later (cheaper) candidates are not taken either: the order stays the search's
+      }
+    }
+    batch = std::move(taken);
+  };
   double reach = kInfinity;
   while (true) {
     double best = kInfinity;
@@ -181,10 +215,18 @@ void replay_search(const CostModel& model, SearchSpace& space, const std::vector
       return k.split.feasible() || k.bound >= reach;
     };
     std::vector<size_t> unknown;
+    std::vector<int64_t> work;
     for (size_t idx : space.searched()) {
       if (space.lower_bounds[idx] > reach) break;
       const auto& k = space.known[idx];
-      if (!settled(k) && (!replayed[idx] || k.split.exhausted)) unknown.push_back(idx);
+      if (given_up[idx] || settled(k) || (replayed[idx] && !k.split.exhausted)) continue;
+      const int64_t w = std::min(std::max(k.work, split_work_at(position[idx])), split_budget);
+      if (w < kLeastRoundWork && k.computed) {  // what is known of it stays: its greedy split, its bound
+        given_up[idx] = 1;
+        continue;
+      }
+      unknown.push_back(idx);
+      work.push_back(w);
     }
     std::atomic<int64_t> evaluated{0};
     for_each_in_parallel(unknown.size(), options.threads, [&](size_t k) {
@@ -192,7 +234,7 @@ void replay_search(const CostModel& model, SearchSpace& space, const std::vector
       if (space.ruled_out(idx, reach)) {  // no split can come this low: none is <= reach
         space.known[idx] = {true, reach, Split{}};
       } else {
-        space.known[idx] = {true, reach, best_split(model, cands[idx], reach)};
+        space.known[idx] = {true, reach, best_split(model, cands[idx], reach, work[k]), work[k]};
         ++evaluated;
       }
       const auto& now = space.known[idx].split;
@@ -200,12 +242,15 @@ void replay_search(const CostModel& model, SearchSpace& space, const std::vector
       return true;
     });
     result.evaluated += evaluated;
+    for (size_t idx : unknown) split_budget -= std::min(split_budget, space.known[idx].split.work);
     std::vector<size_t> batch;
     for (size_t idx : space.searched()) {
       if (space.lower_bounds[idx] > reach) break;
       const auto& k = space.known[idx];
-      if (!replayed[idx] && k.computed && k.split.feasible() && k.split.step_ms <= reach) batch.push_back(idx);
+      if (!replayed[idx] && !skipped[idx] && k.computed && k.split.feasible() && k.split.step_ms <= reach)
+        batch.push_back(idx);
     }
+    take_within_budget(batch);
     if (batch.empty()) break;
     replay_batch(batch);
   }
@@ -228,6 +273,13 @@ void replay_search(const CostModel& model, SearchSpace& space, const std::vector
     if (r) result.proven_gap = std::max(result.proven_gap, win * (1.0 + r->proven_gap) / r->step_ms - 1.0);
   for (const LeftOut* out : {&result.left_out, &result.unsearched})
     if (out->floor_ms < win) result.proven_gap = std::max(result.proven_gap, win / out->floor_ms - 1.0);
+  for (size_t idx : space.searched()) {  // skipped by the replay budget: the objective bounds its replays
+    if (!skipped[idx] || replayed[idx]) continue;
+    ++result.unreplayed;
+    const auto& k = space.known[idx];
+    const double floor = k.split.exhausted ? space.lower_bounds[idx] : k.split.step_ms;
+    if (floor < win) result.proven_gap = std::max(result.proven_gap, win / floor - 1.0);
+  }
   for (size_t idx : space.searched()) {  // unfinished and not replayed: only the lower bound is known
     if (space.lower_bounds[idx] > reach) break;
     if (!space.known[idx].split.exhausted) continue;

@@ -21,15 +21,6 @@
 
 namespace pd2bw::planner {
 
-std::vector<Schedule> searched_schedules(const CostModel& model) {
-  const auto& k = model.constraints();
-  if (k.schedule) return {*k.schedule};
-  if (model.split_backward())
-    return {Schedule::two_bw, Schedule::flush,  Schedule::gpipe, Schedule::zb_h1,
-            Schedule::interleaved, Schedule::zb_h2, Schedule::zb_v};
-  return {Schedule::two_bw, Schedule::flush, Schedule::gpipe, Schedule::interleaved};
-}
-
 namespace {
 
 // The kept set: the best `keep` overall, and of the other entries the best of each schedule.
@@ -110,96 +101,6 @@ void seed_with_greedy(const CostModel& model, const std::vector<Candidate>& cand
 
 }  // namespace
 
-namespace {
-
-// The divisors of n in ascending order (O(sqrt n); n is at most kMaxGlobalBatch).
-std::vector<int64_t> divisors(int64_t n) {
-  std::vector<int64_t> low, high;
-  for (int64_t q = 1; q * q <= n; ++q)
-    if (n % q == 0) {
-      low.push_back(q);
-      if (q != n / q) high.push_back(n / q);
-    }
-  low.insert(low.end(), high.rbegin(), high.rend());
-  return low;
-}
-
-// The chunks per rank searched for schedule s on d ranks of a model of `layers` layers: interleaved 2, 4,
-// 8, ... while every chunk keeps a layer, zb-v 2, the others 1; `pinned` (> 0) keeps that one alone.
-std::vector<int64_t> chunk_options(Schedule s, int64_t d, int64_t layers, int64_t pinned) {
-  std::vector<int64_t> out;
-  if (s == Schedule::interleaved) {
-    for (int64_t v = 2; v <= layers / d; v *= 2) out.push_back(v);
-  } else {
-    out.push_back(s == Schedule::zb_v ? 2 : 1);
-    if (d * out.back() > layers) out.clear();
-  }
-  if (pinned > 0) {
-    const bool allowed = pipeline::chunks_allowed(s, pinned) && d * pinned <= layers;
-    out.assign(allowed ? 1 : 0, pinned);
-  }
-  return out;
-}
-
-}  // namespace
-
-std::vector<Candidate> enumerate_candidates(const CostModel& model, LeftOut* left_out) {
-  const auto& k = model.constraints();
-  const auto& sizes = model.profile().microbatch_sizes;
-  const int64_t devices = model.cluster().total_devices();
-  int64_t max_d = std::min(model.num_layers(), devices);
-  if (k.max_depth > 0) max_d = std::min(max_d, k.max_depth);
-  if (left_out) *left_out = {};
-  std::vector<double> heaviest(sizes.size(), 0.0);  // fwd + bwd of the heaviest layer, per microbatch size
-  for (size_t bi = 0; bi < sizes.size(); ++bi) {
-    const auto& cp = model.compute_prefix(static_cast<int64_t>(bi));
-    for (size_t j = 0; j + 1 < cp.size(); ++j) heaviest[bi] = std::max(heaviest[bi], cp[j + 1] - cp[j]);
-  }
-  auto per_stage = [&](size_t bi, int64_t d) {
-    return model.compute_prefix(static_cast<int64_t>(bi)).back() / static_cast<double>(d);
-  };
-  std::vector<Candidate> out;
-  for (Schedule s : searched_schedules(model)) {
-    for (size_t bi = 0; bi < sizes.size(); ++bi) {
-      const int64_t b = sizes[bi];
-      if (k.microbatch && *k.microbatch != b) continue;
-      if (k.global_batch % b != 0) continue;
-      // b * w divides the global batch: w runs over the divisors of global_batch / b, never over devices.
-      const auto widths = divisors(k.global_batch / b);
-      for (int64_t d = 1; d <= max_d; ++d) {
-        if (k.depth > 0 && d != k.depth) continue;
-        for (int64_t w : widths) {
-          if (w > devices / d) break;
-          if (k.width > 0 && w != k.width) continue;
-          const int64_t m = k.global_batch / (b * w);
-          if (m < pipeline::min_microbatches(s, d) || m % pipeline::microbatch_multiple(s, d) != 0) continue;
-          // One stage: zb-h1 and zb-h2 run flush's ops exactly. (Chunks on one rank differ from flush: a
-          // recomputing rank rebuilds one chunk's stash at a time.)
-          if ((s == Schedule::zb_h1 || s == Schedule::zb_h2) && d == 1 && !k.schedule) continue;
-          for (int64_t v : chunk_options(s, d, model.num_layers(), k.chunks)) {
-            if (m > (v > 1 ? kMaxChunkedMicrobatches : kMaxReplayedMicrobatches) / (d * v)) {
-              if (left_out) {
-                left_out->count += w > 1 && d > 1 ? 2 : 1;
-                // Some stage runs m microbatches of at least the average compute, and of the heaviest layer.
-                const double floor = static_cast<double>(m) * std::max(heaviest[bi], per_stage(bi, d));
-                left_out->floor_ms = std::min(left_out->floor_ms, floor * (1.0 - 1e-9));
-              }
-              continue;
-            }
-            Candidate c{s, static_cast<int64_t>(bi), b, w, d, m, Placement::replicas_inner, v};
-            out.push_back(c);
-            if (w > 1 && d > 1) {
-              c.placement = Placement::stages_inner;
-              out.push_back(c);
-            }
-          }
-        }
-      }
-    }
-  }
-  return out;
-}
-
 Evaluated evaluate_split(const CostModel& model, const Candidate& c, const Split& split) {
   Evaluated e;
   e.candidate = c;
@@ -247,6 +148,51 @@ std::vector<Evaluated> representatives(const CostModel& model, const detail::Sea
   return out;
 }
 
+// Evaluates the searched candidates from position `from` on: each whose lower bound and rules_out leave
+// it a chance of the kept set gets its best split under the leaderboard's bound, with the work its
+// position allows (split_work_at), and enters the leaderboard when it has one.
+void evaluate_positions(const CostModel& model, const SearchOptions& options, detail::SearchSpace& space,
+                        Leaderboard& board, size_t from, std::atomic<int64_t>& evaluated) {
+  std::mutex board_mutex;
+  const auto& lb = space.lower_bounds;
+  detail::for_each_in_parallel(space.searched().size() - from, options.threads, [&](size_t k) {
+    const size_t pos = from + k, idx = space.order[pos];
+    if (lb[idx] == kInfinity) return false;
+    const auto& c = space.candidates[idx];
+    double bound = 0.0;
+    {
+      const std::lock_guard<std::mutex> lock(board_mutex);
+      bound = board.bound();
+    }
+    if (lb[idx] > bound || space.ruled_out(idx, bound)) return true;
+    ++evaluated;
+    const int64_t work = detail::split_work_at(pos);
+    Split split = best_split(model, c, bound, work);
+    space.known[idx] = {true, bound, split, work};  // each index is written by one worker only
+    if (!split.feasible()) return true;
+    Evaluated e = evaluate_split(model, c, split);
+    const std::lock_guard<std::mutex> lock(board_mutex);
+    board.add(std::move(e), idx);
+    return true;
+  });
+}
+
+// When nothing was found, the candidates whose reduced budget (split_work_at) found no split at all, for
+// their greedy split does not fit, get the full budget in the search's order until one has a split: a
+// search never calls a space infeasible that it did not prove so.
+void force_one_split(const CostModel& model, detail::SearchSpace& space, Leaderboard& board, SearchResult& result) {
+  for (size_t idx : space.searched()) {
+    auto& k = space.known[idx];
+    if (!k.computed || !k.split.exhausted || k.split.feasible() || k.work >= kSplitWork) continue;
+    k = {true, k.bound, best_split(model, space.candidates[idx], k.bound, kSplitWork), kSplitWork};
+    ++result.evaluated;
+    if (k.split.feasible()) {
+      board.add(evaluate_split(model, space.candidates[idx], k.split), idx);
+      return;
+    }
+  }
+}
+
 // Moves the searched candidates to the front of `order` (which is by lower bound), keeping that order among
 // them and among the rest: the first kMaxSearched, of which at most kMaxChunkedSearched chunked.
 void choose_searched(const std::vector<Candidate>& candidates, const std::vector<double>& lb, std::vector<size_t>& order,
@@ -283,6 +229,13 @@ std::pair<std::vector<size_t>, std::vector<Evaluated>> search_objective(const Co
   auto& lb = space.lower_bounds;
   lb.resize(candidates.size());
   for (size_t i = 0; i < candidates.size(); ++i) lb[i] = lower_bound(candidates[i]);
+  // The left-out points: each one's own lower bound, where it is above the common floor.
+  if (auto& left = result.left_out; !left.candidates.empty()) {
+    double floor = kInfinity;
+    for (const auto& c : left.candidates) floor = std::min(floor, std::max(left.floor_ms, lower_bound(c)));
+    left.floor_ms = floor;
+    left.candidates = {};
+  }
   auto& order = space.order;
   order.resize(candidates.size());
   std::iota(order.begin(), order.end(), size_t{0});
@@ -327,33 +280,24 @@ std::pair<std::vector<size_t>, std::vector<Evaluated>> search_objective(const Co
 
   // Workers take candidates in bound order. The leaderboard's bounds only fall as entries arrive and
   // every pruning decision is exact, so the kept set does not depend on timing or worker count.
-  std::mutex board_mutex;
   std::atomic<int64_t> evaluated{0};
+  for (size_t from = 0;;) {
+    evaluate_positions(model, options, space, board, from, evaluated);
+    if (board.kept().empty()) force_one_split(model, space, board, result);
+    // Nothing fits among the searched ones (memory rules them out): the next kMaxSearched are searched.
+    const size_t next = space.searched_count;
+    if (!board.kept().empty() || next >= space.order.size() || space.lower_bounds[space.order[next]] == kInfinity)
+      break;
+    from = next;
+    space.searched_count = std::min(space.order.size(), next + kMaxSearched);
+  }
+  result.evaluated += evaluated;
+  result.searched = static_cast<int64_t>(space.searched_count);
   // Past the searched ones (choose_searched), candidates are only summed up (result.unsearched).
   for (size_t pos = space.searched_count; pos < order.size() && lb[order[pos]] < kInfinity; ++pos) {
     ++result.unsearched.count;
     result.unsearched.floor_ms = std::min(result.unsearched.floor_ms, lb[order[pos]]);
   }
-  detail::for_each_in_parallel(space.searched().size(), options.threads, [&](size_t pos) {
-    const size_t idx = order[pos];
-    if (lb[idx] == kInfinity) return false;
-    const auto& c = candidates[idx];
-    double bound = 0.0;
-    {
-      const std::lock_guard<std::mutex> lock(board_mutex);
-      bound = board.bound();
-    }
-    if (lb[idx] > bound || space.ruled_out(idx, bound)) return true;
-    ++evaluated;
-    Split split = best_split(model, c, bound);
-    space.known[idx] = {true, bound, split};  // each index is written by one worker only
-    if (!split.feasible()) return true;
-    Evaluated e = evaluate_split(model, c, split);
-    const std::lock_guard<std::mutex> lock(board_mutex);
-    board.add(std::move(e), idx);
-    return true;
-  });
-  result.evaluated = evaluated;
   return {board.kept(), representatives(model, space, board)};
 }
 

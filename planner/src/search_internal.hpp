@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "pd2bw/planner/partition.hpp"
 #include "pd2bw/planner/search.hpp"
 
 namespace pd2bw::planner::detail {
@@ -27,6 +28,7 @@ struct BestKnown {
   double bound = 0;  // computed under this upper bound: split is the exact optimum, or none is <= bound,
                      // or (split.exhausted) the dynamic program ran out of work under it
   Split split;
+  int64_t work = 0;  // the work best_split was given (split_work_at, or kSplitWork for a forced one)
 };
 
 // The objective search's view of the space: candidates, their lower bounds, the order of those bounds
@@ -65,6 +67,18 @@ int64_t replay_into(const CostModel& model, Evaluated& e);
 // Deterministic: it depends on nothing but its arguments. `replays` counts the splits replayed.
 Evaluated replay_candidate(const CostModel& model, const Candidate& c, const Split& best, double lower_ms,
                            int64_t* replays);
+
+// The work best_split may spend on the candidate at position `pos` of the search's order (by lower
+// bound): the full kSplitWork for the first kFullWorkPositions, a 16th for the next ones up to
+// kSomeWorkPositions, a 64th past them; a candidate whose dynamic program runs out of work gets its greedy
+// split and counts in the proven gap by its lower bound. The work depends on the position alone, so what
+// the search finds does not depend on timing or the thread count. Spaces of a few hundred layers rarely
+// reach the cuts.
+inline constexpr size_t kFullWorkPositions = 1024, kSomeWorkPositions = 2048;
+inline int64_t split_work_at(size_t pos) {
+  if (pos < kFullWorkPositions) return kSplitWork;
+  return pos < kSomeWorkPositions ? kSplitWork / 16 : kSplitWork / 64;
+}
 
 // Splits inside a candidate whose objective is within this fraction of the best replay are not replayed
 // once the exact search's budget is spent.

@@ -30,8 +30,8 @@ class SplitTables {
   // stage_floor(i, a, e) is a lower bound on any objective with that stage, non-decreasing in e;
   // fb(a) the least fwd + bwd layers [0, a) add. Fold states whose floor passes `bound` are dropped (with
   // a relative slack of 1e-9: floors add the same terms in another order, and rounding must not prune
-  // a state whose objective is the bound itself). `max_work` caps the stages priced plus the states
-  // folded and compared; past it construction stops and exhausted() is true. The work done for a
+  // a state whose objective is the bound itself). `max_work` caps the starts visited, the stages
+  // priced and the states folded and compared; past it construction stops and exhausted() is true. The work done for a
   // given bound never depends on anything else, and a smaller bound never needs more (a state it keeps
   // is kept under any larger bound, and so is every state that dominates it).
   template <class Hi, class Price, class StageFloor, class Fb>
@@ -41,7 +41,6 @@ class SplitTables {
       : L_(layers), d_(depth), m_(m), rows_(static_cast<size_t>(depth)) {
     bound += 1e-9 * std::abs(bound);
     std::vector<Label> scratch;
-    int64_t work = 0;
     for (int64_t i = d_ - 1; i >= 0; --i) {
       Row& row = rows_[static_cast<size_t>(i)];
       row.lo = start_lo[static_cast<size_t>(i)];
@@ -49,6 +48,10 @@ class SplitTables {
       row.off.assign(static_cast<size_t>(row.hi - row.lo + 2), 0);
       const Row* next = i + 1 < d_ ? &rows_[static_cast<size_t>(i + 1)] : nullptr;
       for (int64_t a = row.lo; a <= row.hi; ++a) {
+        if (++work_ > max_work) {  // each start costs a search for its window's end
+          exhausted_ = true;
+          return;
+        }
         scratch.clear();
         int64_t e_first = a + 1, e_last = std::min(hi(i, a), L_ - (d_ - 1 - i));
         if (next) {
@@ -64,7 +67,7 @@ class SplitTables {
         for (int64_t e = e_first; e <= e_last; ++e) {
           if (stage_floor(i, a, e) > limit) break;
           if (next && next->count(e) == 0) continue;
-          if (++work > max_work) {
+          if (++work_ > max_work) {
             exhausted_ = true;
             return;
           }
@@ -74,7 +77,7 @@ class SplitTables {
             insert(scratch, {Fold::prepend(Fold::empty(), *s, m_), static_cast<int32_t>(e), -1}, nullptr);
           } else {
             const Label* from = next->at(e);
-            work += next->count(e) * static_cast<int64_t>(1 + scratch.size());
+            work_ += next->count(e) * static_cast<int64_t>(1 + scratch.size());
             for (int64_t j = 0; j < next->count(e); ++j) {
               const State x = Fold::prepend(from[j].v, *s, m_);
               if (Fold::floor(x, floor_a, m_, static_cast<double>(i)) > bound) continue;
@@ -87,11 +90,14 @@ class SplitTables {
         row.labels.insert(row.labels.end(), scratch.begin(), scratch.end());
         row.off[static_cast<size_t>(a - row.lo + 1)] = static_cast<uint32_t>(row.labels.size());
       }
+      if (row.labels.empty()) return;  // no stages i..d-1 under the bound: no split is, and best() says so
     }
   }
 
   // Whether the work budget ran out (then best() is nullptr and the tables must not be walked).
   bool exhausted() const { return exhausted_; }
+  // The work construction spent (starts visited, stages priced, states folded and compared).
+  int64_t work() const { return work_; }
 
   // The best fold state of the whole split (stage 0 starting at layer 0), or nullptr when none is below
   // the bound. Ties (equal objectives) go to the lexicographically smallest state.
@@ -161,6 +167,7 @@ class SplitTables {
   double m_;
   std::vector<Row> rows_;
   bool exhausted_ = false;
+  int64_t work_ = 0;
 };
 
 }  // namespace pd2bw::planner::detail

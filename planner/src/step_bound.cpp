@@ -13,6 +13,10 @@
 // Forced recompute (forced_redo.hpp): memory makes every split recompute at least `redo` ms per
 // microbatch; it adds to C in the average, in GPipe's fill and in flush's.
 //
+// Round trips: flush's stage k with m >= w_k + 2 waits for two round trips below it (objective.hpp), so its
+// part is at least 2 X_{>=k}, and the cycle through stage 0 adds X_{<k} and h_0; each stage's lane caps
+// X_{<k} at k T / m, so T >= (h_0 + 2 (C + redo)) / (1 + k / m) with k = max(0, d - m + 1) < d - 1.
+//
 // Fill: flush's cycle through stage 0 (objective.hpp) passes every stage's forward and backward once, with
 // the forced recompute, crosses every boundary twice and ends in stage 0's allreduce and update; and some
 // stage k's part adds (m - 1) more of its forwards or of its backwards, at least (m - 1) max(F, B) / d of
@@ -138,7 +142,13 @@ double StepLowerBound::fill_bound(const Candidate& c, double redo) const {
   const double d = static_cast<double>(c.depth), m = static_cast<double>(c.microbatches);
   const LinkLevels lvl = fastest_levels(model_, c);
   const double h0 = model_.allreduce_ms(first_grad_bytes_, c.width, lvl.replicas) + model_.update_prefix()[1];
-  return h0 + all + redo + least_fill_p2p(c) + (m - 1.0) * std::max(total_fwd_ms_[bi], total_bwd_ms_[bi]) / d;
+  const double fill = h0 + all + redo + least_fill_p2p(c) + (m - 1.0) * std::max(total_fwd_ms_[bi], total_bwd_ms_[bi]) / d;
+  // The round trips below stage k = max(0, d - m + 1), the first whose warm-up w_k = d - k - 1 leaves
+  // m >= w_k + 2, when it is not the last stage: T >= h_0 + C + redo + X_{>=k} >= h_0 + 2 (C + redo) - X_{<k},
+  // and every stage's lane m x_j <= T gives X_{<k} <= k T / m.
+  const int64_t k = std::max<int64_t>(0, c.depth - c.microbatches + 1);
+  if (k > c.depth - 2) return fill;
+  return std::max(fill, (h0 + 2.0 * (all + redo)) / (1.0 + static_cast<double>(k) / m));
 }
 
 double StepLowerBound::least_fill_p2p(const Candidate& c) const {

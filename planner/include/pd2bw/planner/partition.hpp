@@ -18,6 +18,7 @@ struct Split {
   std::vector<int64_t> bounds;  // d + 1 entries: stage i holds layers [bounds[i], bounds[i+1])
   double step_ms = kInfinity;   // step_objective of the split; infinity when infeasible
   bool exhausted = false;       // best_split ran out of work: a greedy or balanced split, not the optimum
+  int64_t work = 0;             // the work best_split's dynamic program spent (at most its max_work + 1)
   bool feasible() const { return step_ms < kInfinity; }
 };
 
@@ -27,7 +28,7 @@ inline constexpr int64_t kSplitWork = int64_t{1} << 20;
 
 // The split of `c` minimising step_objective with every stage within memory. Exact unless the work
 // passes max_work: then the result is the split greedy_step_ms found (balanced_split's when it found
-// none), with exhausted set, whatever its step_ms and the bound. Only splits with step_ms <= upper_bound_ms are looked for: when none exists the result is
+// none and max_work >= kSplitWork, else no split), with exhausted set, whatever its step_ms and the bound. Only splits with step_ms <= upper_bound_ms are looked for: when none exists the result is
 // infeasible (step_ms = infinity). Among equal step times the result is the same whatever the bound: at
 // each stage the canonical choice among equal partial states (earliest next boundary first). About
 // O(layers^2) when the bound is tight; a smaller bound never needs more work.

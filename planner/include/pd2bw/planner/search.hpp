@@ -41,17 +41,23 @@ struct SearchOptions {
 struct LeftOut {
   int64_t count = 0;
   double floor_ms = std::numeric_limits<double>::infinity();
+  std::vector<Candidate> candidates;  // enumerate_candidates' left-out points (the search bounds them
+                                      // from below one by one, then empties this)
 };
 
 struct SearchResult {
   std::vector<Evaluated> ranked;  // feasible and replayed, best first: the winner then the alternatives
   int64_t candidates = 0;         // points of the search space
   LeftOut left_out;               // points left out: more than kMaxReplayedMicrobatches microbatch-stages
-  LeftOut unsearched;             // feasible-looking points past the first kMaxSearched by lower bound
+  LeftOut unsearched;             // feasible-looking points past the searched ones by lower bound
+  int64_t searched = 0;           // candidates searched: the first kMaxSearched by lower bound, or more
+                                  // when none of those fits
   int64_t evaluated = 0;          // candidates whose best split was computed (the rest were pruned)
   int64_t replayed = 0;           // splits replayed in the simulator
   int64_t unproven = 0;           // candidates that could still win whose best split was not found within
                                   // kSplitWork (their balanced split was replayed; proven_gap counts them)
+  int64_t unreplayed = 0;         // candidates that could still win left unreplayed for the replay budget
+                                  // (kRoundReplayOps in replay.cpp; proven_gap counts their objective)
   double proven_gap = 0;          // no split of any candidate replays faster than the winner's step_ms /
                                   // (1 + proven_gap); 0: the winner is the best of all (left-out ones too)
   bool feasible() const { return !ranked.empty(); }
