@@ -262,16 +262,24 @@ executor::DType compute_dtype(const ProfileOptions& o) {
   return o.dtype == "bf16" ? executor::DType::bf16 : executor::DType::f32;
 }
 
+// Whether run_profile calibrates the runtime: on the cpu, unless the options turn it off.
+bool calibrates(const ProfileOptions& o) { return o.device == "cpu" && o.runtime_calibration; }
+
 int64_t layer_measurements(const ProfileOptions& o) {
   constexpr int64_t kinds = 3;  // embedding, block, head
   const auto sizes = static_cast<int64_t>(o.microbatches.size());
-  return kinds * (sizes + 1) + (o.device == "cpu" ? sizes : 0);  // + the runtime's calibration on the cpu
+  return kinds * (sizes + 1) + (calibrates(o) ? sizes : 0);  // + the runtime's calibration
 }
 
 // On the cpu, the runtime's step against the layers' (runtime_calibration.cpp); the cuda runtime is
 // asynchronous and is not calibrated (the planner then uses the layers' times as they are).
 void calibrate(const ProfileOptions& o, const ModelConfig& cfg, LayerPart& part, Progress& progress) {
   if (o.device != "cpu") return;
+  if (!calibrates(o)) {
+    part.notes += " runtime_calibration: not measured (--no-runtime-calibration); the planner prices the layers' "
+                  "times as they are.";
+    return;
+  }
   part.runtime = detail::calibrate_runtime(cfg, part.layers, o.microbatches, o.seed,
                                            [&](const std::string& what) { progress.step(what); });
   part.notes += fmt::format(

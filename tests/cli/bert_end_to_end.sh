@@ -9,7 +9,7 @@ source "$(dirname "$0")/lib.bash"
 PY="${PD2BW_PYTHON:-/usr/bin/python3}"
 
 expect_exit 0 "wrote $TMP/bert.json" -- "$PD2BW" profile --model bert --blocks 2 --d-model 32 --heads 4 --seq 32 \
-  --microbatch 1,2,4 --iters 3 -o "$TMP/bert.json"
+  --microbatch 1,2,4 --iters 3 --no-runtime-calibration -o "$TMP/bert.json"
 expect_exit 0 "" -- "$PD2BW" validate "$TMP/bert.json"
 expect_exit 0 "chosen:" -- "$PD2BW" plan --profile "$TMP/bert.json" --nodes 1 --gpus-per-node 2 --depth 2 --width 1 \
   --device-memory 64MiB --reserve 0 --global-batch 16 -o "$TMP/plan.json"

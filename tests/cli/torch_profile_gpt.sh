@@ -16,7 +16,8 @@ PT="$SRC/tools/pd2bw-torch"
 SEQ=64
 DIMS=(--blocks 2 --d-model 64 --heads 4 --seq "$SEQ" --vocab 256 --microbatch 1,2 --warmup 1 --iters 5)
 
-expect_exit 0 "wrote" -- "$PD2BW" profile "${DIMS[@]}" --link-max-bytes 64KiB -o "$TMP/pd2bw.json"
+expect_exit 0 "wrote" -- "$PD2BW" profile "${DIMS[@]}" --link-max-bytes 64KiB --no-runtime-calibration \
+  -o "$TMP/pd2bw.json"
 expect_exit 0 "wrote $TMP/torch.json" -- "$PT" profile --model gpt "${DIMS[@]}" --threads 1 \
   --links-from "$TMP/pd2bw.json" -o "$TMP/torch.json"
 expect_exit 0 "" -- "$PD2BW" validate "$TMP/torch.json"

@@ -73,8 +73,11 @@ resumes stop
 
 # 2. Node 1 is lost: rank 2 stops itself before step 6, and then both of node 1's ranks (2 and 3) are
 #    killed (-9) while rank 3 is in the middle of that step. mpirun notices and names the dead rank;
-#    rank 0 says where to resume from.
-PD2BW_FAULT="step:2:5:stop" timeout 120 "${MPI[@]}" "${TRAIN[@]}" --checkpoint-dir "$TMP/kill.ck" \
+#    rank 0 says where to resume from. OpenMPI 4.1 waits odls_base_sigkill_timeout whole seconds of
+#    the clock between its SIGTERM and its SIGKILL: with the default 1 that can be a millisecond, too
+#    short for rank 0 to run its SIGTERM handler on a busy machine; 2 gives it at least a second.
+PD2BW_FAULT="step:2:5:stop" OMPI_MCA_odls_base_sigkill_timeout=2 timeout 120 "${MPI[@]}" "${TRAIN[@]}" \
+  --checkpoint-dir "$TMP/kill.ck" \
   --log "$TMP/kill.jsonl" >"$TMP/out" 2>"$TMP/err" &
 job=$!
 for i in $(seq 600); do

@@ -111,7 +111,7 @@ PD2BW_RANKS_PER_NODE=2 expect_exit 0 "4 ranks as processes \(mpi, 2 node\(s\)\)"
 same_losses "$TMP/n22.t.jsonl" "$TMP/n22.m.jsonl" && ok || fail "the 2-node plan differs from threads"
 
 # 5. pd2bw profile under mpirun: curves between processes that validate and that pd2bw plan reads.
-FAST=(--iters 2 --warmup 1 --link-max-bytes 64KiB)
+FAST=(--iters 2 --warmup 1 --link-max-bytes 64KiB --no-runtime-calibration)
 expect_exit 0 "link node \(4 ranks as processes\)" -- "${MPI[@]}" -np 4 "$PD2BW" profile "${FAST[@]}" -o "$TMP/mp.json"
 "$PD2BW" validate "$TMP/mp.json" | grep -q "ok (pd2bw.profile" && ok || fail "the mpirun profile does not validate"
 PD2BW_RANKS_PER_NODE=2 expect_exit 0 "link cluster \(2 ranks as processes\)" -- "${MPI[@]}" -np 4 "$PD2BW" profile \

@@ -57,7 +57,8 @@ expect_exit 2 "does not have them at microbatch" -- "$PD2BW" simulate --plan "$T
 
 # A measured profile has them: zb-h1 is planned, replayed to its own prediction, checked and trained.
 S="$TMP/split.profile.json"
-expect_exit 0 "" -- "$PD2BW" profile --blocks 2 --d-model 32 --heads 2 --seq 32 --microbatch 1,2,4 -o "$S" -q
+expect_exit 0 "" -- "$PD2BW" profile --blocks 2 --d-model 32 --heads 2 --seq 32 --microbatch 1,2,4 --no-runtime-calibration \
+  -o "$S" -q
 expect_exit 0 "chosen: zb-h1" -- "$PD2BW" plan --profile "$S" --nodes 1 --gpus-per-node 4 --schedule zb-h1 \
   --depth 2 --width 2 --global-batch 16 -o "$TMP/zb-planned.json"
 expect_exit 0 "" -- "$PD2BW" simulate --plan "$TMP/zb-planned.json" --profile "$S" --json "$TMP/zb-sim.json" -q

@@ -4,8 +4,8 @@
 // must match the brute force; over the whole space, objective_search must find the least objective (so
 // its lower bounds and pruning are exact). On medium instances (up to 40 layers, 32 devices) an unpruned
 // dynamic program with windows of none stands in for the enumeration. The small instances run again
-// with measured link curves. Also: the optimum never gets worse with more memory or faster links, and
-// both searches are deterministic, whatever the thread count.
+// with measured link curves. The searches' monotonicity and determinism are tested in
+// test_planner_search_properties.cpp.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -22,6 +22,7 @@
 #include "pd2bw/planner/cost_model.hpp"
 #include "pd2bw/planner/partition.hpp"
 #include "pd2bw/planner/search.hpp"
+#include "planner_test_util.hpp"
 #include "random_instances.hpp"
 
 namespace {
@@ -36,20 +37,15 @@ using pd2bw::planner::Split;
 using pd2bw::planner::StageCost;
 using pd2bw::schemas::Placement;
 using pd2bw::schemas::Schedule;
+using pd2bw::testing::close_rel;
 using pd2bw::testing::device_count;
 using pd2bw::testing::for_each_candidate;
 using pd2bw::testing::for_each_split;
+using pd2bw::testing::kRelTol;
 using pd2bw::testing::make_random_instance;
 using pd2bw::testing::RandomInstance;
 using pd2bw::testing::reference_objective;
 using pd2bw::testing::schedule_name;
-
-constexpr double kRelTol = 1e-9;
-
-bool close_rel(double a, double b) {
-  if (a == b) return true;
-  return std::abs(a - b) <= kRelTol * std::max(std::abs(a), std::abs(b));
-}
 
 std::string describe_candidate(const Candidate& c, const std::vector<int64_t>& bounds, double step_ms) {
   std::ostringstream o;
@@ -297,12 +293,6 @@ double reference_dp(const CostModel& model, const Candidate& c) {
   return best;
 }
 
-double optimum(const RandomInstance& inst) {
-  const CostModel model(inst.profile, inst.cluster, inst.constraints);
-  const SearchResult r = pd2bw::planner::objective_search(model);
-  return r.feasible() ? r.ranked[0].step_ms : kInfinity;
-}
-
 }  // namespace
 
 TEST_CASE("the objective search matches an unpruned dynamic program on medium instances") {
@@ -347,79 +337,4 @@ TEST_CASE("the objective search matches an unpruned dynamic program on medium in
   }
   MESSAGE("medium instances: " << kMedium << ", feasible " << feasible);
   CHECK(feasible >= kMedium / 3);
-}
-
-TEST_CASE("more memory or faster links never make the optimum slower") {
-  for (uint64_t seed = 1001; seed <= 1300; ++seed) {
-    const RandomInstance base = make_random_instance(seed);
-    INFO(base.describe());
-    const double t0 = optimum(base);
-    RandomInstance more_memory = base;
-    pd2bw::testing::set_device_memory(more_memory, 2 * base.cluster.device.memory_bytes);
-    const double t_mem = optimum(more_memory);
-    RandomInstance faster = base;
-    pd2bw::testing::scale_bandwidths(faster, 2.0);
-    const double t_bw = optimum(faster);
-    CAPTURE(t0);
-    CAPTURE(t_mem);
-    CAPTURE(t_bw);
-    if (t0 < kInfinity) {
-      CHECK(t_mem < kInfinity);
-      CHECK((t_mem <= t0 || close_rel(t_mem, t0)));
-      CHECK(t_bw < kInfinity);
-      CHECK((t_bw <= t0 || close_rel(t_bw, t0)));
-    }
-  }
-}
-
-namespace {
-
-// The same ranked list, candidate by candidate and bit for bit.
-void check_same_ranking(const SearchResult& a, const SearchResult& b) {
-  CHECK(a.candidates == b.candidates);
-  REQUIRE(a.ranked.size() == b.ranked.size());
-  for (size_t i = 0; i < a.ranked.size(); ++i) {
-    const Evaluated& x = a.ranked[i];
-    const Evaluated& y = b.ranked[i];
-    CHECK(x.candidate.schedule == y.candidate.schedule);
-    CHECK(x.candidate.microbatch == y.candidate.microbatch);
-    CHECK(x.candidate.depth == y.candidate.depth);
-    CHECK(x.candidate.width == y.candidate.width);
-    CHECK(x.candidate.microbatches == y.candidate.microbatches);
-    CHECK(x.candidate.placement == y.candidate.placement);
-    CHECK(x.split.bounds == y.split.bounds);
-    CHECK(x.step_ms == y.step_ms);  // bitwise: same inputs, same arithmetic
-  }
-}
-
-}  // namespace
-
-TEST_CASE("both searches are deterministic, whatever the number of worker threads") {
-  pd2bw::planner::SearchOptions one, many;
-  one.threads = 1;
-  many.threads = 4;
-  for (uint64_t seed = 2001; seed <= 2100; ++seed) {
-    pd2bw::testing::RandomInstanceOptions opt;
-    opt.max_layers = seed % 2 == 0 ? 10 : 30;  // larger instances give the workers more to race on
-    opt.max_per_node = seed % 2 == 0 ? 4 : 8;
-    opt.max_nodes = seed % 2 == 0 ? 2 : 4;
-    const RandomInstance inst = make_random_instance(seed, opt);
-    INFO(inst.describe());
-    const CostModel model(inst.profile, inst.cluster, inst.constraints);
-    const SearchResult a = pd2bw::planner::objective_search(model, one);
-    const SearchResult b = pd2bw::planner::objective_search(model, one);
-    CHECK(a.evaluated == b.evaluated);  // one worker: even the pruning is repeatable
-    check_same_ranking(a, b);
-    check_same_ranking(a, pd2bw::planner::objective_search(model, many));
-    const SearchResult r = pd2bw::planner::search(model, one);
-    check_same_ranking(r, pd2bw::planner::search(model, many));
-    // A model built afresh from the same inputs gives the same winner.
-    const CostModel again(inst.profile, inst.cluster, inst.constraints);
-    const SearchResult c = pd2bw::planner::search(again);
-    REQUIRE(c.ranked.size() == r.ranked.size());
-    if (!r.ranked.empty()) {
-      CHECK(c.ranked[0].split.bounds == r.ranked[0].split.bounds);
-      CHECK(c.ranked[0].step_ms == r.ranked[0].step_ms);
-    }
-  }
 }

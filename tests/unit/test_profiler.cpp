@@ -11,25 +11,13 @@
 #include "pd2bw/executor/layers.hpp"
 #include "pd2bw/profiler/profiler.hpp"
 #include "pd2bw/schemas/profile.hpp"
+#include "profiler_test_util.hpp"
 
 namespace ex = pd2bw::executor;
 namespace pf = pd2bw::profiler;
+using pd2bw::test::small_profile_options;
 
 namespace {
-
-pf::ProfileOptions small_options() {
-  pf::ProfileOptions o;
-  o.blocks = 2;
-  o.d_model = 16;
-  o.heads = 2;
-  o.seq_len = 8;
-  o.vocab = 32;
-  o.microbatches = {1, 2};
-  o.warmup = 1;
-  o.iters = 3;
-  o.link_max_bytes = 256 << 10;
-  return o;
-}
 
 ex::ModelConfig config_of(const pf::ProfileOptions& o) {
   return {.vocab = o.vocab, .seq_len = o.seq_len, .d_model = o.d_model, .heads = o.heads, .blocks = o.blocks,
@@ -72,7 +60,7 @@ struct Run {
 const Run& small_run() {
   static const Run run = [] {
     Run r;
-    r.profile = pf::run_profile(small_options(), [&r](double f, const std::string&) { r.fractions.push_back(f); });
+    r.profile = pf::run_profile(small_profile_options(), [&r](double f, const std::string&) { r.fractions.push_back(f); });
     return r;
   }();
   return run;
@@ -81,7 +69,7 @@ const Run& small_run() {
 }  // namespace
 
 TEST_CASE("run_profile lists embedding, every block and head with their parameter sizes") {
-  const pf::ProfileOptions o = small_options();
+  const pf::ProfileOptions o = small_profile_options();
   const ex::ModelConfig cfg = config_of(o);
   const auto& p = small_run().profile;
   REQUIRE(p.layers.size() == 4);
@@ -106,7 +94,7 @@ TEST_CASE("run_profile lists embedding, every block and head with their paramete
 }
 
 TEST_CASE("run_profile times and sizes every layer at every microbatch size") {
-  const ex::ModelConfig cfg = config_of(small_options());
+  const ex::ModelConfig cfg = config_of(small_profile_options());
   const auto& p = small_run().profile;
   for (size_t i = 0; i < p.layers.size(); ++i) {
     const auto& layer = p.layers[i];
@@ -134,7 +122,7 @@ TEST_CASE("run_profile times and sizes every layer at every microbatch size") {
 }
 
 TEST_CASE("run_profile times the backward's halves apart and sizes what B leaves for W") {
-  const ex::ModelConfig cfg = config_of(small_options());
+  const ex::ModelConfig cfg = config_of(small_profile_options());
   const auto& p = small_run().profile;
   for (size_t i = 0; i < p.layers.size(); ++i) {
     const auto& layer = p.layers[i];
@@ -166,7 +154,7 @@ TEST_CASE("run_profile measures the node links on ascending message sizes") {
   REQUIRE(p.links.size() == 1);
   const auto& l = p.links[0];
   CHECK(l.level == "node");
-  CHECK(l.allreduce_ranks == small_options().link_ranks);
+  CHECK(l.allreduce_ranks == small_profile_options().link_ranks);
   const std::vector<int64_t> sizes{4096, 16384, 65536, 262144};
   for (const auto* curve : {&l.p2p_curve, &l.allreduce_curve}) {
     REQUIRE(curve->size() == sizes.size());
@@ -191,7 +179,7 @@ TEST_CASE("run_profile reports non-decreasing progress ending at 1") {
 }
 
 TEST_CASE("a tied head counts its copy of the token table and is timed with it") {
-  pf::ProfileOptions o = small_options();
+  pf::ProfileOptions o = small_profile_options();
   o.tie_embeddings = true;
   o.microbatches = {1};
   o.link_max_bytes = 4096;
@@ -206,7 +194,7 @@ TEST_CASE("a tied head counts its copy of the token table and is timed with it")
 
 TEST_CASE("validate_options refuses bad options with a usage error") {
   const auto refuses = [](auto change) {
-    pf::ProfileOptions o = small_options();
+    pf::ProfileOptions o = small_profile_options();
     change(o);
     CHECK_THROWS_AS(pf::validate_options(o), pd2bw::UsageError);
   };
@@ -220,7 +208,7 @@ TEST_CASE("validate_options refuses bad options with a usage error") {
   refuses([](pf::ProfileOptions& o) { o.link_max_bytes = 1024; });
   refuses([](pf::ProfileOptions& o) { o.device = "tpu"; });
   refuses([](pf::ProfileOptions& o) { o.dtype = "bf16"; });
-  pf::ProfileOptions cuda = small_options();
+  pf::ProfileOptions cuda = small_profile_options();
   cuda.device = "cuda";
   cuda.dtype = "bf16";
   std::string why;
@@ -228,7 +216,7 @@ TEST_CASE("validate_options refuses bad options with a usage error") {
     CHECK_NOTHROW(pf::validate_options(cuda));
   else  // "no CUDA device: ..." (built, no GPU) or "no backend named 'cuda'" (not built)
     CHECK_THROWS_WITH_AS(pf::validate_options(cuda), doctest::Contains(why.c_str()), pd2bw::UsageError);
-  CHECK_NOTHROW(pf::validate_options(small_options()));
+  CHECK_NOTHROW(pf::validate_options(small_profile_options()));
 }
 
 TEST_CASE("link_message_sizes grows by 4 and ends at the largest size") {

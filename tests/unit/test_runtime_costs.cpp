@@ -1,7 +1,7 @@
 // The profile's runtime_calibration: measured by run_profile on the cpu, read, written and refused like
 // the other fields, and priced by the planner as the closed form says (every layer time at microbatch
 // size b times compute_scale[b]); the planner's prediction stays the replay of the written plan; a
-// profile without it plans as before.
+// profile without it (or one whose options turned it off) plans as before.
 #include <doctest/doctest.h>
 
 #include <fstream>
@@ -13,6 +13,7 @@
 #include "pd2bw/planner/simulator.hpp"
 #include "pd2bw/profiler/profiler.hpp"
 #include "pd2bw/schemas/profile.hpp"
+#include "profiler_test_util.hpp"
 #include "random_instances.hpp"
 #include "schema_test_util.hpp"
 
@@ -191,16 +192,7 @@ TEST_CASE("with a runtime_calibration the planner's predictions are still the re
 }
 
 TEST_CASE("run_profile on the cpu calibrates the runtime at every microbatch size") {
-  profiler::ProfileOptions o;
-  o.blocks = 2;
-  o.d_model = 16;
-  o.heads = 2;
-  o.seq_len = 8;
-  o.vocab = 32;
-  o.microbatches = {1, 2};
-  o.warmup = 1;
-  o.iters = 3;
-  o.link_max_bytes = 64 << 10;
+  const profiler::ProfileOptions o = test::small_profile_options();
   const schemas::Profile p = profiler::run_profile(o, {});
   const schemas::RuntimeCalibration& r = p.runtime_calibration;
   REQUIRE(r.per_microbatch.size() == 2);
@@ -224,4 +216,14 @@ TEST_CASE("run_profile on the cpu calibrates the runtime at every microbatch siz
   CHECK(r.update_scale == doctest::Approx(std::max(0.0, 0.5 * (per_step[0] + per_step[1])) / update).epsilon(1e-12));
   CHECK(schemas::parse_profile(schemas::dump_profile(p)).runtime_calibration.per_microbatch.size() == 2);
   CHECK(p.provenance.notes.find("runtime_calibration") != std::string::npos);
+}
+
+TEST_CASE("run_profile leaves the calibration out when the options turn it off, and its notes say so") {
+  profiler::ProfileOptions o = test::small_profile_options();
+  o.runtime_calibration = false;
+  const schemas::Profile p = profiler::run_profile(o, {});
+  CHECK_FALSE(p.runtime_calibration.present());
+  CHECK(p.provenance.notes.find("runtime_calibration: not measured") != std::string::npos);
+  CHECK(schemas::dump_profile(p).find("\"runtime_calibration\"") == std::string::npos);
+  CHECK(planner::runtime_costs_note(p).rfind("note: the profile has no runtime_calibration", 0) == 0);
 }

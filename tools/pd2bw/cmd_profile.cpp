@@ -29,6 +29,7 @@ struct ProfileCliOptions {
   std::string link_max_bytes = fmt::format("{}MiB", profiler::kDefaultLinkMaxBytes >> 20);
   std::string output = "profile.json";
   bool quiet = false;
+  bool no_runtime_calibration = false;
 };
 
 // "1,2,4,8" -> {1, 2, 4, 8}; order and sign are checked by profiler::validate_options.
@@ -130,6 +131,7 @@ void run_profile_command(ProfileCliOptions& o) {
   o.opts.microbatches = parse_list(o.microbatches, "--microbatch");
   o.opts.link_max_bytes = schemas::parse_bytes(o.link_max_bytes, "--link-max-bytes");
   o.opts.command_line = command_line();
+  o.opts.runtime_calibration = !o.no_runtime_calibration;
   profiler::validate_options(o.opts);  // before anything is printed
   const executor::LaunchEnvironment launch = executor::detect_launch_environment();
   const bool in_job = launch.world_size > 1;
@@ -188,6 +190,10 @@ void add_options(CLI::App* cmd, ProfileCliOptions& o) {
                   "Largest link message (size such as 16MiB; from 4 KiB in powers of 4, at most 1 GiB; above 32 MiB "
                   "each message is freshly mapped memory, so it times page faults)")
       ->capture_default_str();
+  cmd->add_flag("--no-runtime-calibration", o.no_runtime_calibration,
+                "Skip the cpu's runtime calibration (about a second: the stage runtime trained against the layers' "
+                "times). The profile then has no runtime_calibration, and `pd2bw plan` prices the layers' times as "
+                "they are, without the runtime's own work, and says so in a note");
   cmd->add_option("--seed", p.seed, "Seed of the weights, tokens and activations")->capture_default_str();
   cmd->add_option("-o,--output", o.output, "Where to write the profile ('-' for stdout)")->capture_default_str();
   cmd->add_flag("-q,--quiet", o.quiet, "Print nothing but errors");

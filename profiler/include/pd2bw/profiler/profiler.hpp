@@ -41,6 +41,8 @@ struct ProfileOptions {
   uint64_t seed = 1234;                           // initial weights, tokens and activations
   std::string name;                               // model name in the profile; empty: derived from dims
   bool tie_embeddings = false;                    // the head reuses the embedding's token table (bert: always)
+  bool runtime_calibration = true;                // on the cpu, time the stage runtime against the layers
+                                                  // (about a second); false: the profile has none
   std::string command_line;                       // recorded in provenance (the CLI passes its argv)
 };
 
@@ -75,7 +77,9 @@ using ProgressFn = std::function<void(double fraction, const std::string& what)>
 // bytes while the stash is alive); param_bytes is the arena's growth for the weights in the compute
 // dtype. links holds one level "node": p2p and allreduce curves over link_message_sizes() and the
 // scalars derived from them. On the cpu, runtime_calibration times the stage runtime against the layers
-// (the whole model as one stage, schemas::RuntimeCalibration; about a second more). With cuda the device
+// (the whole model as one stage, schemas::RuntimeCalibration; about a second more) unless
+// options.runtime_calibration is false, which leaves it absent (the planner then prices the layers' times
+// as they are, and says so). With cuda the device
 // carries the GPU's driver and CUDA versions and its measured copy bandwidths, and the links are device
 // buffers between stages sharing the GPU. Blocks
 // the calling thread for the whole run; starts link_ranks threads for the link part. Throws pd2bw::UsageError for bad options, pd2bw::Error if a measurement fails.
