@@ -201,7 +201,7 @@ void choose_searched(const std::vector<Candidate>& candidates, const std::vector
   size_t chunked = 0;
   // A search of the chunked schedules alone (one pinned) has no other candidates to make room for.
   const bool mixed = std::any_of(candidates.begin(), candidates.end(), [](const Candidate& c) { return c.chunks == 1; });
-  const size_t cap = mixed ? kMaxChunkedSearched : kMaxSearched;
+  const size_t cap = mixed ? kMaxChunkedSearched : kMaxPinnedChunkedSearched;
   for (size_t idx : order) {
     const bool is_chunked = candidates[idx].chunks > 1;
     if (chosen.size() < kMaxSearched && lb[idx] < kInfinity && (!is_chunked || chunked < cap)) {

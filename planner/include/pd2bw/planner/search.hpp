@@ -80,8 +80,9 @@ inline constexpr int64_t kMaxChunkedMicrobatches = int64_t{1} << 17;
 inline constexpr size_t kMaxSearched = 2048;
 // Of which at most this many chunked ones (interleaved, zb-v), by their own lower bounds, when other
 // schedules are searched too: those bounds are weaker (a chunked rank's layers are no single run), and
-// each costs a walk of its ranks' op lists. A search pinned to a chunked schedule has the whole budget.
-inline constexpr size_t kMaxChunkedSearched = 64;
+// each costs a walk of its ranks' op lists. A search pinned to a chunked schedule searches up to
+// kMaxPinnedChunkedSearched.
+inline constexpr size_t kMaxChunkedSearched = 64, kMaxPinnedChunkedSearched = 256;
 
 // The schedules the search tries, in order: the pinned one, else 2bw, flush, gpipe, and zb-h1 when the
 // profile times the backward in halves (CostModel::split_backward).
