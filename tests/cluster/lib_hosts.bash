@@ -182,8 +182,12 @@ hosts_exec() {
 hosts_mpirun() {
   local per="$1" h list=""
   for h in "${HOSTS[@]}"; do list+="${list:+,}$h:$per"; done
+  # odls_base_sigkill_timeout: OpenMPI 4.1 counts the wait between its SIGTERM and its SIGKILL in whole
+  # seconds of the clock, so the default 1 can be a millisecond, too short for a rank to run its SIGTERM
+  # handler (and say where to resume from) on a busy machine; 2 gives it at least a second.
   # shellcheck disable=SC2034,SC2054  # the caller's array; the commas are OpenMPI's lists
   HOSTS_MPI=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np $((per * ${#HOSTS[@]}))
+             --mca odls_base_sigkill_timeout 2
              --host "$list" --mca plm_rsh_agent "$HOSTS_AGENT" --mca plm_rsh_no_tree_spawn 1
              --mca oob_tcp_if_include "$HOSTS_SUBNET" --mca btl_tcp_if_include "$HOSTS_SUBNET"
              --mca btl self,vader,tcp)
