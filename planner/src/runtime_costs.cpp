@@ -26,8 +26,9 @@ schemas::Profile with_runtime_costs(const schemas::Profile& profile) {
 std::string runtime_costs_note(const schemas::Profile& profile) {
   const schemas::RuntimeCalibration& r = profile.runtime_calibration;
   if (!r.present())
-    return "note: the profile has no runtime_calibration (an older profile, a cuda one, or another tool's): step "
-           "times are the layers' times alone, without the runtime's own work (`pd2bw profile` on the cpu adds it)";
+    return "note: the profile has no runtime_calibration (an older profile, a cuda one, one made with "
+           "--no-runtime-calibration, or another tool's): step times are the layers' times alone, without the "
+           "runtime's own work (`pd2bw profile` on the cpu adds it)";
   std::string scales;
   for (const auto& s : r.per_microbatch)
     scales += fmt::format("{}b={} x{:.3f}", scales.empty() ? "" : ", ", s.microbatch, s.compute_scale);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `pd2bw plan` where the search's budgets bind (the 3.8B example's block repeated to 400 layers, on 128
-# GPUs, which has the split backward the zero-bubble schedules need): every
+# `pd2bw plan` on a search space of thousands of candidates (the 3.8B example's block repeated to 400
+# layers, on 128 GPUs, which has the split backward the zero-bubble schedules need): every
 # searched schedule gives a plan that validates, the plan does not depend on the thread count, and the
 # printed gap holds against the pinned searches: no schedule's best replay found by `--schedule S` is
 # faster than the unpinned winner divided by (1 + its printed gap).

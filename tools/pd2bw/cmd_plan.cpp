@@ -164,7 +164,8 @@ void run_plan(const PlanOptions& o) {
                  planner::kMaxReplayedMicrobatches, result.left_out.floor_ms);
     if (result.unsearched.floor_ms < result.ranked.front().step_ms)
       fmt::print(stderr, "searched the {} candidates with the least lower bounds (at most {} of them chunked); the {} "
-                         "others cannot step in under {:.2f} ms\n", result.searched, planner::kMaxChunkedSearched,
+                         "others cannot step in under {:.2f} ms\n", result.searched,
+                 in.constraints.schedule ? planner::kMaxPinnedChunkedSearched : planner::kMaxChunkedSearched,
                  result.unsearched.count, result.unsearched.floor_ms);
     if (result.unproven > 0)
       fmt::print(stderr, "{} candidates that could still win needed more work than the split search allows: only "

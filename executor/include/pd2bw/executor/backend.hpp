@@ -263,7 +263,9 @@ class Backend {
   virtual void accumulate(View acc, ConstView x, int64_t n) = 0;
 
   // ---- optimizer (master weights, gradients and moments in f32 or f64, all of one dtype) --------------
-  // As adamw_step / sgd_step in optimizer.hpp; params_out may be params_in itself.
+  // As adamw_step / sgd_step in optimizer.hpp; params_out may be params_in itself, and grads may be
+  // params_out itself: every implementation reads an element's gradient before it writes that element's
+  // weight (2BW's deferred update parks a gradient in the buffer the update then overwrites).
   virtual void adamw_step(const AdamWConfig& config, const ParamLayout& layout, double lr, int64_t step, double grad_scale,
                           ConstView params_in, ConstView grads, View m, View v, View params_out) = 0;
   virtual void sgd_step(const SgdConfig& config, const ParamLayout& layout, double lr, double grad_scale,
