@@ -124,8 +124,13 @@ constexpr int64_t kRoundSplitWork = int64_t{1} << 26, kLeastRoundWork = int64_t{
 // (because they could win): a replay of 2^23 ops takes about 0.2 s.
 constexpr int64_t kShownReplayOps = int64_t{1} << 23;
 
+// The ops a replay of `split` of `c` would take (estimated_replay_ops).
+int64_t replay_ops(const CostModel& model, const Candidate& c, const Split& split) {
+  return estimated_replay_ops(replay_input(model, evaluate_split(model, c, split)));
+}
+
 bool cheap_to_replay(const CostModel& model, const Candidate& c, const Split& split) {
-  return estimated_replay_ops(replay_input(model, evaluate_split(model, c, split))) <= kShownReplayOps;
+  return replay_ops(model, c, split) <= kShownReplayOps;
 }
 
 // The replayed candidates, best first: the top `keep` and the best of each schedule.
@@ -192,8 +197,8 @@ void replay_search(const CostModel& model, SearchSpace& space, const std::vector
   auto take_within_budget = [&](std::vector<size_t>& batch) {
     std::vector<size_t> taken;
     for (size_t idx : batch) {
-      const int64_t ops = estimated_replay_ops(replay_input(model, evaluate_split(model, cands[idx], space.known[idx].split)));
-      if (ops <= budget) {
+      const int64_t ops = budget > 0 ? replay_ops(model, cands[idx], space.known[idx].split) : 0;
+      if (budget > 0 && ops <= budget) {
         budget -= ops;
         taken.push_back(idx);
       } else {

@@ -10,8 +10,8 @@
 namespace pd2bw::executor::cpu::detail {
 namespace {
 
-constexpr float kSqrt2OverPi = 0.79788456080286535588f;
-constexpr float kCubic = 0.044715f;
+constexpr float kSqrt2OverPi = kGeluSqrt2OverPi;
+constexpr float kCubic = kGeluCubic;
 
 // exp(-2u), u = sqrt(2/pi) (x + 0.044715 x^3), the scalar form's operations in its order.
 PD2BW_SIMD_TARGET __m256 exp_minus_2u(__m256 x) {

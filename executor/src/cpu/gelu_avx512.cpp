@@ -12,8 +12,8 @@ namespace {
 
 using reg = __m512;
 
-constexpr float kSqrt2OverPi = 0.79788456080286535588f;
-constexpr float kCubic = 0.044715f;
+constexpr float kSqrt2OverPi = kGeluSqrt2OverPi;
+constexpr float kCubic = kGeluCubic;
 
 PD2BW_SIMD_TARGET inline reg splat(float v) {
   return _mm512_set1_ps(v);

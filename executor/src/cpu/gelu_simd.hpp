@@ -12,6 +12,10 @@
 
 namespace pd2bw::executor::cpu::detail {
 
+// u = kSqrt2OverPi (x + kCubic x^3), in float, for both levels.
+inline constexpr float kGeluSqrt2OverPi = 0.79788456080286535588f;
+inline constexpr float kGeluCubic = 0.044715f;
+
 void gelu_tanh_forward_avx2(const float* x, float* y, int64_t n);
 void gelu_tanh_backward_avx2(const float* dy, const float* x, float* dx, int64_t n);
 void gelu_tanh_forward_avx512(const float* x, float* y, int64_t n);
