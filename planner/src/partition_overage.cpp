@@ -39,40 +39,45 @@ OverageSplit least_overage_split(const CostModel& model, const Candidate& c, int
   if (c.depth < 1 || c.depth > L) return out;
   if (c.chunks > 1) return detail::chunked_least_overage_split(model, c, bound_bytes);
   const auto pc = detail::prepare(model, c);
-  auto over = [&](int64_t i, int64_t a, int64_t e) {
+  // A stage's bytes in the option the recompute policy picks. The tables compare bytes, not overages:
+  // their relative slack assumes values >= 0, and an overage is negative when a split fits.
+  auto bytes = [&](int64_t i, int64_t a, int64_t e) {
     const auto q = detail::quick_price(model, pc, i, a, e);
-    return saturating_add(q.recompute ? q.redo_bytes : q.plain_bytes, -model.memory_limit_bytes());
+    return q.recompute ? q.redo_bytes : q.plain_bytes;
   };
+  const int64_t limit = model.memory_limit_bytes();
   const auto start = balanced_by_params(model, c.depth);
-  int64_t bound = INT64_MIN;
+  int64_t most = 0;  // the largest stage of the balanced split, in bytes
   for (int64_t i = 0; i < c.depth; ++i)
-    bound = std::max(bound, over(i, start[static_cast<size_t>(i)], start[static_cast<size_t>(i + 1)]));
-  bound = std::min(bound, bound_bytes);
+    most = std::max(most, bytes(i, start[static_cast<size_t>(i)], start[static_cast<size_t>(i + 1)]));
+  const int64_t bound = std::min(most, saturating_add(limit, bound_bytes));
   // Every stage holds at least its static bytes and the reserve: that narrows the windows.
-  const int64_t static_cap = saturating_add(model.memory_limit_bytes() - model.constraints().reserve_bytes, bound);
+  const int64_t static_cap = bound - model.constraints().reserve_bytes;
   const auto w = make_windows(model, pc, kInfinity, static_cap, false, true);
   if (!w) {
     out.over_bytes = INT64_MAX;
     return out;
   }
-  const int64_t fixed = model.constraints().reserve_bytes - model.memory_limit_bytes();
   const detail::SplitTables<detail::TwoBwFold> tables(
       L, c.depth, 1.0, static_cast<double>(bound), w->start_lo, w->start_hi,
       [&](int64_t i, int64_t a) { return w->hi(i, a); },
       [&](int64_t i, int64_t a, int64_t e) -> std::optional<StageTerms> {
         StageTerms s;
-        s.lane = static_cast<double>(over(i, a, e));
+        s.lane = static_cast<double>(bytes(i, a, e));
         return s;
       },
-      [&](int64_t, int64_t a, int64_t e) { return static_cast<double>(model.static_bytes(c.schedule, a, e) + fixed); },
+      [&](int64_t, int64_t a, int64_t e) {
+        return static_cast<double>(model.static_bytes(c.schedule, a, e) + model.constraints().reserve_bytes);
+      },
       [](int64_t) { return 0.0; });
   const auto* best = tables.best();
-  if (!best) {
+  // The tables check no state of a last stage against the bound: one stage comes back whatever it is.
+  if (!best || static_cast<int64_t>(best->v[0]) > bound) {
     out.over_bytes = INT64_MAX;
     return out;
   }
   out.bounds = tables.bounds(best);
-  out.over_bytes = static_cast<int64_t>(best->v[0]);
+  out.over_bytes = static_cast<int64_t>(best->v[0]) - limit;
   return out;
 }
 

@@ -52,9 +52,11 @@ double greedy_step_ms(const CostModel& model, const Candidate& c);
 bool for_each_split_within(const CostModel& model, const Candidate& c, double limit_ms, int64_t max_nodes,
                            const std::function<double(const Split&)>& visit);
 
-// When no split fits: the split minimising the largest memory overage (bytes over the limit) over its
-// stages, each stage in its least-memory option. Returns that overage in `over_bytes`; only splits with
-// an overage <= bound_bytes are looked for (empty bounds when there is none).
+// The split minimising the largest memory overage (bytes over the limit) over its stages, each stage in
+// the option the recompute policy picks (its least-memory one when nothing fits); what closest_infeasible
+// reports when no split fits. Returns that overage in `over_bytes` (negative when a split fits, by the
+// headroom of its fullest stage); only splits with an overage <= bound_bytes are looked for (empty bounds
+// and over_bytes INT64_MAX when there is none).
 struct OverageSplit {
   std::vector<int64_t> bounds;
   int64_t over_bytes = 0;
