@@ -30,6 +30,25 @@ ChunkPricer::ChunkPricer(const CostModel& model, const Candidate& c) : model_(mo
   }
   walks_ = model.position_walks(c);
   for (int64_t p = 0; p < d; ++p) ar_level_.push_back(c.width > 1 ? model.allreduce_level(c, p) : -1);
+  peaks_.resize(static_cast<size_t>(2 * d));
+  held_key_.resize(static_cast<size_t>(d));
+  held_value_.resize(static_cast<size_t>(d));
+  // Replicas whose chunks' boundaries cross the same levels move as much: one of each kind is priced.
+  kinds_.resize(static_cast<size_t>(d));
+  for (int64_t p = 0; p < d; ++p) {
+    const auto same = [&](int64_t r, int64_t q) {
+      for (int64_t k : held_[static_cast<size_t>(p)]) {
+        const auto K = static_cast<size_t>(k);
+        if (in_level_[K][static_cast<size_t>(r)] != in_level_[K][static_cast<size_t>(q)] ||
+            out_level_[K][static_cast<size_t>(r)] != out_level_[K][static_cast<size_t>(q)])
+          return false;
+      }
+      return true;
+    };
+    auto& kinds = kinds_[static_cast<size_t>(p)];
+    for (int64_t r = 0; r < c.width; ++r)
+      if (std::none_of(kinds.begin(), kinds.end(), [&](int64_t q) { return same(r, q); })) kinds.push_back(r);
+  }
 }
 
 bool ChunkPricer::completes(int64_t chunk) const {
@@ -93,8 +112,8 @@ ChunkPricer::RankMemory ChunkPricer::rank_memory(int64_t position, const std::ve
     redo_bytes_.push_back({in, stash, wst});
   }
   RankMemory r;
-  r.plain = saturating_add(fixed, pipeline::stash_peak((*walks_)[P][0], plain_bytes_));
-  r.redo = saturating_add(fixed, pipeline::stash_peak((*walks_)[P][1], redo_bytes_));
+  r.plain = saturating_add(fixed, peaks_[2 * P].peak((*walks_)[P][0], plain_bytes_));
+  r.redo = saturating_add(fixed, peaks_[2 * P + 1].peak((*walks_)[P][1], redo_bytes_));
   const RecomputeChoice choice = choose_recompute(pc_.policy, r.plain, r.redo, pc_.limit_bytes);
   r.recompute = choice.recompute;
   r.feasible = choice.feasible;
@@ -124,7 +143,8 @@ std::pair<int64_t, double> ChunkPricer::busiest_replica(int64_t position, const 
   const int64_t L = model_.num_layers();
   double worst = -1.0;
   int64_t worst_r = 0;
-  for (int64_t r = 0; r < c_.width; ++r) {
+  // The first replica of each kind in replica order: the first of the busiest, as over every replica.
+  for (int64_t r : kinds_[static_cast<size_t>(position)]) {
     double sum = 0.0;
     for (int64_t k : chunks_of(position)) {
       const int64_t b = bounds[static_cast<size_t>(k)], e = bounds[static_cast<size_t>(k + 1)];
@@ -141,19 +161,41 @@ double ChunkPricer::objective(const std::vector<int64_t>& bounds, const std::vec
   for (double lane : lanes) most = std::max(most, lane);
   if (c_.schedule != Schedule::interleaved || !(most < kInfinity)) return most;
   const auto d = static_cast<size_t>(c_.depth);
-  std::vector<double> work(d), h(d, 0.0), u(d);
+  auto& work = cycle_work_;
+  auto& h = cycle_h_;
+  auto& u = cycle_u_;
+  work.resize(d);
+  h.resize(d);
+  u.resize(d);
   for (size_t p = 0; p < d; ++p) {
-    const int64_t lv = ar_level_[p];
-    for (int64_t k : held_[p]) {
-      const int64_t b = bounds[static_cast<size_t>(k)], e = bounds[static_cast<size_t>(k + 1)];
-      h[p] += pc_.update[e] - pc_.update[b];
-      if (lv >= 0) h[p] += model_.allreduce_ms(pc_.statics.grads(pc_.params[e] - pc_.params[b]), c_.width, lv);
-    }
+    h[p] = held_time(p, bounds);
     work[p] = lanes[p] - h[p];
     const int64_t b = bounds[p], e = bounds[p + 1];  // chunk p: the rank's first
     u[p] = (pc_.compute[e] - pc_.compute[b]) + (recompute[p] ? pc_.redo[e] - pc_.redo[b] : 0.0);
   }
   return std::max(most, interleaved_cycle(work, h, u));
+}
+
+double ChunkPricer::held_time(size_t p, const std::vector<int64_t>& bounds) const {
+  const auto& held = held_[p];
+  auto& key = held_key_[p];
+  bool same = key.size() == 2 * held.size();
+  for (size_t j = 0; same && j < held.size(); ++j) {
+    const auto k = static_cast<size_t>(held[j]);
+    same = key[2 * j] == bounds[k] && key[2 * j + 1] == bounds[k + 1];
+  }
+  if (same) return held_value_[p];
+  const int64_t lv = ar_level_[p];
+  double h = 0.0;
+  key.clear();
+  for (int64_t k : held) {
+    const int64_t b = bounds[static_cast<size_t>(k)], e = bounds[static_cast<size_t>(k + 1)];
+    h += pc_.update[e] - pc_.update[b];
+    if (lv >= 0) h += model_.allreduce_ms(pc_.statics.grads(pc_.params[e] - pc_.params[b]), c_.width, lv);
+    key.push_back(b);
+    key.push_back(e);
+  }
+  return held_value_[p] = h;
 }
 
 PositionPrice ChunkPricer::price_position(int64_t position, const std::vector<int64_t>& bounds) const {
@@ -183,7 +225,7 @@ PositionPrice ChunkPricer::price_position(int64_t position, const std::vector<in
   const auto& walk = (*walks_)[P][recompute ? 1 : 0];
   // The replica whose transfers make the rank busiest sets every chunk's p2p.
   const int64_t worst_r = busiest_replica(position, bounds).first;
-  const int64_t stash_peak = pipeline::stash_peak(walk, recompute ? redo_bytes_ : plain_bytes_);
+  const int64_t stash_peak = peaks_[2 * P + (recompute ? 1 : 0)].peak(walk, recompute ? redo_bytes_ : plain_bytes_);
   for (size_t j = 0; j < held.size(); ++j) {
     StageCost& sc = out.chunks[j];
     const int64_t k = held[j], b = bounds[static_cast<size_t>(k)], e = bounds[static_cast<size_t>(k + 1)];

@@ -63,6 +63,7 @@ class ChunkPricer {
   // on the rank.
   std::vector<std::vector<int64_t>> in_level_, out_level_;
   std::vector<int64_t> ar_level_;                    // per position, -1 for width 1
+  std::vector<std::vector<int64_t>> kinds_;          // per position: first replica of each level pattern
   std::shared_ptr<const CostModel::PositionWalks> walks_;  // per position: without and with recompute
   // The rank's memory without and with recompute, and whether it recomputes and fits (the policy's choice).
   struct RankMemory {
@@ -71,6 +72,13 @@ class ChunkPricer {
   };
   RankMemory rank_memory(int64_t position, const std::vector<int64_t>& bounds) const;
   mutable std::vector<pipeline::ChunkStashBytes> plain_bytes_, redo_bytes_;  // scratch
+  // Per position, without and with recompute: its stash peaks, each priced from the last bytes priced.
+  mutable std::vector<pipeline::StashPeaks> peaks_;
+  // interleaved's cycle: per position its chunks' allreduce + update (held_time), kept with the chunk
+  // bounds it was summed at, and scratch.
+  double held_time(size_t position, const std::vector<int64_t>& bounds) const;
+  mutable std::vector<std::vector<int64_t>> held_key_;
+  mutable std::vector<double> held_value_, cycle_work_, cycle_h_, cycle_u_;
 };
 
 // The most partial splits one chunked search may walk: the walk is exact but exponential in the chunks

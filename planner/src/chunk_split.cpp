@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "chunk_floor.hpp"
 #include "chunk_price.hpp"
 
 namespace pd2bw::planner::detail {
@@ -121,14 +122,22 @@ Split priced(const ChunkPricer& pricer, std::vector<int64_t> bounds) {
 
 }  // namespace
 
+// An equal-compute split the memory floor rules out (chunk_floor.hpp) does not fit: it is not priced.
 Split chunked_balanced_split(const CostModel& model, const Candidate& c) {
   if (c.depth * c.chunks > model.num_layers()) return {};
+  auto bounds = equal_chunks(model, c);
+  if (!chunked_split_may_fit(model, c, bounds)) {
+    Split s;
+    s.bounds = std::move(bounds);
+    return s;
+  }
   const ChunkPricer pricer(model, c);
-  return priced(pricer, equal_chunks(model, c));
+  return priced(pricer, std::move(bounds));
 }
 
 bool chunked_for_each_split_within(const CostModel& model, const Candidate& c, double limit_ms, int64_t max_nodes,
                                    const std::function<double(const Split&)>& visit) {
+  if (!chunked_may_fit(model, c)) return true;
   Walk walk(model, c, limit_ms, max_nodes, visit);
   return walk.run();
 }
@@ -190,7 +199,7 @@ Split refined(const ChunkPricer& pricer, Split s) {
 // The least objective, ties to the lexicographically first bounds: the same whatever the upper bound.
 // Where the splits are too many to walk (2^20 and more), the equal-compute split refined by single moves.
 Split chunked_best_split(const CostModel& model, const Candidate& c, double upper_bound_ms, int64_t max_work) {
-  if (c.depth * c.chunks > model.num_layers()) return {};
+  if (c.depth * c.chunks > model.num_layers() || !chunked_may_fit(model, c)) return {};
   const Split start = chunked_balanced_split(model, c);
   if (log2_splits(model.num_layers(), c.depth * c.chunks) > 20.0) {
     Split out = start.feasible() ? refined(ChunkPricer(model, c), start) : start;
@@ -215,8 +224,10 @@ Split chunked_best_split(const CostModel& model, const Candidate& c, double uppe
 OverageSplit chunked_least_overage_split(const CostModel& model, const Candidate& c, int64_t bound_bytes) {
   OverageSplit out;
   if (c.depth * c.chunks > model.num_layers()) return out;
-  const ChunkPricer pricer(model, c);
   const auto bounds = equal_chunks(model, c);
+  // The floor proves the split over by more than bound_bytes: it is not priced.
+  if (!chunked_split_may_fit(model, c, bounds, bound_bytes)) return out;
+  const ChunkPricer pricer(model, c);
   int64_t over = 0;
   for (const auto& sc : pricer.price(bounds, nullptr)) over = std::max(over, sc.over_bytes);
   if (over <= bound_bytes) out = {bounds, over};

@@ -11,6 +11,8 @@
 #include <mutex>
 #include <numeric>
 #include <optional>
+#include <set>
+#include <tuple>
 #include <utility>
 
 #include "chunk_price.hpp"
@@ -229,33 +231,25 @@ std::pair<std::vector<size_t>, std::vector<Evaluated>> search_objective(const Co
   auto& lb = space.lower_bounds;
   lb.resize(candidates.size());
   for (size_t i = 0; i < candidates.size(); ++i) lb[i] = lower_bound(candidates[i]);
-  // The left-out points: each one's own lower bound, where it is above the common floor.
-  if (auto& left = result.left_out; !left.candidates.empty()) {
-    double floor = kInfinity;
-    for (const auto& c : left.candidates) floor = std::min(floor, std::max(left.floor_ms, lower_bound(c)));
-    left.floor_ms = floor;
-    left.candidates = {};
-  }
   auto& order = space.order;
   order.resize(candidates.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return lb[a] < lb[b]; });
-  // The candidates that would be searched get their finer bounds (a few); those rise and others move up,
-  // until the first kMaxSearched are all refined.
-  std::vector<char> refined(candidates.size(), 0);
-  for (bool again = true; again;) {
-    again = false;
-    for (size_t pos = 0; pos < std::min(order.size(), kMaxSearched); ++pos) {
-      const size_t idx = order[pos];
-      if (refined[idx] || !lower_bound.refinable(candidates[idx])) continue;
-      refined[idx] = 1;
-      const double finer = lower_bound.refined(candidates[idx]);
-      if (finer > lb[idx]) {
-        lb[idx] = finer;
-        again = true;
-      }
+  const auto keep = static_cast<size_t>(std::max<int64_t>(options.top_k, 0) + 1);
+  Leaderboard board(keep);
+  seed_with_greedy(model, candidates, order, lb, board);
+  // The candidates under the seeds' bound get their finer bounds (refine_lower_bounds), and so do the
+  // left-out points, where each one's own bound is above the common floor.
+  detail::refine_lower_bounds(lower_bound, candidates, lb, order, kMaxSearched, board.bound());
+  if (auto& left = result.left_out; !left.candidates.empty()) {
+    double floor = kInfinity;
+    for (const auto& c : left.candidates) {
+      double own = lower_bound(c);
+      if (own < board.bound() && lower_bound.refinable(c)) own = std::max(own, lower_bound.refined(c, own, board.bound()));
+      floor = std::min(floor, std::max(left.floor_ms, own));
     }
-    if (again) std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return lb[a] < lb[b]; });
+    left.floor_ms = floor;
+    left.candidates = {};
   }
   choose_searched(candidates, lb, order, space.searched_count);
   space.known.resize(candidates.size());
@@ -273,10 +267,6 @@ std::pair<std::vector<size_t>, std::vector<Evaluated>> search_objective(const Co
     (out ? m.out_to : m.in_from) = limit;
     return out;
   };
-
-  const auto keep = static_cast<size_t>(std::max<int64_t>(options.top_k, 0) + 1);
-  Leaderboard board(keep);
-  seed_with_greedy(model, candidates, order, lb, board);
 
   // Workers take candidates in bound order. The leaderboard's bounds only fall as entries arrive and
   // every pruning decision is exact, so the kept set does not depend on timing or worker count.
@@ -320,15 +310,33 @@ SearchResult search(const CostModel& model, const SearchOptions& options) {
 }
 
 Evaluated closest_infeasible(const CostModel& model) {
+  // The first candidate (in enumeration order) of the least overage. Deeper pipelines hold less per
+  // stage, so they go first and the rest are mostly proven worse by the whole-layer walk (fits_within)
+  // before their least_overage_split; memory depends on (schedule, b, d, v) and on m only up to 2 d
+  // microbatches (all of them for GPipe or chunks), so a repeat of those gets no further.
+  const auto candidates = enumerate_candidates(model);
+  std::vector<size_t> order(candidates.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return candidates[a].depth > candidates[b].depth; });
+  const StepLowerBound relaxed(model);
+  std::set<std::tuple<Schedule, int64_t, int64_t, int64_t, int64_t>> seen;
   Evaluated best;
   int64_t best_over = INT64_MAX;
-  for (const auto& c : enumerate_candidates(model)) {
+  size_t best_idx = candidates.size();
+  for (size_t idx : order) {
+    const auto& c = candidates[idx];
     const int64_t lb = model.static_bytes(c.schedule, 0, model.num_layers()) / c.depth +
                        model.constraints().reserve_bytes - model.memory_limit_bytes();
-    if (lb >= best_over) continue;
+    if (lb > best_over) continue;
+    if (best_over < INT64_MAX && !relaxed.fits_within(c, best_over)) continue;
+    const bool all_m = c.schedule == Schedule::gpipe || c.chunks > 1;
+    const auto m = all_m ? c.microbatches : std::min(c.microbatches, 2 * c.depth);
+    if (!seen.insert({c.schedule, c.microbatch_index, c.depth, m, c.chunks}).second) continue;
     const auto o = least_overage_split(model, c, best_over);
-    if (o.bounds.empty() || o.over_bytes >= best_over) continue;
+    if (o.bounds.empty() || o.over_bytes > best_over || (o.over_bytes == best_over && idx > best_idx)) continue;
     best_over = o.over_bytes;
+    best_idx = idx;
     Split s;
     s.bounds = o.bounds;
     best = evaluate_split(model, c, s);

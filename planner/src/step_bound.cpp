@@ -41,6 +41,15 @@
 // <= device memory - reserve, so c <= that capacity times the largest (fwd + bwd) / (static + f * stash)
 // of a layer. Whatever the stages choose, their capacities must add up to the whole model's compute;
 // the least x at which they do bounds T (and for GPipe, T >= C + (m - 1) x as well).
+//
+// Whole-layer lanes (lanes_reach; the proof is in step_bound_lanes.cpp): the capacity bound treats compute
+// and memory as divisible, which at a few layers per stage and stashes that differ by stage position is
+// far (2BW's optimum sat ~20% above it at 400 layers, zb-h1's ~3x, as its early stages keep d - i
+// activations and i W stashes). A stage's lane over whole layers, priced with its own in-flight count
+// and the model's smallest boundary tensors, never exceeds its real lane and grows with the run, so
+// stages taking in turn the longest run within T reach the last layer whenever some split has every lane
+// within T. refined() bisects rules_out (which holds this walk) between the cheap bound and a ceiling
+// (the search's seeds): the largest limit it rules out bounds the candidate.
 // (rules_out and its whole-layer walks: step_bound_rules.cpp; the link levels both use: step_bound_links.cpp.)
 #include "step_bound.hpp"
 
@@ -79,6 +88,9 @@ StepLowerBound::StepLowerBound(const CostModel& model) : model_(model), forced_r
     total_bwd_ms_.push_back(bwd);
     min_out_.push_back(n > 1 ? small_out : 0);
     min_in_.push_back(n > 1 ? small_in : 0);
+    int64_t any_in = INT64_MAX;
+    for (size_t j = 0; j < n; ++j) any_in = std::min(any_in, p.layers[j].per_microbatch[bi].input_bytes);
+    min_input_any_.push_back(n > 0 ? any_in : 0);
   }
   for (size_t bi = 0; bi < p.microbatch_sizes.size(); ++bi) {
     const auto& cp = model.compute_prefix(static_cast<int64_t>(bi));
@@ -277,19 +289,41 @@ int64_t StepLowerBound::zb_round_trip_stage(const Candidate& c) {
   return std::max<int64_t>(1, c.depth - c.microbatches + 1);
 }
 
-bool StepLowerBound::refinable(const Candidate& c) const {
-  return c.schedule == Schedule::zb_h1 && zb_round_trip_stage(c) < c.depth;
-}
+bool StepLowerBound::refinable(const Candidate& c) const { return c.chunks == 1 && c.depth >= 1; }
 
-double StepLowerBound::refined(const Candidate& c) {
+double StepLowerBound::refined(const Candidate& c, double from, double ceiling) {
   if (!refinable(c)) return 0.0;
-  // The round trips below stage k cross its input boundary twice and each boundary below it four times,
-  // and the stages above it pass their inputs twice (on the fastest replica of each boundary).
-  const int64_t k = zb_round_trip_stage(c);
-  const auto links = stage_links(c);
-  double transfers = 0.0;
-  for (int64_t j = 0; j < c.depth; ++j) transfers += (j > k ? 4.0 : 2.0) * links[static_cast<size_t>(j)].in_fast;
-  return zb_cycle_bound(c, transfers) * (1.0 - 1e-9);
+  double out = 0.0;
+  if (c.schedule == Schedule::zb_h1 && zb_round_trip_stage(c) < c.depth) {
+    // The round trips below stage k cross its input boundary twice and each boundary below it four
+    // times, and the stages above it pass their inputs twice (on the fastest replica of each boundary).
+    const int64_t k = zb_round_trip_stage(c);
+    const auto links = stage_links(c);
+    double transfers = 0.0;
+    for (int64_t j = 0; j < c.depth; ++j) transfers += (j > k ? 4.0 : 2.0) * links[static_cast<size_t>(j)].in_fast;
+    out = zb_cycle_bound(c, transfers) * (1.0 - 1e-9);
+  }
+  // rules_out(c, t) proves that no split is at or below t: the largest such t found is a bound.
+  auto out_at = [&](double t) { return c.depth == 1 ? !lanes_reach(c, t) : rules_out(c, t); };
+  double lo = std::max(from, out), hi = ceiling;
+  if (hi < kInfinity) {
+    if (!(lo < hi)) return out;
+    if (out_at(hi)) return hi;  // most candidates under a ceiling: one test
+  } else {  // no ceiling: double until a split may fit
+    if (!lanes_reach(c, kInfinity)) return kInfinity;  // no whole-layer split fits in memory
+    hi = std::max(2.0 * lo, 1e-3);
+    for (int i = 0; i < 64 && out_at(hi); ++i) {
+      lo = hi;
+      hi *= 2.0;
+    }
+    if (out_at(hi)) return kInfinity;
+  }
+  if (!out_at(lo)) return out;
+  for (int it = 0; it < 40 && hi - lo > 1e-5 * hi; ++it) {
+    const double mid = 0.5 * (lo + hi);
+    (out_at(mid) ? lo : hi) = mid;
+  }
+  return std::max(out, lo);
 }
 
 }  // namespace pd2bw::planner

@@ -3,6 +3,7 @@
 // cannot beat what it already has. Private to the planner.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -15,6 +16,7 @@
 
 #include "forced_redo.hpp"
 #include "pd2bw/planner/cost_model.hpp"
+#include "pd2bw/planner/partition.hpp"
 
 namespace pd2bw::planner {
 
@@ -24,11 +26,23 @@ class StepLowerBound {
 
   // Never above the least step time of any split of `c`; infinity when no split can fit in memory.
   double operator()(const Candidate& c);
-  // Whether refined(c) can be above operator()(c), and that further bound (with the links each stage's
-  // replicas really cross; O(d x w) for the first candidate of a depth, width and placement; 0 when not
-  // refinable): the larger of the two is a lower bound.
+  // Whether refined(c) can be above operator()(c), and that further bound (0 when not refinable): the
+  // larger of the two is a lower bound. It adds zb-h1's round trips with the links each stage's replicas
+  // really cross (O(d x w) for the first candidate of a depth, width and placement) and the whole-layer
+  // lanes bound (lanes_bound), bisected between `from` and `ceiling`: when the lanes reach at neither,
+  // the result is `ceiling` (about O(d log L) for that answer, 20 times that for a bisection).
   bool refinable(const Candidate& c) const;
-  double refined(const Candidate& c);
+  double refined(const Candidate& c, double from = 0.0, double ceiling = kInfinity);
+
+  // Whether d stages of whole layers, each priced within its own memory (its in-flight stashes, or its
+  // split backward's) with the least transfers its replicas allow, can all have lanes m t_i + h_i <= t
+  // (step_bound_lanes.cpp, with the proof). False rules out every split of `c` at t; at t = infinity,
+  // false says that no split fits in memory. O(d log L).
+  bool lanes_reach(const Candidate& c, double t) const;
+  // Whether d stages of whole layers, relaxed as lanes_reach prices them, can each fit in the device
+  // memory plus `over_bytes` (in the option the recompute policy takes): false proves that every split of
+  // `c` has a stage more than `over_bytes` over the memory (least_overage_split). O(d log L).
+  bool fits_within(const Candidate& c, int64_t over_bytes) const;
 
   // A finer test for a candidate about to be evaluated: true when no split of `c` has an objective <=
   // `limit` because the d stages, each with the links and allreduce latency its replicas really have,
@@ -64,13 +78,55 @@ class StepLowerBound {
   double least_fill_p2p(const Candidate& c) const;
   // Sum over stages of the compute each can hold when its compute budget is x (ms per microbatch).
   double capacity_sum(const Candidate& c, double x);
-  // Whether the d stages cannot hold all L layers when each stage's compute per microbatch may be at
-  // most `budget` ms (see step_bound_rules.cpp). O(L x the longest run that fits).
-  bool too_few_layers(const Candidate& c, double budget) const;
   // The least fwd + bwd of k consecutive layers at microbatch index bi (memoised).
   double least_window_ms(size_t bi, int64_t k);
   // Sum of plain_capacity over f = 1..n, each term clipped to [low, high].
   double clipped_prefix(bool two_versions, size_t bi, int64_t n, double low, double high);
+
+  // The stages of `c` relaxed (step_bound_lanes.cpp): time(k, a, e) is stage k's compute per microbatch
+  // holding layers [a, e), with its recompute where its memory needs it, priced with the model's smallest
+  // boundary tensors; never above the real compute of any run containing [a, e); infinity when no such
+  // run fits in memory. O(d) to build, O(1) per call.
+  class Relaxed {
+   public:
+    // `extra_bytes` widens the device memory (fits_within).
+    Relaxed(const StepLowerBound& bound, const Candidate& c, int64_t extra_bytes = 0);
+    double time(int64_t k, int64_t a, int64_t e) const;
+
+   private:
+    struct Stage {
+      int64_t fixed = 0;                        // boundary buffers and the reserve
+      int64_t in_flight = 0, ahead = 0, defer = 0;  // its stashes (split backward: ahead and defer)
+    };
+    const Candidate& c_;
+    const StaticFactors& statics_;
+    const std::vector<double>&cp_, &rp_;
+    const std::vector<int64_t>&sp_, &pp_, &wp_;
+    int64_t input_ = 0, limit_ = 0;
+    RecomputePolicy policy_;
+    bool split_ = false;
+    std::vector<Stage> stages_;
+  };
+  // The largest e in [a, last] with ok(e), ok(a) assumed and ok true on a prefix: galloping from a, so
+  // O(log(e - a)) probes.
+  template <class Ok>
+  static int64_t gallop(int64_t a, int64_t last, Ok&& ok) {
+    int64_t good = a, step = 1;
+    while (good < last) {
+      const int64_t probe = std::min(last, good + step);
+      if (!ok(probe)) {
+        int64_t bad = probe;  // ok(good) and not ok(bad)
+        while (bad - good > 1) {
+          const int64_t mid = good + (bad - good) / 2;
+          (ok(mid) ? good : bad) = mid;
+        }
+        return good;
+      }
+      good = probe;
+      step *= 2;
+    }
+    return good;
+  }
 
   const CostModel& model_;
   int64_t cap_bytes_ = 0;                       // device memory minus the reserve
@@ -89,6 +145,7 @@ class StepLowerBound {
   static int64_t zb_round_trip_stage(const Candidate& c);
   std::map<std::tuple<size_t, int64_t, Schedule>, std::vector<double>> zb_held_;
   std::vector<int64_t> min_out_, min_in_;       // per microbatch index: smallest boundary tensors
+  std::vector<int64_t> min_input_any_;          // per microbatch index: smallest input of any layer
   std::array<int64_t, kSchedules> max_layer_static_{};   // per schedule
   int64_t total_grad_bytes_ = 0, first_grad_bytes_ = 0;  // fp32 gradients of all layers / of layer 0
   // plain_capacity by f (index 0 unused) and its prefix sums, [versions][bi], grown on demand.
@@ -98,5 +155,17 @@ class StepLowerBound {
   mutable std::mutex levels_mutex_;
   mutable std::map<std::tuple<int64_t, int64_t, int>, std::shared_ptr<const PlacementLevels>> levels_;
 };
+
+namespace detail {
+
+// Lifts lb[idx] (a lower bound of candidates[idx]) to bound.refined() for every candidate whose bound is
+// below `ceiling` (refined up to it), then sorts `order` (candidate indices) by lb, stably. Without a
+// ceiling (infinity), candidates are refined in order until the first `first` by refined bound are all
+// refined, each later one up to the largest of those. `order` must be sorted by lb on entry
+// (step_bound_order.cpp).
+void refine_lower_bounds(StepLowerBound& bound, const std::vector<Candidate>& candidates, std::vector<double>& lb,
+                         std::vector<size_t>& order, size_t first, double ceiling);
+
+}  // namespace detail
 
 }  // namespace pd2bw::planner

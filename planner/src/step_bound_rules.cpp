@@ -8,7 +8,12 @@
 // before or after), where stage k's own term counts its recompute once its stash cannot hold x_k (the
 // capacity of step_bound.cpp). Both caps on x_k grow with X_{<k}, so taking each x_k as large as they
 // allow reaches the furthest; T is feasible only if that reaches C. zb-h1 likewise, with its cycle
-// bound's caps, and zb-h2 with its cycle's caps alone.
+// bound's caps, and zb-h2 with its cycle's caps alone. In the whole-layer walks (zb-h1, zb-h2, flush's
+// second walk, gpipe) a cap on stage k's time also caps its relaxed whole-layer time (Relaxed, its
+// recompute where its own memory forces it): starting later lowers that time by at least the plain
+// compute skipped, which is no less than what the cap loses ((m - n_k r) >= 1 - r), so the furthest end
+// still grows with the start. And every candidate must pass lanes_reach (step_bound_lanes.cpp), which
+// also covers the whole-layer memory test this file once made with the longest runs per stage.
 #include "step_bound.hpp"
 
 #include <algorithm>
@@ -102,6 +107,15 @@ bool StepLowerBound::rules_out(const Candidate& c, double limit) const {
   auto furthest = [&](size_t a, double most, auto&& value) {  // the last e >= a with value(e) <= most
     return detail::last_true(a, cp.size() - 1, [&](size_t e) { return value(e) <= most; });
   };
+  // The furthest end of stage k from layer a whose relaxed time (whole layers in the stage's own memory,
+  // Relaxed::time) is within `budget`: each cap below bounds a stage's time, not only its compute.
+  const Relaxed relaxed(*this, c);
+  auto whole = [&](int64_t k, size_t a, double budget) {
+    const double most = budget * (1.0 + 1e-12);
+    return static_cast<size_t>(gallop(static_cast<int64_t>(a), model_.num_layers(), [&](int64_t e) {
+      return relaxed.time(k, static_cast<int64_t>(a), e) <= most;
+    }));
+  };
   auto zb_reaches = [&](double t0) {
     if (!(r < 1.0)) return true;
     auto y = [&](size_t e) { return split ? cp[e] - wp[e] : cp[e]; };
@@ -111,9 +125,10 @@ bool StepLowerBound::rules_out(const Candidate& c, double limit) const {
     for (int64_t k = 0; k < c.depth; ++k) {
       const auto& l = links[static_cast<size_t>(k)];
       const double after = split ? zb_trailing(c, k) : 0.0;
-      const double x = hold(k, (t + (m + 1.0) * excess - (1.0 - r) * cp[a] - ins_before - m * l.lane) / (m - after * r));
+      const double budget = (t + (m + 1.0) * excess - (1.0 - r) * cp[a] - ins_before - m * l.lane) / (m - after * r);
+      const double x = hold(k, budget);
       if (x < 0.0) return false;
-      size_t e = furthest(a, cp[a] + x * (1.0 + 1e-12), [&](size_t j) { return cp[j]; });
+      size_t e = std::min(furthest(a, cp[a] + x * (1.0 + 1e-12), [&](size_t j) { return cp[j]; }), whole(k, a, budget));
       const double w = std::min(d - 1.0 - static_cast<double>(k), m);
       if (c.schedule != Schedule::zb_h2 && m >= w + 2.0) {  // zb-h2's longer warm-up bounds no round trip
         const double slack = t - 2.0 * all_y + y(a) -
@@ -136,80 +151,21 @@ bool StepLowerBound::rules_out(const Candidate& c, double limit) const {
     size_t a = 0;
     for (int64_t k = 0; k < c.depth; ++k) {
       const auto& l = links[static_cast<size_t>(k)];
-      const double x = hold(k, std::min(slot - 2.0 * l.in_fast, (t0 - l.latency) / m - l.lane));
+      const double budget = std::min(slot - 2.0 * l.in_fast, (t0 - l.latency) / m - l.lane);
+      const double x = hold(k, budget);
       if (x < 0.0) return false;
-      const size_t e = furthest(a, cp[a] + x * (1.0 + 1e-12), [&](size_t j) { return cp[j]; });
+      const size_t e = std::min(furthest(a, cp[a] + x * (1.0 + 1e-12), [&](size_t j) { return cp[j]; }), whole(k, a, budget));
       a = e;
       if (a + 1 >= cp.size()) return true;
     }
     return false;
   };
   const double t = limit * (1.0 + 1e-9);  // rounding must not rule out a split at the limit itself
-  return too_few_layers(c, t / m) || !lanes_hold(t) || (c.schedule == Schedule::flush && c.microbatches > 1 && !flush_reaches(t)) ||
+  return !lanes_hold(t) || !lanes_reach(c, t) || (c.schedule == Schedule::flush && c.microbatches > 1 && !flush_reaches(t)) ||
          (((c.schedule == Schedule::flush && c.microbatches > 1) || c.schedule == Schedule::zb_h1 ||
            c.schedule == Schedule::zb_h2) &&
           !zb_reaches(t)) ||
          (c.schedule == Schedule::gpipe && c.microbatches > 1 && !gpipe_reaches(t));
-}
-
-// Whole layers: stage i holds a run of layers whose fwd + bwd, plus the redo where its in-flight stashes
-// do not fit beside the run's static bytes, is at most `budget` (ms per microbatch; its lane is at most
-// the limit). Stage 0's run starts at layer 0 and stage d - 1's ends at the last layer; every other run
-// lies strictly between them. So stage 0 holds at most the longest such prefix, stage d - 1 the longest
-// such suffix, and an inner stage with f stashes at most the longest inner run that can: if those
-// lengths add up to fewer than L layers, no split fits the budget. An inner run of length l can keep f
-// stashes when some inner run of that length either recomputes within the budget or fits f stashes
-// plainly within it; that most f falls as l grows (a longer run contains a shorter one). Only lengths
-// up to kMaxRun are tried: past them the test gives up (returns false).
-bool StepLowerBound::too_few_layers(const Candidate& c, double budget) const {
-  constexpr int64_t kMaxRun = 64;
-  const int64_t layers = model_.num_layers();
-  if (c.depth < 3 || layers > kMaxRun * c.depth) return false;
-  const auto& cp = model_.compute_prefix(c.microbatch_index);
-  const auto& rp = model_.redo_prefix(c.microbatch_index);
-  const auto& sp = model_.stash_prefix(c.microbatch_index);
-  const auto policy = model_.constraints().recompute;
-  constexpr int64_t kAny = INT64_MAX;  // a run that recomputes within the budget keeps any number
-  // The most stashes layers [a, e) can keep within the budget; -1 when none.
-  auto most_stashes = [&](int64_t a, int64_t e) -> int64_t {
-    const auto b = static_cast<size_t>(a), x = static_cast<size_t>(e);
-    const double plain = cp[x] - cp[b];
-    if (policy != RecomputePolicy::never && plain + rp[x] - rp[b] <= budget) return kAny;
-    if (policy == RecomputePolicy::always || plain > budget) return -1;
-    const int64_t room = cap_bytes_ - model_.static_bytes(c.schedule, a, e);
-    if (room < 0) return -1;
-    const int64_t stash = sp[x] - sp[b];
-    return stash > 0 ? room / stash : kAny;
-  };
-  auto stashes_at = [&](int64_t i) { return CostModel::in_flight(c, i); };
-  // The longest length l <= kMaxRun for which keeps(l) holds (it holds for all shorter ones or none);
-  // -1 when it still holds at kMaxRun (the test gives up).
-  auto longest = [&](auto&& keeps) -> int64_t {
-    for (int64_t len = 1; len <= std::min(kMaxRun, layers); ++len)
-      if (!keeps(len)) return len - 1;
-    return layers <= kMaxRun ? layers : -1;
-  };
-  const int64_t first = longest([&](int64_t len) { return most_stashes(0, len) >= stashes_at(0); });
-  const int64_t last =
-      longest([&](int64_t len) { return most_stashes(layers - len, layers) >= stashes_at(c.depth - 1); });
-  // inner[l - 1]: the most stashes some inner run of length l can keep (>= 1).
-  std::vector<int64_t> inner;
-  const int64_t inner_runs = longest([&](int64_t len) {
-    int64_t most = -1;
-    for (int64_t a = 1; a + len <= layers - 1; ++a) most = std::max(most, most_stashes(a, a + len));
-    if (most < 1) return false;
-    inner.push_back(most);
-    return true;
-  });
-  if (first < 0 || last < 0 || inner_runs < 0) return false;
-  int64_t held = first + last;
-  for (int64_t i = 1; i + 1 < c.depth && held < layers; ++i) {
-    const int64_t f = stashes_at(i);
-    int64_t len = 0;
-    while (len < static_cast<int64_t>(inner.size()) && inner[static_cast<size_t>(len)] >= f) ++len;
-    held += len;
-  }
-  return held < layers;
 }
 
 }  // namespace pd2bw::planner

@@ -126,8 +126,7 @@ TEST_CASE("stash walk: equals the closed forms of 2bw, flush, gpipe, zb-h1 and z
 }
 
 TEST_CASE("stash walk: stash_peak equals a count over every op, for every schedule and random chunk sizes") {
-  // This also checks the walk's reduction to the moments no other covers, and in_flight of the chunked
-  // schedules (the most activations at one moment).
+  // This also checks in_flight of the chunked schedules (the most activations at one moment).
   Rng rng(11);
   for (const ScheduleCase& c : chunked_cases()) {
     CAPTURE(name(c.kind));
@@ -141,18 +140,7 @@ TEST_CASE("stash walk: stash_peak equals a count over every op, for every schedu
         CAPTURE(recompute);
         const StashWalk walk = stash_walk({c.kind, c.d, c.m, 3, 2, c.v}, i, recompute);  // steps, width ignored
         CHECK(walk.chunks == chunks_at(c.kind, c.d, c.v, i));
-        // No kept moment covers another.
-        for (size_t a = 0; a < walk.moments.size(); ++a)
-          for (size_t b = 0; b < walk.moments.size(); ++b) {
-            if (a == b) continue;
-            bool covers = true;
-            for (size_t j = 0; j < walk.chunks.size(); ++j) {
-              const auto &x = walk.moments[a][j], &y = walk.moments[b][j];
-              covers = covers && x.activations >= y.activations && x.rebuilt >= y.rebuilt &&
-                       x.weight_stashes >= y.weight_stashes;
-            }
-            CHECK_FALSE(covers);
-          }
+        // That the kept moments hold every moment no other covers is test_stash_walk_cap.cpp's check.
         for (int draw = 0; draw < 3; ++draw) {
           const auto sizes = draw_sizes(c.d * c.v, rng);
           std::vector<ChunkStashBytes> by_chunk, by_walk;  // every chunk of the model; the walk's chunks

@@ -6,10 +6,12 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 #include <system_error>
 
 #include "cli.hpp"
 #include "pd2bw/error.hpp"
+#include "pd2bw/planner/explain.hpp"
 #include "pd2bw/planner/runtime_costs.hpp"
 #include "pd2bw/planner/search.hpp"
 #include "pd2bw/planner/simulator.hpp"
@@ -87,7 +89,8 @@ void add_options(CLI::App* cmd, PlanOptions& o) {
       ->capture_default_str();
   cmd->add_option("--reserve", o.reserve, "Device memory kept for runtime overhead (size)")
       ->capture_default_str();
-  cmd->add_option("--top", o.top, "Alternatives to list besides the best of each other schedule")
+  cmd->add_option("--top", o.top, "Alternatives to list besides the best of each other schedule (with --explain each other schedule's "
+                  "row is its exact best, the plan --schedule S writes, whatever --top)")
       ->check(CLI::Range(int64_t{0}, int64_t{100}))->capture_default_str();
   cmd->add_option("--threads", o.threads,
                   "Threads for the search (0 = one per hardware thread); the plan does not depend on it")
@@ -96,24 +99,9 @@ void add_options(CLI::App* cmd, PlanOptions& o) {
       ->capture_default_str();
   cmd->add_flag("--explain", o.explain,
                 "Also show where the time goes (compute, p2p, allreduce, bubble) and which memory term binds, "
-                "for the chosen plan and the best of each other schedule");
+                "for the chosen plan and the exact best of each other schedule (a search pinned to each; their rows "
+                "among the alternatives are those plans)");
   cmd->add_flag("-q,--quiet", o.quiet, "Print nothing but errors");
-}
-
-// The chosen plan, then the exact best of each other schedule the search may use (a search pinned to
-// each; the plan's alternatives may hold only a representative of a schedule): what --explain compares.
-std::vector<planner::Evaluated> best_of_each_schedule(const PlanInputs& in, const planner::CostModel& model,
-                                                      const planner::SearchResult& result, int64_t threads) {
-  std::vector<planner::Evaluated> out{result.ranked.front()};
-  if (in.constraints.schedule) return out;
-  for (schemas::Schedule s : planner::searched_schedules(model)) {
-    if (s == out.front().candidate.schedule) continue;
-    planner::Constraints k = in.constraints;
-    k.schedule = s;
-    const planner::SearchResult r = planner::search(planner::CostModel(in.profile, in.cluster, k), {0, threads});
-    if (r.feasible()) out.push_back(r.ranked.front());
-  }
-  return out;
 }
 
 void run_plan(const PlanOptions& o) {
@@ -149,13 +137,20 @@ void run_plan(const PlanOptions& o) {
   if (!result.feasible()) throw_infeasible(model, planner::closest_infeasible(model));
   schemas::Provenance prov{"pd2bw", std::string(schemas::pd2bw_version()),
                            std::string(schemas::pd2bw_git_sha()), command_line(), ""};
+  // With --explain every other schedule's row among the alternatives is its exact best (the plan
+  // `--schedule S` writes), not a representative; the same plans are explained below.
+  std::vector<planner::Evaluated> bests;
+  if (o.explain) {
+    bests = planner::best_of_each_schedule(in.profile, in.cluster, in.constraints, result, o.threads);
+    planner::put_exact_bests(result, bests);
+  }
   const auto plan = planner::build_plan(model, result, in.profile_sha256, prov);
   const std::string text = schemas::dump_plan(plan);
   schemas::write_text_file(o.output, text);
   if (!o.quiet) {
     print_plan_table(plan, model);
     print_alternatives(plan);
-    if (o.explain) print_explain(model, best_of_each_schedule(in, model, result, o.threads));
+    if (o.explain) print_explain(model, bests);
     fmt::print(stderr, "searched {} candidates, evaluated {} best splits, replayed {} splits in {:.3f} s\n",
                result.candidates, result.evaluated, result.replayed, seconds);
     if (result.left_out.floor_ms < result.ranked.front().step_ms)

@@ -104,6 +104,12 @@ void zbv_units(int64_t d, int64_t m, int64_t i, std::vector<LocalUnit>& out) {
 
 std::vector<int64_t> chunks_at(Schedule kind, int64_t depth, int64_t chunks, int64_t stage) {
   std::vector<int64_t> out;
+  // The two placements of chunk_position solved for the chunk, without a pass over all d v chunks.
+  if (kind == Schedule::interleaved && stage >= 0 && stage < depth) {
+    for (int64_t k = 0; k < chunks; ++k) out.push_back(stage + k * depth);
+    return out;
+  }
+  if (kind == Schedule::zb_v && chunks == 2 && stage >= 0 && stage < depth) return {stage, 2 * depth - 1 - stage};
   for (int64_t c = 0; c < depth * chunks; ++c)
     if (chunk_position(kind, depth, c) == stage) out.push_back(c);
   return out;

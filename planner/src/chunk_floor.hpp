@@ -1,0 +1,54 @@
+// A memory floor for the chunked schedules (interleaved, zb-v) that holds on every split: it rules a
+// candidate out before any stash walk or split is priced. Private to the planner; the proof is in
+// chunk_floor.cpp.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "pd2bw/pipeline/stash.hpp"
+#include "pd2bw/planner/cost_model.hpp"
+
+namespace pd2bw::planner::detail {
+
+// A moment of one rank's step, in closed form from the schedule generator's op order: the counts of its
+// chunks (local order, pipeline::chunks_at) just before a backward (or B), with `rebuilt` set on the
+// chunk whose backward follows, as the recomputing rank holds it (the plain rank holds the same counts,
+// none rebuilt). The walk of either kind keeps that moment or one covering it.
+using FloorMoment = std::vector<pipeline::ChunkHeld>;
+
+// The closed-form moments of position `position` for a step of `microbatches` (the walked count,
+// pipeline::walk_microbatches): interleaved's end of warm-up, zb-v's first B and the end of its
+// cool-down B's. Empty for the other schedules.
+std::vector<FloorMoment> floor_moments(Schedule kind, int64_t depth, int64_t chunks, int64_t microbatches,
+                                       int64_t position);
+
+// A bound per option of a rank: without recompute (plain) and with it (redo).
+struct RankFloor {
+  int64_t plain = 0, redo = 0;
+};
+
+// The most layers rank `position` of chunked candidate c can hold, on any split, with its memory within
+// memory_limit_bytes() + slack_bytes without (plain) and with (redo) recompute: an upper bound (the proof's
+// cap_p), L for the other schedules; below 0 when not even its fixed part fits.
+RankFloor chunked_rank_capacity(const CostModel& model, const Candidate& c, int64_t position, int64_t slack_bytes = 0);
+
+// False only when no split of chunked candidate c has every rank within memory_limit_bytes() + slack_bytes
+// (slack saturates; negative is taken as 0) under any recompute choice: a proof that none fits. True
+// otherwise, and for candidates of one chunk per rank. O(d (v + log L)) after a per-profile table.
+bool chunked_may_fit(const CostModel& model, const Candidate& c, int64_t slack_bytes = 0);
+
+// A lower bound on the memory ChunkPricer prices rank `position` of chunked candidate c at on split
+// `bounds` (d v + 1 entries), without and with recompute: its statics and reserve and its stash at the
+// closed-form moments (no comm buffers). Zero for the other schedules.
+RankFloor chunked_rank_floor(const CostModel& model, const Candidate& c, const std::vector<int64_t>& bounds,
+                             int64_t position);
+
+// False only when, on the split `bounds` (d v + 1 entries) of chunked candidate c, some rank exceeds
+// memory_limit_bytes() + slack_bytes (slack saturates; negative is taken as 0) both without and with
+// recompute: then the split fits under no recompute policy, and its overage (the least of the two, less
+// the limit) is above slack. The same floor at the split's own bytes; O(d v) with no walk.
+bool chunked_split_may_fit(const CostModel& model, const Candidate& c, const std::vector<int64_t>& bounds,
+                           int64_t slack_bytes = 0);
+
+}  // namespace pd2bw::planner::detail

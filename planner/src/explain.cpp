@@ -1,0 +1,68 @@
+// The exact best plan of each schedule for `pd2bw plan --explain` (see explain.hpp).
+#include "pd2bw/planner/explain.hpp"
+
+#include <algorithm>
+#include <utility>
+
+namespace pd2bw::planner {
+
+namespace {
+
+bool same_plan(const Evaluated& a, const Evaluated& b) {
+  const Candidate &x = a.candidate, &y = b.candidate;
+  return x.schedule == y.schedule && x.microbatch == y.microbatch && x.microbatches == y.microbatches &&
+         x.depth == y.depth && x.width == y.width && x.placement == y.placement && x.chunks == y.chunks &&
+         a.split.bounds == b.split.bounds;
+}
+
+}  // namespace
+
+std::vector<Evaluated> best_of_each_schedule(const schemas::Profile& profile, const schemas::Cluster& cluster,
+                                             const Constraints& constraints, const SearchResult& result,
+                                             int64_t threads) {
+  std::vector<Evaluated> out{result.ranked.front()};
+  if (constraints.schedule) return out;
+  const CostModel model(profile, cluster, constraints);
+  for (schemas::Schedule s : searched_schedules(model)) {
+    if (s == out.front().candidate.schedule) continue;
+    Constraints pinned = constraints;
+    pinned.schedule = s;
+    SearchOptions options;
+    options.top_k = 0;  // never changes the winner (search.hpp)
+    options.threads = threads;
+    const SearchResult r = search(CostModel(profile, cluster, pinned), options);
+    if (r.feasible()) out.push_back(r.ranked.front());
+  }
+  return out;
+}
+
+void put_exact_bests(SearchResult& result, std::vector<Evaluated>& bests) {
+  if (result.ranked.empty()) return;
+  std::vector<Evaluated> rows(std::make_move_iterator(result.ranked.begin() + 1),
+                              std::make_move_iterator(result.ranked.end()));
+  for (size_t k = 1; k < bests.size(); ++k) {
+    const Evaluated& best = bests[k];
+    std::erase_if(rows, [&](const Evaluated& e) {
+      return e.candidate.schedule == best.candidate.schedule && (e.representative || same_plan(e, best));
+    });
+  }
+  // The bests first, so that each stays ahead of a row of its schedule with the same step time.
+  rows.insert(rows.begin(), bests.begin() + 1, bests.end());
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const Evaluated& a, const Evaluated& b) { return a.step_ms < b.step_ms; });
+  // A pinned search may beat the winner where the search of all schedules is not exact (its proven gap):
+  // the faster plan is chosen, and leads `bests` as the chosen plan does.
+  if (!rows.empty() && rows.front().step_ms < result.ranked.front().step_ms) {
+    const auto it = std::find_if(bests.begin(), bests.end(), [&](const Evaluated& e) { return same_plan(e, rows.front()); });
+    std::rotate(bests.begin(), it, it + 1);
+    rows.insert(std::upper_bound(rows.begin() + 1, rows.end(), result.ranked.front().step_ms,
+                                 [](double t, const Evaluated& e) { return t < e.step_ms; }),
+                std::move(result.ranked.front()));
+    result.ranked.front() = std::move(rows.front());
+    rows.erase(rows.begin());
+  }
+  result.ranked.resize(1);
+  for (auto& e : rows) result.ranked.push_back(std::move(e));
+}
+
+}  // namespace pd2bw::planner

@@ -1,0 +1,40 @@
+// The search's order by lower bound, with the finer bounds (StepLowerBound::refined) where they matter.
+#include <algorithm>
+#include <cstdint>
+#include <queue>
+#include <vector>
+
+#include "step_bound.hpp"
+
+namespace pd2bw::planner::detail {
+
+void refine_lower_bounds(StepLowerBound& bound, const std::vector<Candidate>& candidates, std::vector<double>& lb,
+                         std::vector<size_t>& order, size_t first, double ceiling) {
+  auto by_bound = [&] { std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return lb[a] < lb[b]; }); };
+  if (ceiling < kInfinity) {
+    // Every candidate under the ceiling: those the finer bound lifts to it cannot be kept, and they no
+    // longer hold the floor of the unsearched ones down.
+    for (size_t idx : order) {
+      if (!(lb[idx] < ceiling)) break;
+      if (bound.refinable(candidates[idx])) lb[idx] = std::max(lb[idx], bound.refined(candidates[idx], lb[idx], ceiling));
+    }
+    by_bound();
+    return;
+  }
+  // No ceiling: in the order of the cheap bounds until the first `first` by refined bound are known.
+  // Once `first` are refined, the largest of the `first` least refined bounds caps every later
+  // refinement (a candidate above it is not among them, and the cap still bounds it from below), and a
+  // candidate whose cheap bound reaches it ends the pass.
+  std::priority_queue<double> least;  // the `first` least refined bounds so far, largest on top
+  for (size_t idx : order) {
+    const bool full = least.size() >= first;
+    if (!(lb[idx] < kInfinity) || (full && lb[idx] >= least.top())) break;
+    if (bound.refinable(candidates[idx]))
+      lb[idx] = std::max(lb[idx], bound.refined(candidates[idx], lb[idx], full ? least.top() : kInfinity));
+    least.push(lb[idx]);
+    if (least.size() > first) least.pop();
+  }
+  by_bound();
+}
+
+}  // namespace pd2bw::planner::detail

@@ -1,0 +1,130 @@
+// `pd2bw plan --explain`'s rows against the searches they stand for: on random small and medium
+// instances, best_of_each_schedule's plan of each schedule equals the winner of search() pinned to it
+// (what `pd2bw plan --schedule S` writes, at the default --top) in candidate, split and step_ms exactly,
+// and put_exact_bests leaves each of those schedules a row among the alternatives whose first is that
+// plan, with no representative left, whatever top_k.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pd2bw/planner/explain.hpp"
+#include "pd2bw/planner/search.hpp"
+#include "random_instances.hpp"
+
+using namespace pd2bw;
+using pd2bw::testing::make_random_instance;
+using pd2bw::testing::RandomInstance;
+using pd2bw::testing::RandomInstanceOptions;
+
+namespace {
+
+bool same_plan(const planner::Evaluated& a, const planner::Evaluated& b) {
+  const auto &x = a.candidate, &y = b.candidate;
+  return x.schedule == y.schedule && x.microbatch == y.microbatch && x.microbatches == y.microbatches &&
+         x.depth == y.depth && x.width == y.width && x.placement == y.placement && x.chunks == y.chunks &&
+         a.split.bounds == b.split.bounds && a.step_ms == b.step_ms;
+}
+
+// Checks one instance; returns how many schedules' rows were compared.
+int64_t check_instance(const RandomInstance& inst, int64_t top_k) {
+  const planner::CostModel model(inst.profile, inst.cluster, inst.constraints);
+  planner::SearchOptions options;
+  options.top_k = top_k;
+  options.threads = 1;
+  planner::SearchResult result = planner::search(model, options);
+  if (!result.feasible()) return 0;
+  auto bests = planner::best_of_each_schedule(inst.profile, inst.cluster, inst.constraints, result, 1);
+  REQUIRE(!bests.empty());
+  CHECK(same_plan(bests.front(), result.ranked.front()));
+  planner::put_exact_bests(result, bests);
+  CHECK(same_plan(result.ranked.front(), bests.front()));
+  int64_t compared = 0;
+  for (schemas::Schedule s : planner::searched_schedules(model)) {
+    if (s == bests.front().candidate.schedule) continue;
+    const std::string name = testing::schedule_name(s);
+    CAPTURE(name);
+    planner::Constraints pinned = inst.constraints;
+    pinned.schedule = s;
+    const planner::SearchResult alone = planner::search(planner::CostModel(inst.profile, inst.cluster, pinned), {});
+    const planner::Evaluated* best = nullptr;
+    for (size_t k = 1; k < bests.size(); ++k)
+      if (bests[k].candidate.schedule == s) best = &bests[k];
+    CHECK(alone.feasible() == (best != nullptr));
+    if (!alone.feasible() || !best) continue;
+    CHECK(same_plan(*best, alone.ranked.front()));
+    const planner::Evaluated* row = nullptr;
+    for (size_t k = 1; k < result.ranked.size(); ++k) {
+      const auto& e = result.ranked[k];
+      if (e.candidate.schedule != s) continue;
+      CHECK(!e.representative);
+      if (!row) row = &e;
+    }
+    REQUIRE(row != nullptr);
+    CAPTURE(row->step_ms);
+    CAPTURE(alone.ranked.front().step_ms);
+    CHECK(same_plan(*row, alone.ranked.front()));
+    ++compared;
+  }
+  for (size_t k = 2; k < result.ranked.size(); ++k) CHECK(result.ranked[k - 1].step_ms <= result.ranked[k].step_ms);
+  return compared;
+}
+
+}  // namespace
+
+TEST_CASE("explain: each schedule's row is the plan a search pinned to it finds (small instances)") {
+  RandomInstanceOptions opt;
+  opt.pin_schedule_p = 0.0;
+  opt.split_backward_p = 0.7;
+  int64_t compared = 0;
+  for (uint64_t seed = 1; seed <= 24; ++seed) {
+    const RandomInstance inst = make_random_instance(seed, opt);
+    CAPTURE(inst.describe());
+    compared += check_instance(inst, static_cast<int64_t>(seed % 3));  // top_k 0, 1, 2: a row whatever --top
+  }
+  CHECK(compared > 40);
+}
+
+TEST_CASE("explain: each schedule's row is the plan a search pinned to it finds (medium instances)") {
+  RandomInstanceOptions opt;
+  opt.pin_schedule_p = 0.0;
+  opt.split_backward_p = 1.0;
+  opt.min_layers = 24;
+  opt.max_layers = 48;
+  opt.max_per_node = 8;
+  opt.max_nodes = 4;
+  opt.max_devices_flat = 16;
+  int64_t compared = 0;
+  for (uint64_t seed = 100; seed < 110; ++seed) {
+    const RandomInstance inst = make_random_instance(seed, opt);
+    CAPTURE(inst.describe());
+    compared += check_instance(inst, 0);
+  }
+  CHECK(compared > 16);
+}
+
+TEST_CASE("explain: a pinned best faster than the winner becomes the winner") {
+  // Where the search of all schedules is not exact (at scale), a pinned search can beat its winner.
+  auto row = [](schemas::Schedule s, int64_t depth, double step_ms) {
+    planner::Evaluated e;
+    e.candidate.schedule = s;
+    e.candidate.depth = depth;
+    e.split.bounds = {0, 4};
+    e.step_ms = step_ms;
+    return e;
+  };
+  planner::SearchResult result;
+  result.ranked = {row(schemas::Schedule::two_bw, 1, 10.0), row(schemas::Schedule::flush, 2, 12.0)};
+  result.ranked[1].representative = true;
+  std::vector<planner::Evaluated> bests = {result.ranked[0], row(schemas::Schedule::flush, 3, 8.0),
+                                           row(schemas::Schedule::gpipe, 1, 11.0)};
+  planner::put_exact_bests(result, bests);
+  REQUIRE(result.ranked.size() == 3);
+  CHECK(result.ranked[0].step_ms == 8.0);
+  CHECK(result.ranked[0].candidate.depth == 3);
+  CHECK(result.ranked[1].candidate.schedule == schemas::Schedule::two_bw);
+  CHECK(result.ranked[2].candidate.schedule == schemas::Schedule::gpipe);
+  CHECK(same_plan(bests.front(), result.ranked.front()));
+  CHECK(bests.size() == 3);
+}
