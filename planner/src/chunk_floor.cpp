@@ -246,6 +246,21 @@ RankFloor chunked_rank_capacity(const CostModel& model, const Candidate& c, int6
   return rank_capacity(*floor_table(model, c), moments, position == 0, budget, schemas::splits_backward(c.schedule));
 }
 
+std::vector<RankFloor> chunked_rank_capacities(const CostModel& model, const Candidate& c, int64_t slack_bytes) {
+  std::vector<RankFloor> out;
+  if (!chunked(c)) return out;
+  const auto table = floor_table(model, c);
+  const int64_t budget =
+      saturating_add(model.memory_limit_bytes(), std::max<int64_t>(slack_bytes, 0)) - model.constraints().reserve_bytes;
+  const int64_t m = pipeline::walk_microbatches(c.schedule, c.depth, c.microbatches);
+  std::vector<FloorMoment> moments;
+  for (int64_t p = 0; p < c.depth; ++p) {
+    fill_moments(c.schedule, c.depth, c.chunks, m, p, moments);
+    out.push_back(rank_capacity(*table, moments, p == 0, budget, schemas::splits_backward(c.schedule)));
+  }
+  return out;
+}
+
 bool chunked_may_fit(const CostModel& model, const Candidate& c, int64_t slack_bytes) {
   const int64_t d = c.depth, v = c.chunks, L = model.num_layers();
   if (!chunked(c)) return true;

@@ -33,6 +33,10 @@ struct RankFloor {
 // cap_p), L for the other schedules; below 0 when not even its fixed part fits.
 RankFloor chunked_rank_capacity(const CostModel& model, const Candidate& c, int64_t position, int64_t slack_bytes = 0);
 
+// chunked_rank_capacity of every rank of chunked candidate c (d entries; empty for the other schedules),
+// with one look-up of the per-profile table: O(L) to find it, then O(d (v + log L)).
+std::vector<RankFloor> chunked_rank_capacities(const CostModel& model, const Candidate& c, int64_t slack_bytes = 0);
+
 // False only when no split of chunked candidate c has every rank within memory_limit_bytes() + slack_bytes
 // (slack saturates; negative is taken as 0) under any recompute choice: a proof that none fits. True
 // otherwise, and for candidates of one chunk per rank. O(d (v + log L)) after a per-profile table.

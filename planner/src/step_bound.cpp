@@ -42,6 +42,10 @@
 // of a layer. Whatever the stages choose, their capacities must add up to the whole model's compute;
 // the least x at which they do bounds T (and for GPipe, T >= C + (m - 1) x as well).
 //
+// Chunked ranks' memory (chunked_bound; the proof is in step_bound_chunked.cpp): a chunked rank's layers
+// are not one run, so the capacity and lanes bounds do not apply; instead each rank holds at most the layers
+// its memory floor allows (chunk_floor.hpp), at most their largest compute, and recomputes past its plain cap.
+//
 // Whole-layer lanes (lanes_reach; the proof is in step_bound_lanes.cpp): the capacity bound treats compute
 // and memory as divisible, which at a few layers per stage and stashes that differ by stage position is
 // far (2BW's optimum sat ~20% above it at 400 layers, zb-h1's ~3x, as its early stages keep d - i
@@ -112,6 +116,7 @@ StepLowerBound::StepLowerBound(const CostModel& model) : model_(model), forced_r
   for (auto* v : {&capacity_vals_, &capacity_sums_})
     for (auto& per_b : *v) per_b.assign(p.microbatch_sizes.size(), std::vector<double>{0.0});
   least_window_.resize(p.microbatch_sizes.size());
+  top_layers_.resize(p.microbatch_sizes.size());
 }
 
 double StepLowerBound::clipped_prefix(bool two_versions, size_t bi, int64_t n, double low, double high) {
@@ -268,7 +273,8 @@ double StepLowerBound::operator()(const Candidate& c) {
   const int64_t total_static = model_.static_bytes(c.schedule, 0, model_.num_layers());
   if (max_layer_static_[static_cast<size_t>(c.schedule)] > cap_bytes_ || total_static > saturating_mul(cap_bytes_, c.depth))
     return kInfinity;
-  // A chunked rank's layers are not one run, and its chunks keep different counts: only the average holds.
+  // A chunked rank's layers are not one run, and its chunks keep different counts: only the average holds
+  // here; refined() adds chunked_bound, each rank's memory floor (step_bound_chunked.cpp).
   if (c.chunks > 1) return average_bound(c, 0.0) * (1.0 - 1e-9);
   // Some stage holds at least ceil(L / d) layers, and so at least the least compute of that many in a row.
   const int64_t most = (model_.num_layers() + c.depth - 1) / c.depth;
@@ -289,10 +295,14 @@ int64_t StepLowerBound::zb_round_trip_stage(const Candidate& c) {
   return std::max<int64_t>(1, c.depth - c.microbatches + 1);
 }
 
-bool StepLowerBound::refinable(const Candidate& c) const { return c.chunks == 1 && c.depth >= 1; }
+bool StepLowerBound::refinable(const Candidate& c) const {
+  const bool chunked = c.chunks > 1 && (c.schedule == Schedule::interleaved || c.schedule == Schedule::zb_v);
+  return (c.chunks == 1 || chunked) && c.depth >= 1;
+}
 
 double StepLowerBound::refined(const Candidate& c, double from, double ceiling) {
   if (!refinable(c)) return 0.0;
+  if (c.chunks > 1) return chunked_bound(c);  // whatever from and ceiling: O(levels) once memoised
   double out = 0.0;
   if (c.schedule == Schedule::zb_h1 && zb_round_trip_stage(c) < c.depth) {
     // The round trips below stage k cross its input boundary twice and each boundary below it four

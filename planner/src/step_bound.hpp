@@ -30,7 +30,8 @@ class StepLowerBound {
   // larger of the two is a lower bound. It adds zb-h1's round trips with the links each stage's replicas
   // really cross (O(d x w) for the first candidate of a depth, width and placement) and the whole-layer
   // lanes bound (lanes_bound), bisected between `from` and `ceiling`: when the lanes reach at neither,
-  // the result is `ceiling` (about O(d log L) for that answer, 20 times that for a bisection).
+  // the result is `ceiling` (about O(d log L) for that answer, 20 times that for a bisection). For the
+  // chunked candidates (interleaved, zb-v) it is chunked_bound, whatever `from` and `ceiling`.
   bool refinable(const Candidate& c) const;
   double refined(const Candidate& c, double from = 0.0, double ceiling = kInfinity);
 
@@ -43,6 +44,13 @@ class StepLowerBound {
   // memory plus `over_bytes` (in the option the recompute policy takes): false proves that every split of
   // `c` has a stage more than `over_bytes` over the memory (least_overage_split). O(d log L).
   bool fits_within(const Candidate& c, int64_t over_bytes) const;
+
+  // For a chunked candidate (interleaved, zb-v; 0 for the others): the busiest rank's lane when each rank
+  // holds at most the layers its memory floor allows (chunk_floor.hpp), priced at the largest layers and
+  // with the recompute it forces (step_bound_chunked.cpp, with the proof); infinity when the floors prove
+  // that no split fits. refined() returns it for them. O(L + d (v + log L)) plus a bisection of O(d) steps for
+  // the first candidate of a schedule, depth, chunk count, walked m and microbatch size; O(levels) after.
+  double chunked_bound(const Candidate& c);
 
   // A finer test for a candidate about to be evaluated: true when no split of `c` has an objective <=
   // `limit` because the d stages, each with the links and allreduce latency its replicas really have,
@@ -78,6 +86,13 @@ class StepLowerBound {
   double least_fill_p2p(const Candidate& c) const;
   // Sum over stages of the compute each can hold when its compute budget is x (ms per microbatch).
   double capacity_sum(const Candidate& c, double x);
+  // Per microbatch index: the sums of the n largest per-layer fwd + bwd, n = 0..L (memoised).
+  const std::vector<double>& top_layers(size_t bi);
+  std::vector<std::vector<double>> top_layers_;
+  // chunked_bound's x*, the least compute per microbatch of the busiest rank (infinity: no split fits),
+  // memoised by schedule, depth, chunks, walked microbatches (pipeline::walk_microbatches) and microbatch index.
+  double chunked_least_x(const Candidate& c);
+  std::map<std::tuple<Schedule, int64_t, int64_t, int64_t, int64_t>, double> chunked_least_x_;
   // The least fwd + bwd of k consecutive layers at microbatch index bi (memoised).
   double least_window_ms(size_t bi, int64_t k);
   // Sum of plain_capacity over f = 1..n, each term clipped to [low, high].

@@ -99,3 +99,56 @@ TEST_CASE("lower bounds and rules_out never pass a candidate's exact optimum") {
     CHECK(tally.ruled_below[i] >= tally.per_schedule[i] / share);
   }
 }
+
+namespace {
+
+// The chunked candidates (interleaved, zb-v) against their exact optima (chunk_split's exhaustive walk),
+// on instances whose memory runs from tight to ample: chunked_bound (and refined(), which returns it for
+// them) must never pass the optimum, and must come within 3% of it for a share of them where it stands
+// above the even share of compute (memory or crowding binds), or it proves little.
+struct ChunkedTally {
+  int64_t checked = 0, tight = 0, above_share = 0;
+};
+
+void check_chunked(const RandomInstance& inst, ChunkedTally& tally) {
+  INFO(inst.describe());
+  const CostModel model(inst.profile, inst.cluster, inst.constraints);
+  StepLowerBound bound(model);
+  for (const Candidate& c : pd2bw::planner::enumerate_candidates(model)) {
+    if (c.chunks < 2) continue;
+    const Split best = pd2bw::planner::best_split(model, c, kInfinity, INT64_MAX);
+    if (!best.feasible() || best.exhausted) continue;
+    const double opt = best.step_ms, own = bound.chunked_bound(c);
+    INFO(std::string(schedule_name(c.schedule)) << " b=" << c.microbatch << " d=" << c.depth << " w=" << c.width
+                                   << " m=" << c.microbatches << " v=" << c.chunks << " optimum " << opt);
+    ++tally.checked;
+    CHECK(own <= opt);
+    CHECK(bound(c) <= opt);
+    CHECK(bound.refined(c, bound(c), 1.5 * opt) <= opt);
+    const double share = static_cast<double>(c.microbatches) * model.compute_prefix(c.microbatch_index).back() /
+                         static_cast<double>(c.depth);
+    if (own >= 0.97 * opt) {
+      ++tally.tight;
+      if (own > 1.02 * share) ++tally.above_share;
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("the chunked candidates' memory bound never passes their exact optimum, and binds") {
+  ChunkedTally tally;
+  pd2bw::testing::RandomInstanceOptions opt;
+  opt.max_nodes = 2;
+  for (uint64_t seed = 9001; seed <= 9800; ++seed) {
+    const bool zbv = seed % 2 == 0;
+    opt.split_backward_p = zbv ? 1.0 : 0.3;  // zb-v needs the backward timed in halves
+    RandomInstance inst = make_random_instance(seed, opt);
+    inst.constraints.schedule = zbv ? Schedule::zb_v : Schedule::interleaved;
+    check_chunked(inst, tally);
+  }
+  MESSAGE("chunked candidates checked " << tally.checked << ", within 3% of the optimum " << tally.tight
+                                        << ", of which above the even share of compute " << tally.above_share);
+  CHECK(tally.checked >= 2000);
+  CHECK(tally.above_share >= tally.checked / 80);
+}

@@ -1,0 +1,112 @@
+// The chunked candidates' (interleaved, zb-v) bound from their ranks' memory (StepLowerBound::chunked_bound).
+//
+// Proof. Take a split of chunked candidate c whose objective is T (finite, so every rank fits under the
+// recompute choice the policy makes). The objective is at least every rank's lane (chunk_price.cpp):
+//   lane_p = sum over its chunks of (m (compute + redo if the rank recomputes) + allreduce + update)
+//            + 2 m (the transfers of its busiest replica).
+// (1) Transfers: with d > 1 every rank has a chunk boundary that leaves it (interleaved's neighbours sit on
+//     consecutive positions; zb-v's rank 0 sends chunk 0's output on, and every other rank receives
+//     chunk p's input from rank p - 1), priced at least the least output_p2p of a layer a boundary can
+//     follow at the fastest level: q. With d = 1 nothing leaves the rank, q = 0.
+// (2) Allreduce: with w > 1 each of its v chunks pays allreduce_ms of its gradients at the level its
+//     replicas span, at least a = the least allreduce_ms(0, w, level) of any level (non-decreasing in
+//     bytes). Updates are >= 0.
+// So with x = (T - v a) / m - q, rank p's plain compute c_p obeys c_p <= x without recompute and
+// (1 + r) c_p <= x with it, r = min_redo_share (every layer's redo is at least r times its fwd + bwd).
+// (3) Memory: rank p holds n_p layers, n_p >= v (one per chunk). If it fits without recompute,
+//     n_p <= cap_p.plain; if it recomputes and fits, n_p <= cap_p.redo (chunk_floor.cpp's proof). Policy
+//     never leaves only the first option, always only the second. Its compute is at most the
+//     sum of the n_p largest per-layer fwd + bwd, Top(n_p), so in every case
+//       c_p <= hold_p(x) = max over the options open to it of min(x, Top(cap.plain)) and
+//                          min(x / (1 + r), Top(cap.redo)),
+//     an option open only when its cap is at least v.
+// Every layer sits on one rank, so sum_p c_p = C (the whole model's fwd + bwd), hence sum_p hold_p(x) >= C.
+// hold_p is non-decreasing in x, so x >= x*, the least x with sum_p hold_p(x) >= C, and
+// T >= m (x* + q) + v a. When even x = infinity leaves the sum below C (or a rank has no open option),
+// no split fits. Crowding adds: some rank holds at least ceil(L / d) layers, so its c_p is at least the
+// sum of the ceil(L / d) smallest, and x >= that too.
+// At about uniform layers with memory to spare this is the average bound; it rises above it where the
+// memory floor caps the ranks (a rank that must recompute, or ranks that cannot take their share).
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <tuple>
+#include <vector>
+
+#include "chunk_floor.hpp"
+#include "pd2bw/pipeline/stash.hpp"
+#include "step_bound.hpp"
+
+namespace pd2bw::planner {
+
+const std::vector<double>& StepLowerBound::top_layers(size_t bi) {
+  auto& top = top_layers_[bi];
+  if (top.empty()) {
+    const auto& cp = model_.compute_prefix(static_cast<int64_t>(bi));
+    std::vector<double> per_layer;
+    for (size_t j = 0; j + 1 < cp.size(); ++j) per_layer.push_back(cp[j + 1] - cp[j]);
+    std::sort(per_layer.begin(), per_layer.end(), std::greater<>());
+    top.push_back(0.0);
+    for (double x : per_layer) top.push_back(top.back() + x);
+  }
+  return top;
+}
+
+double StepLowerBound::chunked_bound(const Candidate& c) {
+  if (c.chunks < 2 || (c.schedule != Schedule::interleaved && c.schedule != Schedule::zb_v)) return 0.0;
+  // x* depends on the memory floor's moments, which read m only as the walked count, and not on the width
+  // or the placement: memoised for the candidates that differ only there.
+  const auto key = std::make_tuple(c.schedule, c.depth, c.chunks,
+                                   pipeline::walk_microbatches(c.schedule, c.depth, c.microbatches), c.microbatch_index);
+  auto it = chunked_least_x_.find(key);
+  if (it == chunked_least_x_.end()) it = chunked_least_x_.emplace(key, chunked_least_x(c)).first;
+  const double x = it->second;
+  if (!(x < kInfinity)) return kInfinity;
+  const int64_t L = model_.num_layers();
+  double q = kInfinity, a = kInfinity;
+  for (size_t lv = 0; lv < model_.cluster().levels.size(); ++lv) {
+    q = std::min(q, 2.0 * model_.least_boundary_p2p_ms(c.microbatch_index, static_cast<int64_t>(lv)));
+    a = std::min(a, model_.allreduce_ms(0, c.width, static_cast<int64_t>(lv)));
+  }
+  if (c.depth < 2 || L < 2) q = 0.0;
+  const double m = static_cast<double>(c.microbatches);
+  return (m * (x + q) + static_cast<double>(c.chunks) * a) * (1.0 - 1e-9);  // rounding never lifts it above a cost
+}
+
+double StepLowerBound::chunked_least_x(const Candidate& c) {
+  const auto caps = detail::chunked_rank_capacities(model_, c);
+  if (caps.empty()) return 0.0;
+  const auto bi = static_cast<size_t>(c.microbatch_index);
+  const auto& top = top_layers(bi);
+  const int64_t L = model_.num_layers(), v = c.chunks;
+  const double total = model_.compute_prefix(c.microbatch_index).back(), r = model_.min_redo_share(c.microbatch_index);
+  const auto policy = model_.constraints().recompute;
+  // Per rank the most compute each option can hold (-1: not open to it).
+  std::vector<double> plain, redo;
+  double most = 0.0;
+  for (const auto& cap : caps) {
+    plain.push_back(policy != RecomputePolicy::always && cap.plain >= v ? top[static_cast<size_t>(std::min(cap.plain, L))] : -1.0);
+    redo.push_back(policy != RecomputePolicy::never && cap.redo >= v ? top[static_cast<size_t>(std::min(cap.redo, L))] : -1.0);
+    if (plain.back() < 0.0 && redo.back() < 0.0) return kInfinity;
+    most += std::max(plain.back(), redo.back());
+  }
+  if (most < total * (1.0 - 1e-9)) return kInfinity;  // the ranks cannot hold every layer
+  auto hold = [&](double x) {
+    double sum = 0.0;
+    for (size_t p = 0; p < plain.size(); ++p)
+      sum += std::max(plain[p] < 0.0 ? 0.0 : std::min(x, plain[p]), redo[p] < 0.0 ? 0.0 : std::min(x / (1.0 + r), redo[p]));
+    return sum;
+  };
+  // hold(lo) < need <= total all along, so the least x reaching total is above lo (need absorbs the
+  // rounding of the sums of the largest layers, which may add up to a hair below total).
+  const double need = std::min(total, most) * (1.0 - 1e-12);
+  double lo = 0.0, hi = (1.0 + r) * total * (1.0 + 1e-9);
+  for (int it = 0; it < 60 && hi - lo > 1e-7 * hi; ++it) {
+    const double mid = 0.5 * (lo + hi);
+    (hold(mid) < need ? lo : hi) = mid;
+  }
+  const int64_t crowd = (L + c.depth - 1) / c.depth;
+  return std::max(lo, total - top[static_cast<size_t>(L - crowd)]);
+}
+
+}  // namespace pd2bw::planner
