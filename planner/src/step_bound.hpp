@@ -57,6 +57,10 @@ class StepLowerBound {
   // cannot hold all compute within it (and for flush, with the drain and refill above each stage and its
   // round trips below it). O(d) after the first call for a depth, width and placement. Thread-safe.
   bool rules_out(const Candidate& c, double limit) const;
+  // Flush (step_bound_flush.cpp, with the proof): never above the compute with recompute, sum_j (f_j + b_j),
+  // of any split of `c` whose lanes m t_j + h_j are all within `t`; the model's fwd + bwd for the other
+  // schedules. Non-increasing in t. O(d) after plain_runs' O(L) for each new in-flight count. Thread-safe.
+  double flush_least_busy(const Candidate& c, double t) const;
 
  private:
   // Per stage: the least per-microbatch transfers of its slowest replica (2 per boundary), the least one
@@ -142,6 +146,23 @@ class StepLowerBound {
     }
     return good;
   }
+
+  // The least redo (ms per microbatch) of layers holding `compute` ms of fwd + bwd, fractions of layers
+  // allowed: the layers by redo share ascending (each share capped at 1), a fractional knapsack. Convex
+  // and non-decreasing in `compute`, with slope at most 1. O(log L).
+  double cheapest_redo_of(size_t bi, double compute) const;
+  // Per microbatch index, in that order: prefix sums of compute and of the capped redo.
+  std::vector<std::vector<double>> by_share_compute_, by_share_redo_;
+  // W(f) for f = 1..most: the most fwd + bwd (ms per microbatch) of a run of whole layers whose static
+  // bytes and f stashes fit the device less the reserve, what a stage keeping f microbatches holds at most
+  // without recomputing; non-increasing in f. Memoised per schedule and microbatch index (O(L) per new f);
+  // thread-safe.
+  std::vector<double> plain_runs(Schedule s, size_t bi, int64_t most) const;
+  // Whether flush's round trips with `busy` = flush_least_busy(c, t) rule out every split of `c` with an
+  // objective <= t.
+  bool flush_redo_rules_out(const Candidate& c, double t, double busy) const;
+  mutable std::mutex runs_mutex_;
+  mutable std::map<std::pair<Schedule, size_t>, std::vector<double>> plain_runs_;  // [f - 1]
 
   const CostModel& model_;
   int64_t cap_bytes_ = 0;                       // device memory minus the reserve

@@ -18,7 +18,9 @@ namespace detail {
 LinkLevels fastest_levels(const CostModel& model, const Candidate& c) {
   const bool rep_inner = c.placement == Placement::replicas_inner;
   LinkLevels l;
-  l.boundary = rep_inner ? model.level_between(0, 2 * c.width - 1) : 0;
+  // Replicas inner: boundary s pairs rank s w + r with (s + 1) w + r, w apart; ranks 0 and w are the
+  // closest such pair in the hierarchy (a level's groups are aligned), whatever the rest cross.
+  l.boundary = rep_inner ? model.level_between(0, c.width) : 0;
   l.replicas = model.level_between(0, rep_inner ? c.width - 1 : (c.width - 1) * c.depth);
   return l;
 }

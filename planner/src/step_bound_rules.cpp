@@ -14,6 +14,9 @@
 // compute skipped, which is no less than what the cap loses ((m - n_k r) >= 1 - r), so the furthest end
 // still grows with the start. And every candidate must pass lanes_reach (step_bound_lanes.cpp), which
 // also covers the whole-layer memory test this file once made with the longest runs per stage.
+// Flush's round trips count the recompute that memory and the lanes force: Y_{<k} + 2 Y_{>=k} = Y + Y_{>=k}
+// >= busy + C - X_{<k}, busy = flush_least_busy at the limit (step_bound_flush.cpp, with the proof), in
+// place of 2 C - X_{<k}; the caps still grow with X_{<k}, so the walks' argument stands.
 #include "step_bound.hpp"
 
 #include <algorithm>
@@ -69,6 +72,8 @@ bool StepLowerBound::rules_out(const Candidate& c, double limit) const {
   std::vector<double> ins_after(static_cast<size_t>(c.depth) + 1, 0.0);  // sum of 2 in_fast over stages > k
   for (int64_t k = c.depth - 1; k >= 0; --k)
     ins_after[static_cast<size_t>(k)] = ins_after[static_cast<size_t>(k + 1)] + 2.0 * links[static_cast<size_t>(k)].in_fast;
+  const double at = limit * (1.0 + 1e-9);  // rounding must not rule out a split at the limit itself
+  const double busy = flush_least_busy(c, at);  // at least sum_j Y_j of any split with lanes within t
   auto flush_reaches = [&](double t0) {
     const double t = t0 - h0;
     double prefix = 0.0, ins_before = 0.0;
@@ -78,14 +83,20 @@ bool StepLowerBound::rules_out(const Candidate& c, double limit) const {
       double x = hold(k, (t - prefix - ins_before) / m - l.lane);
       const double w = std::min(d - 1.0 - kd, m);
       if (m >= w + 2.0) {
-        // (m - w) time_k - 2 x_k <= t - 2 C + prefix - transfers, with time_k >= x_k and recompute past plain
-        const double slack = t - 2.0 * all + prefix -
+        // (m - w) time_k - 2 x_k <= t - Y - C + prefix - transfers, with time_k >= x_k and recompute past
+        // plain, Y = sum_j Y_j >= busy (Y_{<k} + 2 Y_{>=k} = Y + Y_{>=k} >= busy + C - prefix)
+        const double slack = t - busy - all + prefix -
                              (2.0 * l.in_fast + 2.0 * ins_after[static_cast<size_t>(k + 1)] + (m - 2.0 - w) * l.lane +
                               ins_before);
         if (slack < 0.0) return false;
         if (m > w + 2.0) x = std::min(x, hold(k, slack / (m - w - 2.0)));
       }
-      if (x < 0.0) return false;
+      // No room left at this stage's start: stage 0 starts where any split's does, so nothing fits; a later
+      // stage may start past the real split's (the walk reaches at least as far), so it only stays put.
+      if (x < 0.0) {
+        if (k == 0) return false;
+        x = 0.0;
+      }
       prefix += x;
       ins_before += 2.0 * l.in_fast;
       if (prefix >= all) return true;
@@ -127,11 +138,14 @@ bool StepLowerBound::rules_out(const Candidate& c, double limit) const {
       const double after = split ? zb_trailing(c, k) : 0.0;
       const double budget = (t + (m + 1.0) * excess - (1.0 - r) * cp[a] - ins_before - m * l.lane) / (m - after * r);
       const double x = hold(k, budget);
-      if (x < 0.0) return false;
-      size_t e = std::min(furthest(a, cp[a] + x * (1.0 + 1e-12), [&](size_t j) { return cp[j]; }), whole(k, a, budget));
+      if (x < 0.0 && k == 0) return false;  // as in flush_reaches: only a later stage may start past the real one
+      size_t e = x < 0.0 ? a
+                         : std::min(furthest(a, cp[a] + x * (1.0 + 1e-12), [&](size_t j) { return cp[j]; }),
+                                    whole(k, a, budget));
       const double w = std::min(d - 1.0 - static_cast<double>(k), m);
       if (c.schedule != Schedule::zb_h2 && m >= w + 2.0) {  // zb-h2's longer warm-up bounds no round trip
-        const double slack = t - 2.0 * all_y + y(a) -
+        // flush: 2 Y_all - Y_{<k} >= busy + C - X_{<k}, as in flush_reaches
+        const double slack = t - (split ? 2.0 * all_y : busy + all_y) + y(a) -
                              (2.0 * l.in_fast + 2.0 * ins_after[static_cast<size_t>(k + 1)] + (m - 2.0 - w) * l.lane +
                               ins_before);
         if (slack < -1e-12 * t) return false;
@@ -160,12 +174,12 @@ bool StepLowerBound::rules_out(const Candidate& c, double limit) const {
     }
     return false;
   };
-  const double t = limit * (1.0 + 1e-9);  // rounding must not rule out a split at the limit itself
-  return !lanes_hold(t) || !lanes_reach(c, t) || (c.schedule == Schedule::flush && c.microbatches > 1 && !flush_reaches(t)) ||
+  return !lanes_hold(at) || !lanes_reach(c, at) || flush_redo_rules_out(c, at, busy) ||
+         (c.schedule == Schedule::flush && c.microbatches > 1 && !flush_reaches(at)) ||
          (((c.schedule == Schedule::flush && c.microbatches > 1) || c.schedule == Schedule::zb_h1 ||
            c.schedule == Schedule::zb_h2) &&
-          !zb_reaches(t)) ||
-         (c.schedule == Schedule::gpipe && c.microbatches > 1 && !gpipe_reaches(t));
+          !zb_reaches(at)) ||
+         (c.schedule == Schedule::gpipe && c.microbatches > 1 && !gpipe_reaches(at));
 }
 
 }  // namespace pd2bw::planner

@@ -152,3 +152,25 @@ TEST_CASE("the chunked candidates' memory bound never passes their exact optimum
   CHECK(tally.checked >= 2000);
   CHECK(tally.above_share >= tally.checked / 80);
 }
+
+TEST_CASE("the whole-layer walks stay sound where a later stage starts past the real split's") {
+  // Pinned flush and zb-h1 on deeper instances with few microbatches: a walk's early stages take more
+  // layers than any real split, and a later stage then has no room at its start (it must stay put, not
+  // rule the candidate out). Seed 7187 was such a case (flush b=4 d=4 w=2 m=2).
+  Tally tally;
+  pd2bw::testing::RandomInstanceOptions opt;
+  opt.min_layers = 8;
+  opt.max_layers = 30;
+  opt.max_per_node = 8;
+  opt.max_nodes = 2;
+  opt.max_devices_flat = 12;
+  opt.split_backward_p = 1.0;  // zb-h1 needs the backward timed in halves
+  for (uint64_t seed = 7000; seed <= 8000; ++seed) {
+    RandomInstance inst = make_random_instance(seed, opt);
+    inst.constraints.schedule = seed % 2 ? Schedule::flush : Schedule::zb_h1;
+    inst.constraints.recompute = pd2bw::planner::RecomputePolicy::auto_;
+    inst.constraints.max_depth = 10;
+    check_instance(inst, tally);
+  }
+  CHECK(tally.checked >= 100);
+}

@@ -1,0 +1,86 @@
+// Flush's round trips with the recompute that memory and the lanes force: flush_least_busy, a lower bound
+// on the compute with recompute of any split whose lanes are within T, and flush_redo_rules_out, a test
+// rules_out makes for every flush candidate (its whole-layer walks use flush_least_busy too).
+//
+// Write Y_j for stage j's compute per microbatch with its recompute (f_j + b_j, b_j with the recomputed
+// forward), Y for their sum and C for the model's fwd + bwd. Flush's stage k = max(0, d - m + 1), when it
+// is not the last, has m >= w_k + 2, so the cycle through stage 0 and its two round trips below it
+// (objective.hpp) give T >= h_0 + Y_{<k} + 2 Y_{>=k} = h_0 + 2 Y - Y_{<k}, and every lane m Y_j <= T
+// gives Y_{<k} <= k T / m: T (1 + k / m) >= h_0 + 2 Y. (The fill bound of step_bound.cpp is this with
+// ForcedRedo's recompute, which prices only memory.)
+//
+// Y at T: a stage that does not recompute holds one run of whole layers whose static bytes and f_j
+// stashes fit the device less the reserve (f_j its in-flight count), so at most W(f_j) of compute
+// (plain_runs), and its lane caps its compute at cap_j = (T - its allreduce latency) / m - its least
+// transfers; so the stages that do not recompute hold at most P(T) = sum_j min(W(f_j), cap_j), and the
+// others hold at least C - P(T), which they recompute: their redo is at least the least redo of that
+// much compute, the layers taken by redo share ascending with fractions allowed (cheapest_redo_of; a
+// layer's redo, the recomputed forward, is taken as at most its fwd + bwd, which only lowers it). So
+// Y >= C + cheapest_redo_of(C - P(T)). P(T) grows with T, so the right side falls as T grows: when T
+// (1 + k / m) < h_0 + 2 Y(T) at T, it holds at every smaller T too, and no split has an objective <= T.
+#include <algorithm>
+#include <cstdint>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "pd2bw/checked.hpp"
+#include "step_bound.hpp"
+#include "step_bound_links.hpp"
+
+namespace pd2bw::planner {
+
+std::vector<double> StepLowerBound::plain_runs(Schedule s, size_t bi, int64_t most) const {
+  const std::lock_guard<std::mutex> lock(runs_mutex_);
+  auto& runs = plain_runs_[{s, bi}];
+  const auto& cp = model_.compute_prefix(static_cast<int64_t>(bi));
+  const auto& sp = model_.stash_prefix(static_cast<int64_t>(bi));
+  const int64_t L = model_.num_layers();
+  for (auto f = static_cast<int64_t>(runs.size()) + 1; f <= most; ++f) {
+    auto fits = [&](int64_t a, int64_t e) {
+      const int64_t stash = saturating_mul(f, sp[static_cast<size_t>(e)] - sp[static_cast<size_t>(a)]);
+      return saturating_add(model_.static_bytes(s, a, e), stash) <= cap_bytes_;
+    };
+    double best = 0.0;
+    for (int64_t a = 0, e = 0; a < L; ++a) {  // a run that fits still fits without its first layer
+      e = std::max(e, a);
+      while (e < L && fits(a, e + 1)) ++e;
+      best = std::max(best, cp[static_cast<size_t>(e)] - cp[static_cast<size_t>(a)]);
+    }
+    runs.push_back(best);
+  }
+  return {runs.begin(), runs.begin() + most};
+}
+
+double StepLowerBound::flush_least_busy(const Candidate& c, double t) const {
+  const auto policy = model_.constraints().recompute;
+  const auto bi = static_cast<size_t>(c.microbatch_index);
+  const double all = model_.compute_prefix(c.microbatch_index).back();
+  if (c.schedule != Schedule::flush || c.chunks > 1 || policy == RecomputePolicy::never) return all;
+  const double m = static_cast<double>(c.microbatches);
+  double plain = 0.0;  // P(t)
+  if (policy != RecomputePolicy::always) {
+    const auto links = stage_links(c);
+    std::vector<int64_t> f(static_cast<size_t>(c.depth));
+    for (int64_t j = 0; j < c.depth; ++j) f[static_cast<size_t>(j)] = CostModel::in_flight(c, j);
+    if (*std::min_element(f.begin(), f.end()) < 1) return all;  // a stage with no stash: not flush's shape
+    const std::vector<double> runs = plain_runs(c.schedule, bi, *std::max_element(f.begin(), f.end()));
+    for (int64_t j = 0; j < c.depth && plain < all; ++j) {
+      const auto& l = links[static_cast<size_t>(j)];
+      const double cap = std::max(0.0, (t - l.latency) / m - l.lane);
+      plain += std::min(runs[static_cast<size_t>(f[static_cast<size_t>(j)] - 1)], cap);
+    }
+  }
+  return all + cheapest_redo_of(bi, all - plain);
+}
+
+bool StepLowerBound::flush_redo_rules_out(const Candidate& c, double t, double busy) const {
+  if (c.schedule != Schedule::flush || c.chunks > 1 || c.microbatches < 2) return false;
+  const int64_t k = std::max<int64_t>(0, c.depth - c.microbatches + 1);
+  if (k > c.depth - 2) return false;
+  const detail::LinkLevels lvl = detail::fastest_levels(model_, c);
+  const double h0 = model_.allreduce_ms(first_grad_bytes_, c.width, lvl.replicas) + model_.update_prefix()[1];
+  return t * (1.0 + static_cast<double>(k) / static_cast<double>(c.microbatches)) < h0 + 2.0 * busy;
+}
+
+}  // namespace pd2bw::planner
