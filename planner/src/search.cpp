@@ -17,6 +17,7 @@
 
 #include "chunk_price.hpp"
 #include "parallel.hpp"
+#include "partition_overage.hpp"
 #include "prepared.hpp"
 #include "search_internal.hpp"
 #include "step_bound.hpp"
@@ -311,36 +312,39 @@ SearchResult search(const CostModel& model, const SearchOptions& options) {
 
 Evaluated closest_infeasible(const CostModel& model) {
   // The first candidate (in enumeration order) of the least overage. Deeper pipelines hold less per
-  // stage, so they go first and the rest are mostly proven worse by the whole-layer walk (fits_within)
-  // before their least_overage_split; memory depends on (schedule, b, d, v) and on m only up to 2 d
-  // microbatches (all of them for GPipe or chunks), so a repeat of those gets no further.
+  // stage, so they go first and the rest are mostly proven worse by least_overage_bytes' whole-layer walk
+  // alone; memory depends on (schedule, b, d, v) and on m only up to 2 d microbatches (all of them for
+  // GPipe or chunks), so a repeat of those gets no further.
   const auto candidates = enumerate_candidates(model);
   std::vector<size_t> order(candidates.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return candidates[a].depth > candidates[b].depth; });
-  const StepLowerBound relaxed(model);
   std::set<std::tuple<Schedule, int64_t, int64_t, int64_t, int64_t>> seen;
   Evaluated best;
   int64_t best_over = INT64_MAX;
   size_t best_idx = candidates.size();
   for (size_t idx : order) {
     const auto& c = candidates[idx];
+    // A later candidate must be strictly closer; an earlier one may tie.
+    const int64_t within = idx > best_idx ? best_over - 1 : best_over;
     const int64_t lb = model.static_bytes(c.schedule, 0, model.num_layers()) / c.depth +
                        model.constraints().reserve_bytes - model.memory_limit_bytes();
-    if (lb > best_over) continue;
-    if (best_over < INT64_MAX && !relaxed.fits_within(c, best_over)) continue;
+    if (lb > within) continue;
     const bool all_m = c.schedule == Schedule::gpipe || c.chunks > 1;
     const auto m = all_m ? c.microbatches : std::min(c.microbatches, 2 * c.depth);
     if (!seen.insert({c.schedule, c.microbatch_index, c.depth, m, c.chunks}).second) continue;
-    const auto o = least_overage_split(model, c, best_over);
-    if (o.bounds.empty() || o.over_bytes > best_over || (o.over_bytes == best_over && idx > best_idx)) continue;
-    best_over = o.over_bytes;
+    const int64_t over = detail::least_overage_bytes(model, c, within);
+    if (over == INT64_MAX || over > within) continue;
+    best_over = over;
     best_idx = idx;
-    Split s;
-    s.bounds = o.bounds;
-    best = evaluate_split(model, c, s);
   }
+  // Only the closest candidate's split is built.
+  if (best_idx == candidates.size()) return best;
+  const auto o = least_overage_split(model, candidates[best_idx], best_over);
+  Split s;
+  s.bounds = o.bounds;
+  best = evaluate_split(model, candidates[best_idx], s);
   return best;
 }
 
