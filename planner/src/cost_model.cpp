@@ -110,13 +110,15 @@ struct CostModel::WalkMemo {
 };
 
 std::shared_ptr<const CostModel::PositionWalks> CostModel::position_walks(const Candidate& c) const {
-  const auto key = std::make_tuple(c.schedule, c.depth, c.microbatches, c.chunks);
+  // Candidates whose m walks alike (pipeline::walk_microbatches) share one entry.
+  const int64_t m = pipeline::walk_microbatches(c.schedule, c.depth, c.microbatches);
+  const auto key = std::make_tuple(c.schedule, c.depth, m, c.chunks);
   {
     const std::lock_guard<std::mutex> lock(walks_->mutex);
     if (const auto it = walks_->walks.find(key); it != walks_->walks.end()) return it->second;
   }
   auto out = std::make_shared<PositionWalks>();
-  const pipeline::ScheduleSpec spec{c.schedule, c.depth, c.microbatches, 1, 1, c.chunks};
+  const pipeline::ScheduleSpec spec{c.schedule, c.depth, m, 1, 1, c.chunks};
   for (int64_t p = 0; p < c.depth; ++p) {
     auto [plain, redo] = pipeline::stash_walks(spec, p);
     out->push_back({std::move(plain), std::move(redo)});
@@ -262,7 +264,9 @@ void CostModel::require_split_backward(std::string_view what) const {
 void CostModel::prepare_curves() {
   for (const auto& level : cluster_.levels) {
     const std::string what = fmt::format("cluster level \"{}\"", level.name);
-    p2p_curves_.emplace_back(level.p2p_curve, what + " p2p_curve");
+    // the innermost level's at the runtime's measured boundary work (runtime_costs.hpp)
+    p2p_curves_.emplace_back(p2p_curves_.empty() ? runtime_p2p_curve(profile_, level) : level.p2p_curve,
+                             what + " p2p_curve");
     allreduce_curves_.emplace_back(level.allreduce_curve, what + " allreduce_curve");
     if (!level.allreduce_curve.empty() && level.allreduce_ranks < 2)
       throw UsageError(fmt::format("{}: allreduce_ranks must be >= 2 with an allreduce_curve, got {}", what,

@@ -82,7 +82,12 @@ int64_t process_link_measurements(const ProfileOptions& options, const executor:
 // over sum (fwd_ms + bwd_ms) is compute_scale; the rest of the few step (median over the sizes) over sum
 // update_ms is update_scale (1 without update_ms). `step` is called before each size. Throws pd2bw::Error
 // when a compute_scale is above schemas::kMaxRuntimeScale (a machine too busy to measure).
+// When the model has at least 2 layers it is also split in two stages at half its layers (d = 2, 2bw,
+// each stage's rank thread timed on its own) and trained with kSplitFew and kSplitMany microbatches,
+// giving runtime_calibration.split (schemas::RuntimeSplit); its scales are clamped to
+// [1e-3, kMaxSplitScale].
 inline constexpr int64_t kCalibrationFew = 1, kCalibrationMany = 5, kCalibrationSteps = 5;
+inline constexpr int64_t kSplitFew = 2, kSplitMany = 6;
 schemas::RuntimeCalibration calibrate_runtime(const executor::ModelConfig& config,
                                               const std::vector<schemas::LayerProfile>& layers,
                                               const std::vector<int64_t>& microbatches, uint64_t seed,

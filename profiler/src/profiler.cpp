@@ -290,6 +290,13 @@ void calibrate(const ProfileOptions& o, const ModelConfig& cfg, LayerPart& part,
       "update_ms.",
       detail::kCalibrationSteps, detail::kCalibrationFew, detail::kCalibrationMany,
       detail::kCalibrationMany - detail::kCalibrationFew, detail::kCalibrationFew);
+  if (part.runtime.split.present())
+    part.notes += fmt::format(
+        " split: the model cut at layer {} into two stages (2bw, d = 2) trained for {} steps of {} and of {} "
+        "microbatches, each stage's rank thread timed on its own; boundary_ms = both stages' time per microbatch "
+        "less the whole model's, compute_scales = (a stage's time per microbatch - boundary_ms / 2) / its sum "
+        "(fwd_ms + bwd_ms), update_scales likewise per stage.",
+        part.runtime.split.layer, detail::kCalibrationSteps, detail::kSplitFew, detail::kSplitMany);
 }
 
 }  // namespace

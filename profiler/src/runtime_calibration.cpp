@@ -9,6 +9,8 @@
 #include <time.h>
 
 #include <algorithm>
+#include <array>
+#include <optional>
 #include <random>
 
 #include "measure.hpp"
@@ -38,6 +40,12 @@ class RandomTokens final : public executor::MicrobatchSource {
   int64_t numel_, vocab_;
 };
 
+double thread_cpu_ms() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) * 1e-6;
+}
+
 // The rank thread's CPU time at the end of every step: the step's losses are reported on that thread
 // when its last backward is done (2BW applies the update later, before the first op that reads the new
 // version, so on_update would stamp the step after). A measure of the stage's own work that a busy
@@ -45,10 +53,7 @@ class RandomTokens final : public executor::MicrobatchSource {
 class StepClock final : public executor::LossSink {
  public:
   void on_loss(int64_t, int64_t, int64_t microbatch, double) override {
-    if (microbatch != 0) return;
-    timespec t{};
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    ends.push_back(static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) * 1e-6);
+    if (microbatch == 0) ends.push_back(thread_cpu_ms());
   }
   std::vector<double> ends;  // ms
 };
@@ -70,21 +75,95 @@ executor::PipelineConfig whole_model(const executor::ModelConfig& cfg, int64_t b
   return c;
 }
 
+// One rank's thread CPU time at each of its updates (on_update runs on the rank's own thread; between
+// two of them the rank did one step's work, whenever 2BW applies the update).
+class UpdateClock final : public executor::LossSink {
+ public:
+  void on_loss(int64_t, int64_t, int64_t, double) override {}
+  void on_update(int64_t) override { ends.push_back(thread_cpu_ms()); }
+  std::vector<double> ends;  // ms
+};
+
+// The median of the intervals between the stamps after the first (allocations) one.
+double median_step(const std::vector<double>& ends) {
+  std::vector<double> steps_ms;
+  for (size_t s = 1; s < ends.size(); ++s) steps_ms.push_back(ends[s] - ends[s - 1]);
+  return summarize(steps_ms).median;
+}
+
 // The median CPU time of the rank thread per step, the first step (allocations) left out.
 double runtime_step_ms(const executor::ModelConfig& cfg, int64_t b, int64_t m, uint64_t seed) {
   executor::ThreadsJob<float> job(whole_model(cfg, b, m, seed));
   const RandomTokens data(seed, b * cfg.seq_len, cfg.vocab);
   StepClock clock;
   job.run(data, 0, kCalibrationSteps, &clock);
-  std::vector<double> steps_ms;
-  for (size_t s = 1; s < clock.ends.size(); ++s) steps_ms.push_back(clock.ends[s] - clock.ends[s - 1]);
-  return summarize(steps_ms).median;
+  return median_step(clock.ends);
+}
+
+// The same for the model split in two stages at `cut` (d = 2, 2bw), each rank a thread with a clock of
+// its own: the median CPU ms per step of each stage.
+std::array<double, 2> split_step_ms(const executor::ModelConfig& cfg, int64_t cut, int64_t b, int64_t m,
+                                    uint64_t seed) {
+  executor::PipelineConfig c = whole_model(cfg, b, m, seed);
+  c.depth = 2;
+  c.bounds = {0, cut, cfg.layer_count()};
+  c.recompute = {false, false};
+  c.ranks = {{0}, {1}};
+  const auto comms = executor::make_threads_comms(2);
+  std::vector<std::optional<executor::StageWorker<float>>> workers(2);
+  executor::run_on_threads(comms, [&](executor::Comm& comm) {
+    workers[static_cast<size_t>(comm.rank())].emplace(c, comm.rank(), comm);
+  });
+  const RandomTokens data(seed, b * cfg.seq_len, cfg.vocab);
+  std::array<UpdateClock, 2> clocks;
+  executor::run_on_threads(comms, [&](executor::Comm& comm) {
+    const auto r = static_cast<size_t>(comm.rank());
+    workers[r]->run(comm, data, 0, kCalibrationSteps, &clocks[r]);
+  });
+  return {median_step(clocks[0].ends), median_step(clocks[1].ends)};
 }
 
 double median_of(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// The layers [begin, end)'s fwd + bwd at microbatch index bi, and their update_ms.
+double layers_compute(const std::vector<schemas::LayerProfile>& layers, size_t begin, size_t end, size_t bi) {
+  double sum = 0;
+  for (size_t j = begin; j < end; ++j) sum += layers[j].per_microbatch[bi].fwd_ms + layers[j].per_microbatch[bi].bwd_ms;
+  return sum;
+}
+double layers_update(const std::vector<schemas::LayerProfile>& layers, size_t begin, size_t end) {
+  double sum = 0;
+  for (size_t j = begin; j < end; ++j) sum += layers[j].update_ms;
+  return sum;
+}
+
+// The split run at microbatch index bi against the whole model's time per microbatch `whole_ms`
+// (schemas::RuntimeSplit): the two stages' steps, the boundary and the scales; each stage's time per step
+// beyond its microbatches is appended to rests[stage].
+schemas::RuntimeSplitStep split_step(const executor::ModelConfig& cfg, const std::vector<schemas::LayerProfile>& layers,
+                                     size_t cut, size_t bi, double whole_ms, uint64_t seed,
+                                     std::array<std::vector<double>, 2>& rests) {
+  schemas::RuntimeSplitStep r;
+  r.microbatch = layers[0].per_microbatch[bi].microbatch;
+  const auto b = r.microbatch;
+  const auto few = split_step_ms(cfg, static_cast<int64_t>(cut), b, kSplitFew, seed);
+  const auto many = split_step_ms(cfg, static_cast<int64_t>(cut), b, kSplitMany, seed);
+  std::array<double, 2> per_mb{};
+  for (size_t k = 0; k < 2; ++k) {
+    r.step_ms[k] = {few[k], many[k]};
+    per_mb[k] = (many[k] - few[k]) / static_cast<double>(kSplitMany - kSplitFew);
+    rests[k].push_back(std::max(0.0, few[k] - static_cast<double>(kSplitFew) * per_mb[k]));
+  }
+  r.boundary_ms = std::max(0.0, per_mb[0] + per_mb[1] - whole_ms);
+  const std::array<double, 2> compute = {layers_compute(layers, 0, cut, bi), layers_compute(layers, cut, layers.size(), bi)};
+  for (size_t k = 0; k < 2; ++k)
+    r.compute_scales[k] =
+        std::clamp((per_mb[k] - 0.5 * r.boundary_ms) / compute[k], 1e-3, schemas::kMaxSplitScale);
+  return r;
 }
 
 }  // namespace
@@ -100,6 +179,8 @@ schemas::RuntimeCalibration calibrate_runtime(const executor::ModelConfig& cfg,
   double update = 0;
   for (const auto& l : layers) update += l.update_ms;
   std::vector<double> per_step;
+  std::array<std::vector<double>, 2> rests;  // the split's stages' times per step beyond their microbatches
+  const size_t cut = layers.size() / 2;
   for (size_t bi = 0; bi < microbatches.size(); ++bi) {
     const int64_t b = microbatches[bi];
     step(fmt::format("runtime b={}", b));
@@ -118,8 +199,18 @@ schemas::RuntimeCalibration calibrate_runtime(const executor::ModelConfig& cfg,
                               b, per_microbatch, r.compute_scale, compute),
                   "profile again on a quiet machine");
     out.per_microbatch.push_back(r);
+    if (layers.size() >= 2)
+      out.split.per_microbatch.push_back(split_step(cfg, layers, cut, bi, per_microbatch, seed, rests));
   }
   out.update_scale = update > 0 ? std::clamp(median_of(per_step) / update, 0.0, schemas::kMaxUpdateScale) : 1.0;
+  if (!out.split.present()) return out;
+  out.split.layer = static_cast<int64_t>(cut);
+  out.split.few = kSplitFew;
+  out.split.many = kSplitMany;
+  const std::array<double, 2> updates = {layers_update(layers, 0, cut), layers_update(layers, cut, layers.size())};
+  for (size_t k = 0; k < 2; ++k)
+    out.split.update_scales[k] =
+        updates[k] > 0 ? std::clamp(median_of(rests[k]) / updates[k], 0.0, schemas::kMaxUpdateScale) : 1.0;
   return out;
 }
 

@@ -7,6 +7,7 @@
 
 #include "doc_io.hpp"
 #include "pd2bw/schemas/profile.hpp"
+#include "runtime_split_io.hpp"
 
 namespace pd2bw::schemas {
 namespace detail {
@@ -177,9 +178,10 @@ RuntimeStep read_runtime_step(const Json& v, const std::string& p) {
 
 // The runtime calibration: absent, or two run lengths, an update scale and one entry per microbatch
 // size in their order.
-RuntimeCalibration read_runtime(const ObjectReader& root, const std::vector<int64_t>& sizes) {
+RuntimeCalibration read_runtime(const ObjectReader& root, const std::vector<int64_t>& sizes, int64_t layers) {
   if (!root.has("runtime_calibration")) return {};
-  const ObjectReader r = root.object("runtime_calibration", {"microbatches", "update_scale", "per_microbatch"});
+  const ObjectReader r =
+      root.object("runtime_calibration", {"microbatches", "update_scale", "per_microbatch", "split"});
   RuntimeCalibration c;
   const auto runs =
       r.list("microbatches", [](const Json& x, const std::string& q) { return as_integer(x, q, Min::positive); });
@@ -199,6 +201,7 @@ RuntimeCalibration read_runtime(const ObjectReader& root, const std::vector<int6
       fail(child_pointer(child_pointer(list, k), "microbatch"),
            fmt::format("expected {} (/microbatch_sizes/{}), got {}", sizes[k], k, c.per_microbatch[k].microbatch),
            "order the entries like /microbatch_sizes");
+  c.split = read_runtime_split(r, sizes, layers);
   return c;
 }
 
@@ -215,6 +218,7 @@ OrderedJson runtime_json(const RuntimeCalibration& c) {
     entries.push_back(std::move(e));
   }
   out["per_microbatch"] = std::move(entries);
+  if (c.split.present()) out["split"] = runtime_split_json(c.split);
   return out;
 }
 
@@ -299,7 +303,7 @@ Profile profile_from_json(const Json& root) {
   p.microbatch_sizes = read_microbatch_sizes(r);
   p.layers = read_layers(r, p.microbatch_sizes);
   p.links = r.list("links", read_link);
-  p.runtime_calibration = read_runtime(r, p.microbatch_sizes);
+  p.runtime_calibration = read_runtime(r, p.microbatch_sizes, static_cast<int64_t>(p.layers.size()));
   return p;
 }
 
@@ -338,7 +342,8 @@ std::string dump_profile(const Profile& profile) {
   }
   out["links"] = std::move(links);
   if (profile.runtime_calibration.present()) {
-    out["schema_version"] = kSchemaVersionRuntime;
+    out["schema_version"] =
+        profile.runtime_calibration.split.present() ? kSchemaVersionRuntimeSplit : kSchemaVersionRuntime;
     out["runtime_calibration"] = detail::runtime_json(profile.runtime_calibration);
   }
   return detail::dump_text(out);

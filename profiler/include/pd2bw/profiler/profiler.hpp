@@ -77,7 +77,8 @@ using ProgressFn = std::function<void(double fraction, const std::string& what)>
 // bytes while the stash is alive); param_bytes is the arena's growth for the weights in the compute
 // dtype. links holds one level "node": p2p and allreduce curves over link_message_sizes() and the
 // scalars derived from them. On the cpu, runtime_calibration times the stage runtime against the layers
-// (the whole model as one stage, schemas::RuntimeCalibration; about a second more) unless
+// (the whole model as one stage, schemas::RuntimeCalibration, and split in two stages at half its
+// layers, schemas::RuntimeSplit; about two seconds more for the default model) unless
 // options.runtime_calibration is false, which leaves it absent (the planner then prices the layers' times
 // as they are, and says so). With cuda the device
 // carries the GPU's driver and CUDA versions and its measured copy bandwidths, and the links are device

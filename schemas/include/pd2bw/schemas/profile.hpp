@@ -2,6 +2,7 @@
 // were measured on, and the measured links. The contract between `pd2bw profile` and `pd2bw plan`.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -115,16 +116,43 @@ struct RuntimeStep {
   double many_step_ms = 0;     // ... with `many`
   double compute_scale = 1;    // > 0, <= kMaxRuntimeScale
 };
+// Optional (since 1.5): the same runtime over the model split in two stages at `layer` (d = 2, 2bw; the
+// profiler cuts at half the layers), each stage's rank thread timed on its own (CPU time, medians), with
+// `few` and `many` microbatches per step. Per stage r its time per microbatch pm_r and per step rest_r as
+// above. boundary_ms = pm_0 + pm_1 - the whole model's time per microbatch (as per_microbatch's
+// step_ms give it) is the runtime's work for one stage boundary per microbatch (send and receive of the
+// activation and its gradient, both sides together), and compute_scales[r] = (pm_r - boundary_ms / 2)
+// over the fwd + bwd of stage r's layers, so the two scales price the whole model at exactly the whole
+// run's time per microbatch; update_scales[r] = rest_r (median over the sizes) over its layers' update_ms.
+// When present the planner prices the layers before `layer` with the first scales and the others with
+// the second, instead of compute_scale and update_scale, and a boundary inside the innermost link level
+// at the runtime's measured boundary work instead of that link's p2p time (planner/runtime_costs.hpp).
+struct RuntimeSplitStep {
+  int64_t microbatch = 0;                          // as /microbatch_sizes
+  std::array<std::array<double, 2>, 2> step_ms{};  // per stage: [few step, many step], > 0
+  std::array<double, 2> compute_scales = {1, 1};   // > 0, <= kMaxSplitScale
+  double boundary_ms = 0;                          // >= 0
+};
+struct RuntimeSplit {
+  int64_t layer = 0;                           // the first layer of the second stage, 0 < layer < layers
+  int64_t few = 0, many = 0;                   // microbatches per step of the two runs, 2 <= few < many
+  std::array<double, 2> update_scales = {1, 1};  // >= 0, <= kMaxUpdateScale
+  std::vector<RuntimeSplitStep> per_microbatch;  // one per microbatch size, same order; empty: absent
+  bool present() const { return !per_microbatch.empty(); }
+};
 struct RuntimeCalibration {
   int64_t few = 0, many = 0;         // microbatches per step of the two runs, 0 < few < many
   double update_scale = 1;           // >= 0, <= kMaxUpdateScale
   std::vector<RuntimeStep> per_microbatch;  // one per microbatch size, same order; empty: absent
+  RuntimeSplit split;                // optional (present() false when absent; needs present())
   bool present() const { return !per_microbatch.empty(); }
 };
 // A runtime this many times slower than its layers is a disturbed measurement, not a cost.
 inline constexpr double kMaxRuntimeScale = 4.0;
 // The runtime's per-step work (norm, check, losses) against the optimizer step alone may be far larger.
 inline constexpr double kMaxUpdateScale = 100.0;
+// A split stage's scale, as compute_scale.
+inline constexpr double kMaxSplitScale = kMaxRuntimeScale;
 
 struct Profile {
   Provenance provenance;
