@@ -35,32 +35,6 @@ std::vector<int64_t> balanced_by_params(const CostModel& model, int64_t d) {
   return bounds;
 }
 
-// The candidate prepared for memory alone: quick_price's bytes read no links or allreduce levels, and
-// building those for thousands of deep candidates costs more than the walks that rule most of them out.
-detail::PreparedCandidate prepare_memory(const CostModel& model, const Candidate& c) {
-  detail::PreparedCandidate pc;
-  pc.candidate = c;
-  pc.statics = model.static_factors(c.schedule);
-  pc.limit_bytes = model.memory_limit_bytes();
-  pc.reserve_bytes = model.constraints().reserve_bytes;
-  pc.policy = model.constraints().recompute;
-  pc.stages.resize(static_cast<size_t>(c.depth));
-  for (int64_t i = 0; i < c.depth; ++i) pc.stages[static_cast<size_t>(i)].in_flight = CostModel::in_flight(c, i);
-  const auto bi = c.microbatch_index;
-  pc.compute = model.compute_prefix(bi).data();
-  pc.fwd = model.fwd_prefix(bi).data();
-  pc.redo = model.redo_prefix(bi).data();
-  pc.update = model.update_prefix().data();
-  pc.stash = model.stash_prefix(bi).data();
-  pc.params = model.param_prefix().data();
-  pc.in_bytes = model.input_bytes(bi).data();
-  pc.out_bytes = model.output_bytes(bi).data();
-  if (pc.split_backward()) model.require_split_backward(schemas::to_string(c.schedule));
-  pc.weight = model.weight_prefix(bi).data();
-  pc.weight_stash = model.weight_stash_prefix(bi).data();
-  return pc;
-}
-
 // A stage's bytes in the option the recompute policy picks. The tables compare bytes, not overages: their
 // relative slack assumes values >= 0, and an overage is negative when a split fits.
 int64_t stage_bytes(const CostModel& model, const detail::PreparedCandidate& pc, int64_t i, int64_t a, int64_t e) {
@@ -252,7 +226,7 @@ int64_t detail::least_overage_bytes(const CostModel& model, const Candidate& c, 
     const auto o = detail::chunked_least_overage_split(model, c, bound_bytes);
     return o.bounds.empty() ? INT64_MAX : o.over_bytes;
   }
-  const auto pc = prepare_memory(model, c);
+  const auto pc = detail::prepare_memory(model, c);
   const int64_t limit = model.memory_limit_bytes();
   std::optional<detail::Windows> w;
   const auto fullest = least_fullest(model, pc, saturating_add(limit, bound_bytes), w);
@@ -264,7 +238,7 @@ OverageSplit least_overage_split(const CostModel& model, const Candidate& c, int
   if (c.depth < 1 || c.depth > model.num_layers()) return out;
   if (c.chunks > 1) return detail::chunked_least_overage_split(model, c, bound_bytes);
   out.over_bytes = INT64_MAX;
-  const auto pc = prepare_memory(model, c);
+  const auto pc = detail::prepare_memory(model, c);
   const int64_t limit = model.memory_limit_bytes();
   std::optional<detail::Windows> w;
   const auto fullest = least_fullest(model, pc, saturating_add(limit, bound_bytes), w);

@@ -40,6 +40,9 @@ struct PreparedCandidate {
 };
 
 PreparedCandidate prepare(const CostModel& model, const Candidate& c);
+// The same without the links and allreduce levels (stage patterns, tables, ar_level left empty): enough
+// for quick_price's bytes, and cheap for deep candidates.
+PreparedCandidate prepare_memory(const CostModel& model, const Candidate& c);
 
 // The numbers the partitioner needs, without the memory breakdown.
 struct QuickCost {

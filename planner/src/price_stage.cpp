@@ -26,7 +26,7 @@ std::vector<int> distinct_tables(const CostModel& model, int64_t bi, const std::
 
 }  // namespace
 
-PreparedCandidate prepare(const CostModel& model, const Candidate& c) {
+PreparedCandidate prepare_memory(const CostModel& model, const Candidate& c) {
   PreparedCandidate pc;
   pc.candidate = c;
   pc.statics = model.static_factors(c.schedule);
@@ -34,10 +34,28 @@ PreparedCandidate prepare(const CostModel& model, const Candidate& c) {
   pc.reserve_bytes = model.constraints().reserve_bytes;
   pc.policy = model.constraints().recompute;
   pc.stages.resize(static_cast<size_t>(c.depth));
+  for (int64_t i = 0; i < c.depth; ++i)  // chunked: priced per rank (chunk_price.cpp)
+    pc.stages[static_cast<size_t>(i)].in_flight = c.chunks > 1 ? 0 : CostModel::in_flight(c, i);
+  const auto bi = c.microbatch_index;
+  pc.compute = model.compute_prefix(bi).data();
+  pc.fwd = model.fwd_prefix(bi).data();
+  pc.redo = model.redo_prefix(bi).data();
+  pc.update = model.update_prefix().data();
+  pc.stash = model.stash_prefix(bi).data();
+  pc.params = model.param_prefix().data();
+  pc.in_bytes = model.input_bytes(bi).data();
+  pc.out_bytes = model.output_bytes(bi).data();
+  if (pc.split_backward()) model.require_split_backward(schemas::to_string(c.schedule));
+  pc.weight = model.weight_prefix(bi).data();
+  pc.weight_stash = model.weight_stash_prefix(bi).data();
+  return pc;
+}
+
+PreparedCandidate prepare(const CostModel& model, const Candidate& c) {
+  PreparedCandidate pc = prepare_memory(model, c);
   std::vector<int> in_index;  // per replica, into the stage's in_tables
   for (int64_t i = 0; i < c.depth; ++i) {
     auto& st = pc.stages[static_cast<size_t>(i)];
-    st.in_flight = c.chunks > 1 ? 0 : CostModel::in_flight(c, i);  // chunked: priced per rank (chunk_price.cpp)
     if (c.width > 1) st.ar_level = model.allreduce_level(c, i);
     std::vector<int> out_index;
     if (i + 1 < c.depth)
@@ -54,17 +72,6 @@ PreparedCandidate prepare(const CostModel& model, const Candidate& c) {
       in_index = out_index;
     }
   }
-  pc.compute = model.compute_prefix(c.microbatch_index).data();
-  pc.fwd = model.fwd_prefix(c.microbatch_index).data();
-  pc.redo = model.redo_prefix(c.microbatch_index).data();
-  pc.update = model.update_prefix().data();
-  pc.stash = model.stash_prefix(c.microbatch_index).data();
-  pc.params = model.param_prefix().data();
-  pc.in_bytes = model.input_bytes(c.microbatch_index).data();
-  pc.out_bytes = model.output_bytes(c.microbatch_index).data();
-  if (pc.split_backward()) model.require_split_backward(schemas::to_string(c.schedule));
-  pc.weight = model.weight_prefix(c.microbatch_index).data();
-  pc.weight_stash = model.weight_stash_prefix(c.microbatch_index).data();
   return pc;
 }
 

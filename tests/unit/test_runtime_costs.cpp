@@ -14,6 +14,7 @@
 #include "pd2bw/profiler/profiler.hpp"
 #include "pd2bw/schemas/profile.hpp"
 #include "profiler_test_util.hpp"
+#include "plan_replay_util.hpp"
 #include "random_instances.hpp"
 #include "schema_test_util.hpp"
 
@@ -174,19 +175,7 @@ TEST_CASE("with a runtime_calibration the planner's predictions are still the re
     for (size_t k = 0; k < inst.profile.microbatch_sizes.size(); ++k)
       r.per_microbatch.push_back(
           {inst.profile.microbatch_sizes[k], 1.0, 2.0, 1.0 + 0.05 * static_cast<double>((seed + k) % 5)});
-    const planner::CostModel model(inst.profile, inst.cluster, inst.constraints);
-    const planner::SearchResult result = planner::search(model, {3, 1});
-    if (!result.feasible()) continue;
-    const auto plan =
-        schemas::parse_plan(schemas::dump_plan(planner::build_plan(model, result, std::string(64, '0'), {})));
-    const planner::PlanModel pm = planner::plan_model(inst.profile, plan);
-    const planner::SimResult sim =
-        planner::simulate_steady(planner::make_sim_input(pm.model, pm.candidate, pm.bounds, pm.recompute,
-                                                         planner::default_sim_steps(plan.schedule)),
-                                 true);
-    CAPTURE(inst.describe());
-    CHECK(plan.predictions.step_ms == doctest::Approx(sim.step_ms).epsilon(1e-12));
-    ++compared;
+    if (testing::plan_predicts_its_replay(inst)) ++compared;
   }
   CHECK(compared > 20);
 }
