@@ -43,20 +43,6 @@ json with_calibration(json p) {
   return p;
 }
 
-schemas::Cluster one_device() {
-  schemas::Cluster c;
-  c.device.name = "cpu";
-  c.device.memory_bytes = int64_t{8} << 30;
-  schemas::ClusterLevel node;
-  node.name = "node";
-  node.size = 2;
-  node.p2p_gbps = 10;
-  node.p2p_latency_ms = 0.01;
-  node.allreduce_busbw_gbps = 10;
-  c.levels.push_back(node);
-  return c;
-}
-
 // 2bw, b = 2, m = 16, one stage: the plan's step and the replay of the written plan.
 std::pair<double, double> plan_and_replay(const schemas::Profile& profile) {
   planner::Constraints k;
@@ -66,15 +52,9 @@ std::pair<double, double> plan_and_replay(const schemas::Profile& profile) {
   k.depth = 1;
   k.width = 1;
   k.reserve_bytes = 0;
-  const planner::CostModel model(profile, one_device(), k);
-  const planner::SearchResult result = planner::search(model, {3, 1});
-  REQUIRE(result.feasible());
-  const auto plan =
-      schemas::parse_plan(schemas::dump_plan(planner::build_plan(model, result, std::string(64, '0'), {})));
-  const planner::PlanModel pm = planner::plan_model(profile, plan);
-  const planner::SimResult sim = planner::simulate_steady(planner::make_sim_input(
-      pm.model, pm.candidate, pm.bounds, pm.recompute, planner::default_sim_steps(plan.schedule)));
-  return {plan.predictions.step_ms, sim.step_ms};
+  const auto got = testing::written_plan_and_replay(profile, planner::CostModel(profile, testing::one_node_cluster(), k));
+  REQUIRE(got.has_value());
+  return {got->first.predictions.step_ms, got->second};
 }
 
 std::string error_with(const std::function<void(json&)>& mutate) {

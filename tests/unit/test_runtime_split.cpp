@@ -55,18 +55,10 @@ json with_split(json p, bool split = true) {
   return p;
 }
 
+// testing::one_node_cluster with kCurve as its p2p curve.
 schemas::Cluster node_with_curve() {
-  schemas::Cluster c;
-  c.device.name = "cpu";
-  c.device.memory_bytes = int64_t{8} << 30;
-  schemas::ClusterLevel node;
-  node.name = "node";
-  node.size = 2;
-  node.p2p_gbps = 10;
-  node.p2p_latency_ms = 0.01;
-  node.allreduce_busbw_gbps = 10;
-  for (const auto& [bytes, ms] : kCurve) node.p2p_curve.push_back({bytes, ms});
-  c.levels.push_back(node);
+  schemas::Cluster c = testing::one_node_cluster();
+  for (const auto& [bytes, ms] : kCurve) c.levels[0].p2p_curve.push_back({bytes, ms});
   return c;
 }
 
@@ -79,14 +71,9 @@ std::pair<schemas::Plan, double> plan_and_replay(const schemas::Profile& profile
   k.depth = depth;
   k.width = 1;
   k.reserve_bytes = 0;
-  const planner::CostModel model(profile, node_with_curve(), k);
-  const planner::SearchResult result = planner::search(model, {3, 1});
-  REQUIRE(result.feasible());
-  auto plan = schemas::parse_plan(schemas::dump_plan(planner::build_plan(model, result, std::string(64, '0'), {})));
-  const planner::PlanModel pm = planner::plan_model(profile, plan);
-  const planner::SimResult sim = planner::simulate_steady(planner::make_sim_input(
-      pm.model, pm.candidate, pm.bounds, pm.recompute, planner::default_sim_steps(plan.schedule)));
-  return {plan, sim.step_ms};
+  auto got = testing::written_plan_and_replay(profile, planner::CostModel(profile, node_with_curve(), k));
+  REQUIRE(got.has_value());
+  return std::move(*got);
 }
 
 std::string error_with(const std::function<void(json&)>& mutate) {
