@@ -244,11 +244,8 @@ std::pair<std::vector<size_t>, std::vector<Evaluated>> search_objective(const Co
   detail::refine_lower_bounds(lower_bound, candidates, lb, order, kMaxSearched, board.bound());
   if (auto& left = result.left_out; !left.candidates.empty()) {
     double floor = kInfinity;
-    for (const auto& c : left.candidates) {
-      double own = lower_bound(c);
-      if (own < board.bound() && lower_bound.refinable(c)) own = std::max(own, lower_bound.refined(c, own, board.bound()));
-      floor = std::min(floor, std::max(left.floor_ms, own));
-    }
+    for (const auto& c : left.candidates)
+      floor = std::min(floor, std::max(left.floor_ms, detail::refined_below(lower_bound, c, lower_bound(c), board.bound())));
     left.floor_ms = floor;
     left.candidates = {};
   }

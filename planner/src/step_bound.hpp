@@ -194,6 +194,10 @@ class StepLowerBound {
 
 namespace detail {
 
+// `from` (a lower bound of c) lifted to bound.refined(c) up to `ceiling` when it is below the ceiling and
+// c is refinable; `from` otherwise.
+double refined_below(StepLowerBound& bound, const Candidate& c, double from, double ceiling);
+
 // Lifts lb[idx] (a lower bound of candidates[idx]) to bound.refined() for every candidate whose bound is
 // below `ceiling` (refined up to it), then sorts `order` (candidate indices) by lb, stably. Without a
 // ceiling (infinity), candidates are refined in order until the first `first` by refined bound are all

@@ -8,6 +8,10 @@
 
 namespace pd2bw::planner::detail {
 
+double refined_below(StepLowerBound& bound, const Candidate& c, double from, double ceiling) {
+  return from < ceiling && bound.refinable(c) ? std::max(from, bound.refined(c, from, ceiling)) : from;
+}
+
 void refine_lower_bounds(StepLowerBound& bound, const std::vector<Candidate>& candidates, std::vector<double>& lb,
                          std::vector<size_t>& order, size_t first, double ceiling) {
   auto by_bound = [&] { std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return lb[a] < lb[b]; }); };
@@ -16,7 +20,7 @@ void refine_lower_bounds(StepLowerBound& bound, const std::vector<Candidate>& ca
     // longer hold the floor of the unsearched ones down.
     for (size_t idx : order) {
       if (!(lb[idx] < ceiling)) break;
-      if (bound.refinable(candidates[idx])) lb[idx] = std::max(lb[idx], bound.refined(candidates[idx], lb[idx], ceiling));
+      lb[idx] = refined_below(bound, candidates[idx], lb[idx], ceiling);
     }
     by_bound();
     return;
