@@ -136,6 +136,23 @@ StepLowerBound::StepLowerBound(const CostModel& model) : model_(model), forced_r
   for (auto* v : {&capacity_vals_, &capacity_sums_})
     for (auto& per_b : *v) per_b.assign(p.microbatch_sizes.size(), std::vector<double>{0.0});
   least_window_.resize(p.microbatch_sizes.size());
+  for (size_t bi = 0; bi < p.microbatch_sizes.size(); ++bi) {
+    const auto& cp = model.compute_prefix(static_cast<int64_t>(bi));
+    const auto& wp = model.weight_prefix(static_cast<int64_t>(bi));
+    bool cp_up = true, y_up = true;
+    for (size_t j = 0; j + 1 < cp.size(); ++j) {
+      cp_up = cp_up && cp[j] <= cp[j + 1];
+      y_up = y_up && cp[j] - wp[j] <= cp[j + 1] - wp[j + 1];
+    }
+    cp_sorted_.push_back(cp_up ? 1 : 0);
+    y_sorted_.push_back(y_up ? 1 : 0);
+    bool small = true;
+    for (const auto* v : {&model.stash_prefix(static_cast<int64_t>(bi)), &model.weight_stash_prefix(static_cast<int64_t>(bi)),
+                          &model.param_prefix()})
+      for (size_t j = 0; j < v->size(); ++j)
+        small = small && (*v)[j] >= 0 && (*v)[j] < (int64_t{1} << 40) && (j == 0 || (*v)[j - 1] <= (*v)[j]);
+    bytes_small_.push_back(small ? 1 : 0);
+  }
   top_layers_.resize(p.microbatch_sizes.size());
 }
 
@@ -333,24 +350,24 @@ bool StepLowerBound::refinable(const Candidate& c) const {
 double StepLowerBound::refined(const Candidate& c, double from, double ceiling) {
   if (!refinable(c)) return 0.0;
   if (c.chunks > 1) return chunked_bound(c);  // whatever from and ceiling: O(levels) once memoised
-  double out = 0.0;
+  double out = 0.0, transfers = 0.0;
+  Probe p(*this, c);
   if (c.schedule == Schedule::zb_h1 && zb_round_trip_stage(c) < c.depth) {
     // The round trips below stage k cross its input boundary twice and each boundary below it four
     // times, and the stages above it pass their inputs twice (on the fastest replica of each boundary).
     const int64_t k = zb_round_trip_stage(c);
-    const auto links = stage_links(c);
-    double transfers = 0.0;
-    for (int64_t j = 0; j < c.depth; ++j) transfers += (j > k ? 4.0 : 2.0) * links[static_cast<size_t>(j)].in_fast;
+    for (int64_t j = 0; j < c.depth; ++j) transfers += (j > k ? 4.0 : 2.0) * p.links()[static_cast<size_t>(j)].in_fast;
     out = zb_cycle_bound(c, transfers) * (1.0 - 1e-9);
   }
-  // rules_out(c, t) proves that no split is at or below t: the largest such t found is a bound.
-  auto out_at = [&](double t) { return c.depth == 1 ? !lanes_reach(c, t) : rules_out(c, t); };
+  // rules_out(c, t) proves that no split is at or below t: the largest such t found is a bound. One probe
+  // serves every t (its walks narrow as the bisection does).
+  auto out_at = [&](double t) { return c.depth == 1 ? !lanes_reach(p, t) : rules_out(p, t); };
   double lo = std::max(from, out), hi = ceiling;
   if (hi < kInfinity) {
     if (!(lo < hi)) return out;
     if (out_at(hi)) return hi;  // most candidates under a ceiling: one test
   } else {  // no ceiling: double until a split may fit
-    if (!lanes_reach(c, kInfinity)) return kInfinity;  // no whole-layer split fits in memory
+    if (!lanes_reach(p, kInfinity)) return kInfinity;  // no whole-layer split fits in memory
     hi = std::max(2.0 * lo, 1e-3);
     for (int i = 0; i < 64 && out_at(hi); ++i) {
       lo = hi;

@@ -10,6 +10,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -63,6 +65,7 @@ class StepLowerBound {
   double flush_least_busy(const Candidate& c, double t) const;
 
  private:
+  friend struct StepLowerBoundProbeTest;  // tests/unit/test_step_bound_probe.cpp: a probe against fresh calls
   // Per stage: the least per-microbatch transfers of its slowest replica (2 per boundary), the least one
   // transfer over its input boundary on its fastest replica, and its allreduce latency.
   struct StageLinks {
@@ -77,6 +80,7 @@ class StepLowerBound {
     std::vector<int64_t> ar_level;
   };
   std::shared_ptr<const PlacementLevels> placement_levels(const Candidate& c) const;
+  std::vector<StageLinks> stage_links(const Candidate& c, const PlacementLevels& levels) const;
   // The bound from the average stage: all compute with `redo` (ForcedRedo), the cheapest boundary
   // transfers and allreduces.
   double average_bound(const Candidate& c, double redo) const;
@@ -110,13 +114,26 @@ class StepLowerBound {
    public:
     // `extra_bytes` widens the device memory (fits_within).
     Relaxed(const StepLowerBound& bound, const Candidate& c, int64_t extra_bytes = 0);
+    // Not thread-safe: it remembers what it learnt of each stage's memory (one Relaxed per thread).
     double time(int64_t k, int64_t a, int64_t e) const;
 
    private:
+    // What is known of a stage's runs from start `a`: its bytes without recompute fit up to end plain_ok
+    // and not from plain_bad on (they only grow with the end), and so for its bytes with recompute.
+    struct Known {
+      int64_t a = -1, plain_ok = -1, plain_bad = INT64_MAX, redo_ok = -1, redo_bad = INT64_MAX;
+    };
     struct Stage {
       int64_t fixed = 0;                        // boundary buffers and the reserve
       int64_t in_flight = 0, ahead = 0, defer = 0;  // its stashes (split backward: ahead and defer)
+      // deferred_stash_term's (activations, deferred W's) at the B's it weighs, for the unsaturated sums
+      std::array<std::pair<int64_t, int64_t>, 4> shapes{};
+      size_t n_shapes = 0;
+      mutable std::array<Known, 4> known;       // the last starts asked
+      mutable size_t older = 0;
     };
+    // Whether stage k's run [a, e) fits, with or without recompute, in limit_ bytes: remembered in `known`.
+    bool fits(const Stage& st, Known& known, bool redo, int64_t a, int64_t e) const;
     const Candidate& c_;
     const StaticFactors& statics_;
     const std::vector<double>&cp_, &rp_;
@@ -124,8 +141,69 @@ class StepLowerBound {
     int64_t input_ = 0, limit_ = 0;
     RecomputePolicy policy_;
     bool split_ = false;
+    // No byte sum of a run can reach 2^62 (so plain integer sums equal the saturating ones), checked once.
+    bool small_ = false;
     std::vector<Stage> stages_;
   };
+  // What rules_out and lanes_reach read of one candidate at every limit, built once for all the limits
+  // refined() asks (step_bound_lanes.cpp), and lanes_reach's walks nearest to the limits asked: the
+  // ends g_{k+1}(t) of its stages are non-decreasing in t (each stage's relaxed lane is non-decreasing
+  // in its end and non-increasing in its start, exactly so in doubles: sums and differences of
+  // non-decreasing prefix sums), so a walk at t between them ends each stage between their ends.
+  struct Probe {
+    Probe(const StepLowerBound& owner, const Candidate& cand) : bound(owner), c(cand) {}
+    const StepLowerBound& bound;
+    const Candidate& c;
+    // Built on first use (a walk answered from memory_short_ needs neither).
+    const PlacementLevels& levels();
+    const std::vector<StageLinks>& links();
+    const Relaxed& relaxed();
+
+   private:
+    std::shared_ptr<const PlacementLevels> levels_;
+    std::vector<StageLinks> links_;
+    std::optional<Relaxed> relaxed_;
+
+   public:
+    // No walk at t < short_at reaches the last layer, every walk at t >= reach_at does (when known).
+    bool has_short = false, has_reach = false;
+    double short_at = 0, reach_at = 0;
+    std::vector<int64_t> short_ends, reach_ends, ends;  // per stage k, g_{k+1} (L once reached); ends: scratch
+    // rules_out's limit-free parts (filled on its first call): per stage the plain capacity at its in-flight
+    // count and the sum of 2 in_fast over the later stages, stage 0's allreduce and update; flush's W(f).
+    std::vector<double> plain, ins_after, runs;
+    double h0 = 0;
+  };
+  bool lanes_reach(Probe& p, double t) const;
+  bool rules_out(Probe& p, double limit) const;
+  void prepare_rules(Probe& p) const;
+  double flush_least_busy(Probe& p, double t) const;
+  // Whether compute_prefix(bi) and compute less weight prefix (zb's Y) are non-decreasing as doubles: then
+  // a test "prefix[e] <= bound" holds on a prefix of e, and a gallop finds the same end as a bisection.
+  std::vector<char> cp_sorted_, y_sorted_;
+  // Per microbatch index: stash, W-stash and parameter prefixes are non-decreasing and below 2^40 bytes.
+  std::vector<char> bytes_small_;
+  // The same from a guess in [a, last]: galloping up from it when ok(guess), else down, so O(log |e - guess|)
+  // probes; the same e for any guess.
+  template <class Ok>
+  static int64_t gallop_from(int64_t a, int64_t last, int64_t guess, Ok&& ok) {
+    if (guess <= a) return gallop(a, last, ok);
+    if (ok(guess)) return gallop(guess, last, ok);
+    int64_t bad = guess, step = 1;  // not ok(bad); ok(a) assumed
+    while (true) {
+      const int64_t probe = std::max(a, bad - step);
+      if (probe == a || ok(probe)) {
+        int64_t good = probe;
+        while (bad - good > 1) {
+          const int64_t mid = good + (bad - good) / 2;
+          (ok(mid) ? good : bad) = mid;
+        }
+        return good;
+      }
+      bad = probe;
+      step *= 2;
+    }
+  }
   // The largest e in [a, last] with ok(e), ok(a) assumed and ok true on a prefix: galloping from a, so
   // O(log(e - a)) probes.
   template <class Ok>
@@ -188,6 +266,11 @@ class StepLowerBound {
   std::array<std::vector<std::vector<double>>, 2> capacity_vals_, capacity_sums_;
   std::vector<std::vector<double>> least_window_;  // [bi][k], -1 until computed
   ForcedRedo forced_redo_;
+  // (schedule, microbatch index, depth, m) whose relaxed stages cannot hold every layer at any limit
+  // (lanes_reach at infinity is false): its walk reads nothing else of a candidate (not its width or
+  // placement), so the candidates that share them ask it once.
+  mutable std::mutex memory_short_mutex_;
+  mutable std::set<std::tuple<Schedule, int64_t, int64_t, int64_t>> memory_short_;
   mutable std::mutex levels_mutex_;
   mutable std::map<std::tuple<int64_t, int64_t, int>, std::shared_ptr<const PlacementLevels>> levels_;
 };

@@ -53,6 +53,14 @@ std::vector<double> StepLowerBound::plain_runs(Schedule s, size_t bi, int64_t mo
 }
 
 double StepLowerBound::flush_least_busy(const Candidate& c, double t) const {
+  if (c.schedule != Schedule::flush || c.chunks > 1 || c.depth < 1) return model_.compute_prefix(c.microbatch_index).back();
+  Probe p(*this, c);
+  prepare_rules(p);
+  return flush_least_busy(p, t);
+}
+
+double StepLowerBound::flush_least_busy(Probe& p, double t) const {
+  const Candidate& c = p.c;
   const auto policy = model_.constraints().recompute;
   const auto bi = static_cast<size_t>(c.microbatch_index);
   const double all = model_.compute_prefix(c.microbatch_index).back();
@@ -60,15 +68,11 @@ double StepLowerBound::flush_least_busy(const Candidate& c, double t) const {
   const double m = static_cast<double>(c.microbatches);
   double plain = 0.0;  // P(t)
   if (policy != RecomputePolicy::always) {
-    const auto links = stage_links(c);
-    std::vector<int64_t> f(static_cast<size_t>(c.depth));
-    for (int64_t j = 0; j < c.depth; ++j) f[static_cast<size_t>(j)] = CostModel::in_flight(c, j);
-    if (*std::min_element(f.begin(), f.end()) < 1) return all;  // a stage with no stash: not flush's shape
-    const std::vector<double> runs = plain_runs(c.schedule, bi, *std::max_element(f.begin(), f.end()));
-    for (int64_t j = 0; j < c.depth && plain < all; ++j) {
-      const auto& l = links[static_cast<size_t>(j)];
+    if (p.runs.empty()) return all;  // a stage with no stash (prepare_rules): not flush's shape
+    for (size_t j = 0; j < p.runs.size() && plain < all; ++j) {
+      const auto& l = p.links()[j];
       const double cap = std::max(0.0, (t - l.latency) / m - l.lane);
-      plain += std::min(runs[static_cast<size_t>(f[static_cast<size_t>(j)] - 1)], cap);
+      plain += std::min(p.runs[j], cap);
     }
   }
   return all + cheapest_redo_of(bi, all - plain);

@@ -20,6 +20,7 @@
 // when it does not, no split has all lanes <= T.
 #include <algorithm>
 #include <cstdint>
+#include <mutex>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -49,48 +50,185 @@ StepLowerBound::Relaxed::Relaxed(const StepLowerBound& bound, const Candidate& c
       std::tie(st.ahead, st.defer) = pipeline::split_shape(c.schedule, c.depth, k);
     else
       st.in_flight = CostModel::in_flight(c, k);
+    // pipeline::deferred_stash_term's B's, in its order (the largest is what counts)
+    const int64_t m = c.microbatches, last = m - 1;
+    for (int64_t b : {int64_t{0}, st.defer, m - st.ahead, last})
+      if (split_ && b >= 0 && b <= last)
+        st.shapes[st.n_shapes++] = {st.ahead < m - b ? st.ahead : m - b, b < st.defer ? b : st.defer};
   }
+  // Unsaturated sums are exact when every term is far from 2^63: bytes below 2^40 (bytes_small_), counts
+  // below 2^20, and the static bytes and fixed buffers below 2^60.
+  constexpr int64_t kCounts = int64_t{1} << 20, kBig = int64_t{1} << 60;
+  small_ = bound.bytes_small_[bi] != 0 && input_ >= 0 && input_ < (int64_t{1} << 40) && c.microbatches < kCounts &&
+           c.depth < kCounts && statics_.total(pp_.back()) < kBig;
+  for (const auto& st : stages_)
+    small_ = small_ && st.fixed >= 0 && st.fixed < kBig && st.in_flight >= 0 && st.in_flight < kCounts &&
+             st.ahead >= 0 && st.ahead < kCounts && st.defer >= 0 && st.defer < kCounts;
 }
 
-double StepLowerBound::Relaxed::time(int64_t k, int64_t a, int64_t e) const {
-  const auto& st = stages_[static_cast<size_t>(k)];
+bool StepLowerBound::Relaxed::fits(const Stage& st, Known& known, bool redo, int64_t a, int64_t e) const {
+  int64_t& ok = redo ? known.redo_ok : known.plain_ok;
+  int64_t& bad = redo ? known.redo_bad : known.plain_bad;
+  if (e <= ok) return true;
+  if (e >= bad) return false;
   const auto ua = static_cast<size_t>(a), ue = static_cast<size_t>(e);
   const int64_t stash = sp_[ue] - sp_[ua];
-  auto stash_term = [&](bool redo) {
-    return split_ ? pipeline::deferred_stash_term(st.ahead, st.defer, c_.microbatches, redo, input_, stash,
-                                                  wp_[ue] - wp_[ua])
-                  : pipeline::stash_term(st.in_flight, redo, input_, stash);
-  };
-  const int64_t fixed = saturating_add(statics_.total(pp_[ue] - pp_[ua]), st.fixed);
-  const auto choice =
-      detail::choose_recompute(policy_, saturating_add(fixed, stash_term(false)), saturating_add(fixed, stash_term(true)), limit_);
-  if (!choice.feasible) return kInfinity;
-  return (cp_[ue] - cp_[ua]) + (choice.recompute ? rp_[ue] - rp_[ua] : 0.0);
+  if (small_) {  // the same sums without saturation, which no term can reach here
+    int64_t term = 0;
+    if (split_) {
+      const int64_t activation = redo ? input_ : stash, grads = wp_[ue] - wp_[ua], kept = redo ? stash : 0;
+      for (size_t i = 0; i < st.n_shapes; ++i) {
+        const auto [act, deferred] = st.shapes[i];
+        term = std::max({term, act * activation + kept + deferred * grads, (act - 1) * activation + (deferred + 1) * grads});
+      }
+    } else {
+      term = redo ? st.in_flight * input_ + stash : st.in_flight * stash;
+    }
+    const bool in = statics_.total(pp_[ue] - pp_[ua]) + st.fixed + term <= limit_;
+    (in ? ok : bad) = e;
+    return in;
+  }
+  const int64_t term = split_ ? pipeline::deferred_stash_term(st.ahead, st.defer, c_.microbatches, redo, input_, stash,
+                                                              wp_[ue] - wp_[ua])
+                              : pipeline::stash_term(st.in_flight, redo, input_, stash);
+  const bool in = saturating_add(saturating_add(statics_.total(pp_[ue] - pp_[ua]), st.fixed), term) <= limit_;
+  (in ? ok : bad) = e;
+  return in;
+}
+
+// detail::choose_recompute on the stage's two byte counts, each asked only when the choice needs it: never
+// and auto without recompute when the plain stage fits; auto and always with it when the stage fits
+// recomputing; else no option fits.
+double StepLowerBound::Relaxed::time(int64_t k, int64_t a, int64_t e) const {
+  const auto& st = stages_[static_cast<size_t>(k)];
+  Known* known = nullptr;
+  for (auto& slot : st.known)
+    if (slot.a == a) known = &slot;
+  if (known == nullptr) {  // the slot filled longest ago
+    known = &st.known[st.older];
+    st.older = (st.older + 1) % st.known.size();
+    *known = Known{};
+    known->a = a;
+  }
+  const auto ua = static_cast<size_t>(a), ue = static_cast<size_t>(e);
+  bool recompute = policy_ == RecomputePolicy::always;
+  if (!recompute && !fits(st, *known, false, a, e)) {
+    if (policy_ == RecomputePolicy::never) return kInfinity;
+    recompute = true;
+  }
+  if (recompute && !fits(st, *known, true, a, e)) return kInfinity;
+  return (cp_[ue] - cp_[ua]) + (recompute ? rp_[ue] - rp_[ua] : 0.0);
+}
+
+const StepLowerBound::PlacementLevels& StepLowerBound::Probe::levels() {
+  if (!levels_) levels_ = bound.placement_levels(c);
+  return *levels_;
+}
+
+const std::vector<StepLowerBound::StageLinks>& StepLowerBound::Probe::links() {
+  if (links_.empty()) links_ = bound.stage_links(c, levels());
+  return links_;
+}
+
+const StepLowerBound::Relaxed& StepLowerBound::Probe::relaxed() {
+  if (!relaxed_) relaxed_.emplace(bound, c);
+  return *relaxed_;
 }
 
 bool StepLowerBound::lanes_reach(const Candidate& c, double t) const {
   if (c.chunks > 1 || c.depth < 1) return true;
-  const auto links = stage_links(c);
-  const auto levels = placement_levels(c);
-  const Relaxed relaxed(*this, c);
+  Probe p(*this, c);
+  return lanes_reach(p, t);
+}
+
+// The walk at t within the ends of the walks at p.short_at < t (which did not reach) and p.reach_at > t:
+// g_{k+1}(short_at) <= g_{k+1}(t) <= g_{k+1}(reach_at), so each stage's end is searched between them, and
+// where they meet it is known without a probe. The ends are the same as a walk's from scratch.
+//
+// And each walk also decides an interval of t about it. One that reaches, with stage k's lane over its
+// run [g_k, g_{k+1}) at most n_k (0 for an empty one), reaches at every t' >= max_k n_k: each stage still
+// ends at least as far from at least as far. One that does not, with stage k's lane over [g_k, g_{k+1}]
+// (one layer more) at least x_k (infinity at the last layer or out of memory), does not at any t' <
+// min_k x_k: each stage still ends no further from no further. So reach_at and short_at are those
+// bounds, not the t asked.
+bool StepLowerBound::lanes_reach(Probe& p, double t) const {
+  const Candidate& c = p.c;
+  if (c.chunks > 1 || c.depth < 1) return true;
+  if (p.has_short && t < p.short_at) return false;
+  if (p.has_reach && t >= p.reach_at) return true;
+  const bool at_infinity = !(t < kInfinity);
+  const auto key = std::make_tuple(c.schedule, c.microbatch_index, c.depth, c.microbatches);
+  if (at_infinity) {
+    const std::lock_guard<std::mutex> lock(memory_short_mutex_);
+    if (memory_short_.count(key) > 0) {
+      p.has_short = true;
+      p.short_at = kInfinity;
+      p.short_ends.assign(static_cast<size_t>(c.depth), 0);
+      return false;
+    }
+  }
   const auto& statics = model_.static_factors(c.schedule);
   const auto& pp = model_.param_prefix();
   const auto& up = model_.update_prefix();
+  const auto& cp = model_.compute_prefix(c.microbatch_index);
   const int64_t L = model_.num_layers();
   const double m = static_cast<double>(c.microbatches);
+  const auto d = static_cast<size_t>(c.depth);
+  p.ends.assign(d, L);
   int64_t a = 0;
-  for (int64_t k = 0; k < c.depth && a < L; ++k) {
-    const auto& l = links[static_cast<size_t>(k)];
-    const int64_t ar_level = levels->ar_level[static_cast<size_t>(k)];
+  double need = -kInfinity, next = kInfinity;  // max_k n_k and min_k x_k so far
+  int64_t held = 1;                              // the layers of the stage before (at least 1)
+  const auto& links = p.links();
+  const auto& levels = p.levels();
+  const Relaxed& relaxed = p.relaxed();
+  for (size_t k = 0; k < d && a < L; ++k) {
+    const auto& l = links[k];
+    const int64_t ar_level = levels.ar_level[k];
     const auto ua = static_cast<size_t>(a);
-    a = gallop(a, L, [&](int64_t e) {
+    const int64_t low = p.has_short ? std::max(a, p.short_ends[k]) : a;
+    const int64_t high = p.has_reach ? std::max(low, std::min(L, p.reach_ends[k])) : L;
+    const int64_t start = a;
+    // Stage k's lane over [start, e), or a lower bound on it where that is above t (infinity: no memory).
+    auto lane = [&](int64_t e) {
       const auto ue = static_cast<size_t>(e);
+      const double update = up[ue] - up[ua], plain = cp[ue] - cp[ua];
+      // The time is at least the plain compute and the allreduce at least 0, so the lane with those bounds
+      // the lane from below: past t, no need to price the allreduce or the memory.
+      const double compute = m * (plain + l.lane);
+      if (const double least = compute + update; !(least <= t)) return least;
       const double allreduce = model_.allreduce_ms(statics.grads(pp[ue] - pp[ua]), c.width, ar_level);
-      const double time = relaxed.time(k, a, e);
-      return time < kInfinity && m * (time + l.lane) + allreduce + (up[ue] - up[ua]) <= t;
-    });
+      const double least = compute + allreduce + update;
+      if (!(least <= t)) return least;
+      const double time = relaxed.time(static_cast<int64_t>(k), start, e);
+      return time < kInfinity ? m * (time + l.lane) + allreduce + update : kInfinity;
+    };
+    int64_t in_e = start, out_e = L + 1;  // the furthest end probed within t and the nearest past it
+    double in_v = -kInfinity, out_v = kInfinity;
+    auto ok = [&](int64_t e) {
+      const double v = lane(e);
+      const bool within = v < kInfinity && v <= t;
+      if (within && e > in_e) std::tie(in_e, in_v) = std::make_pair(e, v);
+      if (!within && e < out_e) std::tie(out_e, out_v) = std::make_pair(e, v);
+      return within;
+    };
+    // A walk just below one that reached mostly ends its stages where that one did, and a stage mostly
+    // holds as many layers as the one before: the search starts there.
+    const int64_t guess = p.has_reach ? high : std::min(high, low + held);
+    a = low >= high ? low : gallop_from(low, high, guess, ok);
+    held = std::max<int64_t>(1, a - start);
+    p.ends[k] = a;
+    if (a > start) need = std::max(need, in_e == a ? in_v : lane(a));
+    if (a < L) next = std::min(next, out_e == a + 1 ? out_v : lane(a + 1));
   }
-  return a >= L;
+  const bool reached = a >= L;
+  if (at_infinity && !reached) {
+    const std::lock_guard<std::mutex> lock(memory_short_mutex_);
+    memory_short_.insert(key);
+  }
+  (reached ? p.reach_ends : p.short_ends).swap(p.ends);
+  (reached ? p.has_reach : p.has_short) = true;
+  (reached ? p.reach_at : p.short_at) = reached ? std::min(t, need) : std::max(t, next);
+  return reached;
 }
 
 // The same walk with memory alone: a stage's bytes in the policy's option are at least its relaxed bytes

@@ -52,8 +52,12 @@ std::shared_ptr<const StepLowerBound::PlacementLevels> StepLowerBound::placement
 }
 
 std::vector<StepLowerBound::StageLinks> StepLowerBound::stage_links(const Candidate& c) const {
+  return stage_links(c, *placement_levels(c));
+}
+
+std::vector<StepLowerBound::StageLinks> StepLowerBound::stage_links(const Candidate& c,
+                                                                    const PlacementLevels& levels) const {
   const auto bi = static_cast<size_t>(c.microbatch_index);
-  const auto levels = placement_levels(c);
   std::vector<double> p(model_.cluster().levels.size());  // the smallest boundary tensor, per level
   for (size_t lv = 0; lv < p.size(); ++lv) p[lv] = model_.p2p_ms(min_out_[bi], static_cast<int64_t>(lv));
   auto at = [&](int lv) { return lv >= 0 ? p[static_cast<size_t>(lv)] : 0.0; };
@@ -61,11 +65,11 @@ std::vector<StepLowerBound::StageLinks> StepLowerBound::stage_links(const Candid
   for (int64_t i = 0; i < c.depth; ++i) {
     auto& s = out[static_cast<size_t>(i)];
     s.in_fast = i > 0 ? kInfinity : 0.0;
-    for (const auto& [in, o] : levels->pairs[static_cast<size_t>(i)]) {
+    for (const auto& [in, o] : levels.pairs[static_cast<size_t>(i)]) {
       s.lane = std::max(s.lane, 2.0 * (at(in) + at(o)));
       s.in_fast = std::min(s.in_fast, at(in));
     }
-    s.latency = model_.allreduce_ms(0, c.width, levels->ar_level[static_cast<size_t>(i)]);
+    s.latency = model_.allreduce_ms(0, c.width, levels.ar_level[static_cast<size_t>(i)]);
   }
   return out;
 }

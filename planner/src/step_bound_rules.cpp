@@ -36,21 +36,49 @@ using detail::LinkLevels;
 
 bool StepLowerBound::rules_out(const Candidate& c, double limit) const {
   if (c.depth < 2 || !(limit < kInfinity) || c.chunks > 1) return false;
+  Probe p(*this, c);
+  return rules_out(p, limit);
+}
+
+void StepLowerBound::prepare_rules(Probe& p) const {
+  const Candidate& c = p.c;
+  const auto d = static_cast<size_t>(c.depth);
+  p.plain.resize(d);
+  for (size_t k = 0; k < d; ++k)
+    p.plain[k] = model_.plain_capacity_ms(c.schedule, c.microbatch_index, CostModel::in_flight(c, static_cast<int64_t>(k)));
+  p.ins_after.assign(d + 1, 0.0);  // sum of 2 in_fast over stages > k
+  for (size_t k = d; k-- > 0;) p.ins_after[k] = p.ins_after[k + 1] + 2.0 * p.links()[k].in_fast;
+  const LinkLevels lvl = fastest_levels(model_, c);
+  p.h0 = model_.allreduce_ms(first_grad_bytes_, c.width, lvl.replicas) + model_.update_prefix()[1];
+  // flush_least_busy's W(f_j) per stage, when it needs them (flush under auto) and every stage stashes.
+  if (c.schedule != Schedule::flush || model_.constraints().recompute != RecomputePolicy::auto_) return;
+  std::vector<int64_t> f(d);
+  for (size_t j = 0; j < d; ++j) f[j] = CostModel::in_flight(c, static_cast<int64_t>(j));
+  if (*std::min_element(f.begin(), f.end()) < 1) return;  // a stage with no stash: not flush's shape
+  const std::vector<double> runs = plain_runs(c.schedule, static_cast<size_t>(c.microbatch_index),
+                                              *std::max_element(f.begin(), f.end()));
+  for (size_t j = 0; j < d; ++j) p.runs.push_back(runs[static_cast<size_t>(f[j] - 1)]);
+}
+
+bool StepLowerBound::rules_out(Probe& p, double limit) const {
+  const Candidate& c = p.c;
+  if (c.depth < 2 || !(limit < kInfinity) || c.chunks > 1) return false;
+  const double at = limit * (1.0 + 1e-9);  // rounding must not rule out a split at the limit itself
+  if (p.has_short && at < p.short_at) return true;  // the lanes' walk is known not to reach (below)
+  if (p.plain.empty()) prepare_rules(p);
   const double all = model_.compute_prefix(c.microbatch_index).back();
   const double m = static_cast<double>(c.microbatches);
   const double share = model_.min_redo_share(c.microbatch_index);
   const auto policy = model_.constraints().recompute;
-  const auto links = stage_links(c);
-  std::vector<double> plain(static_cast<size_t>(c.depth));
-  for (int64_t k = 0; k < c.depth; ++k)
-    plain[static_cast<size_t>(k)] = model_.plain_capacity_ms(c.schedule, c.microbatch_index, CostModel::in_flight(c, k));
+  const auto& links = p.links();
+  const auto& plain = p.plain;
   // The most fwd + bwd stage k can hold when its time (with recompute where its stash does not fit)
   // may be at most `time`; non-decreasing in `time`.
   auto hold = [&](int64_t k, double time) {
     if (time < 0.0) return -1.0;
     if (policy == RecomputePolicy::always) return time / (1.0 + share);
-    const double p = plain[static_cast<size_t>(k)];
-    if (policy == RecomputePolicy::never || time < p * (1.0 + share)) return std::min(time, p);
+    const double most = plain[static_cast<size_t>(k)];
+    if (policy == RecomputePolicy::never || time < most * (1.0 + share)) return std::min(time, most);
     return time / (1.0 + share);
   };
   // Busy time: stage k holds hold(k, (t - its allreduce latency) / m - its links).
@@ -66,14 +94,10 @@ bool StepLowerBound::rules_out(const Candidate& c, double limit) const {
   };
   // Flush: every cycle may turn at stage 0, whose allreduce and update cover layer 0 at least. Asked for
   // m > 1 only: with one microbatch it ruled out replicated splits' exact optimum (test_step_bound).
-  const LinkLevels lvl = fastest_levels(model_, c);
-  const double h0 = model_.allreduce_ms(first_grad_bytes_, c.width, lvl.replicas) + model_.update_prefix()[1];
+  const double h0 = p.h0;
   const double d = static_cast<double>(c.depth);
-  std::vector<double> ins_after(static_cast<size_t>(c.depth) + 1, 0.0);  // sum of 2 in_fast over stages > k
-  for (int64_t k = c.depth - 1; k >= 0; --k)
-    ins_after[static_cast<size_t>(k)] = ins_after[static_cast<size_t>(k + 1)] + 2.0 * links[static_cast<size_t>(k)].in_fast;
-  const double at = limit * (1.0 + 1e-9);  // rounding must not rule out a split at the limit itself
-  const double busy = flush_least_busy(c, at);  // at least sum_j Y_j of any split with lanes within t
+  const auto& ins_after = p.ins_after;
+  const double busy = flush_least_busy(p, at);  // at least sum_j Y_j of any split with lanes within t
   auto flush_reaches = [&](double t0) {
     const double t = t0 - h0;
     double prefix = 0.0, ins_before = 0.0;
@@ -115,17 +139,31 @@ bool StepLowerBound::rules_out(const Candidate& c, double limit) const {
   const double excess = split ? weight_excess_ms_[static_cast<size_t>(c.microbatch_index)] : 0.0;
   const auto& cp = model_.compute_prefix(c.microbatch_index);
   const auto& wp = model_.weight_prefix(c.microbatch_index);
-  auto furthest = [&](size_t a, double most, auto&& value) {  // the last e >= a with value(e) <= most
-    return detail::last_true(a, cp.size() - 1, [&](size_t e) { return value(e) <= most; });
+  // The last e in [a, cap] with value(e) <= most when that holds on a prefix of e (value non-decreasing
+  // as doubles, `sorted`): a gallop from a, O(log(e - a)); else min(cap, the bisection's e over [a, L]).
+  auto furthest = [&](size_t a, size_t cap, bool sorted, double most, auto&& value) {
+    auto ok = [&](size_t e) { return value(e) <= most; };
+    if (sorted) return static_cast<size_t>(gallop(static_cast<int64_t>(a), static_cast<int64_t>(cap),
+                                                  [&](int64_t e) { return ok(static_cast<size_t>(e)); }));
+    return std::min(cap, detail::last_true(a, cp.size() - 1, ok));
   };
-  // The furthest end of stage k from layer a whose relaxed time (whole layers in the stage's own memory,
-  // Relaxed::time) is within `budget`: each cap below bounds a stage's time, not only its compute.
-  const Relaxed relaxed(*this, c);
-  auto whole = [&](int64_t k, size_t a, double budget) {
-    const double most = budget * (1.0 + 1e-12);
-    return static_cast<size_t>(gallop(static_cast<int64_t>(a), model_.num_layers(), [&](int64_t e) {
-      return relaxed.time(k, static_cast<int64_t>(a), e) <= most;
-    }));
+  const auto bi = static_cast<size_t>(c.microbatch_index);
+  const bool cp_sorted = cp_sorted_[bi] != 0, y_sorted = split ? y_sorted_[bi] != 0 : cp_sorted;
+  // The furthest end of stage k from layer a whose compute is within x and whose relaxed time (whole layers
+  // in the stage's own memory, Relaxed::time) is within `budget`: each cap below bounds a stage's time, not
+  // only its compute. Both tests hold on a prefix of ends (the relaxed time is non-decreasing in the end),
+  // so with a sorted prefix the time is tested within the compute's end only: the same end, fewer probes.
+  const Relaxed& relaxed = p.relaxed();
+  const int64_t L = model_.num_layers();
+  // `held`: the layers of the stage before, where the search starts (the same end from any start).
+  auto capped = [&](int64_t k, size_t a, double x, double budget, int64_t held) {
+    const double most = budget * (1.0 + 1e-12), top = cp[a] + x * (1.0 + 1e-12);
+    const auto start = static_cast<int64_t>(a);
+    auto fits = [&](int64_t e) { return relaxed.time(k, start, e) <= most; };
+    if (!cp_sorted) return std::min(furthest(a, cp.size() - 1, false, top, [&](size_t j) { return cp[j]; }),
+                                    static_cast<size_t>(gallop(start, L, fits)));
+    const int64_t by_compute = gallop(start, L, [&](int64_t e) { return cp[static_cast<size_t>(e)] <= top; });
+    return static_cast<size_t>(gallop_from(start, by_compute, std::min(by_compute, start + held), fits));
   };
   auto zb_reaches = [&](double t0) {
     if (!(r < 1.0)) return true;
@@ -133,15 +171,14 @@ bool StepLowerBound::rules_out(const Candidate& c, double limit) const {
     const double t = t0 - h0, all_y = y(cp.size() - 1);
     double ins_before = 0.0;
     size_t a = 0;
+    int64_t held = 1;
     for (int64_t k = 0; k < c.depth; ++k) {
       const auto& l = links[static_cast<size_t>(k)];
       const double after = split ? zb_trailing(c, k) : 0.0;
       const double budget = (t + (m + 1.0) * excess - (1.0 - r) * cp[a] - ins_before - m * l.lane) / (m - after * r);
       const double x = hold(k, budget);
       if (x < 0.0 && k == 0) return false;  // as in flush_reaches: only a later stage may start past the real one
-      size_t e = x < 0.0 ? a
-                         : std::min(furthest(a, cp[a] + x * (1.0 + 1e-12), [&](size_t j) { return cp[j]; }),
-                                    whole(k, a, budget));
+      size_t e = x < 0.0 ? a : capped(k, a, x, budget, held);
       const double w = std::min(d - 1.0 - static_cast<double>(k), m);
       if (c.schedule != Schedule::zb_h2 && m >= w + 2.0) {  // zb-h2's longer warm-up bounds no round trip
         // flush: 2 Y_all - Y_{<k} >= busy + C - X_{<k}, as in flush_reaches
@@ -149,8 +186,9 @@ bool StepLowerBound::rules_out(const Candidate& c, double limit) const {
                              (2.0 * l.in_fast + 2.0 * ins_after[static_cast<size_t>(k + 1)] + (m - 2.0 - w) * l.lane +
                               ins_before);
         if (slack < -1e-12 * t) return false;
-        if (m > w + 2.0) e = std::min(e, furthest(a, y(a) + std::max(0.0, slack) / (m - w - 2.0) * (1.0 + 1e-12) + 1e-12 * t, y));
+        if (m > w + 2.0) e = furthest(a, e, y_sorted, y(a) + std::max(0.0, slack) / (m - w - 2.0) * (1.0 + 1e-12) + 1e-12 * t, y);
       }
+      held = std::max<int64_t>(1, static_cast<int64_t>(e - a));
       a = e;  // e == a is allowed: an empty stage only relaxes (the real split's next start is no further)
       ins_before += 2.0 * l.in_fast;
       if (a + 1 >= cp.size()) return true;
@@ -163,18 +201,20 @@ bool StepLowerBound::rules_out(const Candidate& c, double limit) const {
   auto gpipe_reaches = [&](double t0) {
     const double slot = (t0 - h0 - cp.back() - ins_after[0]) / (m - 1.0);
     size_t a = 0;
+    int64_t held = 1;
     for (int64_t k = 0; k < c.depth; ++k) {
       const auto& l = links[static_cast<size_t>(k)];
       const double budget = std::min(slot - 2.0 * l.in_fast, (t0 - l.latency) / m - l.lane);
       const double x = hold(k, budget);
       if (x < 0.0) return false;
-      const size_t e = std::min(furthest(a, cp[a] + x * (1.0 + 1e-12), [&](size_t j) { return cp[j]; }), whole(k, a, budget));
+      const size_t e = capped(k, a, x, budget, held);
+      held = std::max<int64_t>(1, static_cast<int64_t>(e - a));
       a = e;
       if (a + 1 >= cp.size()) return true;
     }
     return false;
   };
-  return !lanes_hold(at) || !lanes_reach(c, at) || flush_redo_rules_out(c, at, busy) ||
+  return !lanes_hold(at) || !lanes_reach(p, at) || flush_redo_rules_out(c, at, busy) ||
          (c.schedule == Schedule::flush && c.microbatches > 1 && !flush_reaches(at)) ||
          (((c.schedule == Schedule::flush && c.microbatches > 1) || c.schedule == Schedule::zb_h1 ||
            c.schedule == Schedule::zb_h2) &&

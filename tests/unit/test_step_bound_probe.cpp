@@ -1,0 +1,88 @@
+// StepLowerBound's probe (step_bound.hpp): refined() asks lanes_reach and rules_out of one candidate at
+// many limits through one Probe, which narrows each walk between the walks it has made and answers from
+// the intervals they decided. Its answers must be exactly those of fresh calls at every limit, in any
+// order of limits, or the search's bounds (and so its plans) would change.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pd2bw/planner/cost_model.hpp"
+#include "pd2bw/planner/partition.hpp"
+#include "pd2bw/planner/search.hpp"
+#include "random_instances.hpp"
+#include "step_bound.hpp"
+
+namespace pd2bw::planner {
+
+struct StepLowerBoundProbeTest {
+  int64_t asked = 0, decided = 0;  // limits asked; of them, answered by an interval without a walk
+
+  // The limits a bisection toward the candidate's threshold asks (directed by fresh calls), then limits
+  // scattered about it: the probe must agree with a fresh call at each.
+  void check(StepLowerBound& bound, const Candidate& c, testing::Rng& rng) {
+    const double base = bound(c);
+    if (!(base > 0.0) || !(base < kInfinity)) return;
+    for (const bool rules : {false, true}) {
+      if (rules && c.depth < 2) continue;
+      auto fresh = [&](double t) { return rules ? bound.rules_out(c, t) : !bound.lanes_reach(c, t); };
+      StepLowerBound::Probe p(bound, c);
+      auto probed = [&](double t) {
+        const bool known = (p.has_short && t * (rules ? 1.0 + 1e-9 : 1.0) < p.short_at) ||
+                           (!rules && p.has_reach && t >= p.reach_at);
+        ++asked;
+        if (known) ++decided;
+        return rules ? bound.rules_out(p, t) : !bound.lanes_reach(p, t);
+      };
+      double lo = 0.5 * base, hi = 4.0 * base;
+      std::vector<double> limits;
+      for (int i = 0; i < 40; ++i) {
+        const double mid = 0.5 * (lo + hi);
+        limits.push_back(mid);
+        (fresh(mid) ? lo : hi) = mid;
+      }
+      for (int i = 0; i < 30; ++i) limits.push_back(lo * rng.uniform(0.98, 1.02));
+      for (int i = 0; i < 10; ++i) limits.push_back(base * rng.log_uniform(0.25, 8.0));
+      limits.push_back(kInfinity);
+      for (double t : limits) {
+        INFO((rules ? "rules_out" : "lanes_reach") << " at " << t);
+        CHECK(probed(t) == fresh(t));
+      }
+    }
+  }
+};
+
+}  // namespace pd2bw::planner
+
+TEST_CASE("a probe answers lanes_reach and rules_out as fresh calls do, at every limit") {
+  pd2bw::planner::StepLowerBoundProbeTest test;
+  pd2bw::testing::RandomInstanceOptions opt;
+  opt.min_layers = 11;
+  opt.max_layers = 40;
+  opt.max_per_node = 8;
+  opt.max_nodes = 4;
+  opt.max_devices_flat = 16;
+  opt.split_backward_p = 0.7;
+  int64_t candidates = 0;
+  for (uint64_t seed = 6001; seed <= 6040; ++seed) {
+    pd2bw::testing::RandomInstance inst = pd2bw::testing::make_random_instance(seed, opt);
+    inst.constraints.max_depth = 12;
+    INFO(inst.describe());
+    const pd2bw::planner::CostModel model(inst.profile, inst.cluster, inst.constraints);
+    pd2bw::planner::StepLowerBound bound(model);
+    pd2bw::testing::Rng rng(seed);
+    for (const auto& c : pd2bw::planner::enumerate_candidates(model)) {
+      if (c.chunks > 1) continue;
+      INFO(pd2bw::testing::schedule_name(c.schedule) << " b=" << c.microbatch << " d=" << c.depth << " w=" << c.width
+                                                     << " m=" << c.microbatches);
+      test.check(bound, c, rng);
+      ++candidates;
+    }
+  }
+  MESSAGE("candidates " << candidates << ", limits asked " << test.asked << ", answered by an interval " << test.decided);
+  CHECK(candidates >= 500);
+  // The intervals must carry weight, or this checks only the walks.
+  CHECK(test.decided >= test.asked / 10);
+}
