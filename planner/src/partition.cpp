@@ -28,7 +28,8 @@ using detail::objective_of;
 using detail::StageTerms;
 using detail::Windows;
 
-StageTerms terms_of(const detail::QuickCost& q, double m, int64_t stage, const Candidate& c) {
+[[gnu::always_inline]] inline StageTerms terms_of(const detail::QuickCost& q, double m, int64_t stage,
+                                                  const Candidate& c) {
   return detail::stage_terms(m, stage, c.depth,
                              {q.compute_ms, q.p2p_ms, q.forward_ms, q.backward_ms, q.weight_ms, q.in_ms, q.out_ms,
                               q.allreduce_ms, q.update_ms},
@@ -50,10 +51,11 @@ auto with_fold(Schedule s, Body&& body) {
   return body(detail::TwoBwFold{});
 }
 
-// The tables of `c` for splits with objective <= bound, with the pricing they were built from.
+// The tables of `c` for splits with objective <= bound, with the pricing they were built from (the
+// caller's, which must outlive this).
 template <class Fold>
 struct Solved {
-  detail::PreparedCandidate pc;
+  const detail::PreparedCandidate* pc = nullptr;
   Windows windows;
   std::optional<detail::SplitTables<Fold>> tables;
 };
@@ -77,18 +79,18 @@ template <class Fold>
 void solve(const CostModel& model, const detail::PreparedCandidate& prepared, double bound, Solved<Fold>& out,
            int64_t max_work) {
   const Candidate& c = prepared.candidate;
-  out.pc = prepared;
+  out.pc = &prepared;
   const int64_t static_cap = model.memory_limit_bytes() - model.constraints().reserve_bytes;
-  auto w = make_windows(model, out.pc, bound, static_cap, true, std::is_same_v<Fold, detail::TwoBwFold>);
+  auto w = make_windows(model, prepared, bound, static_cap, true, std::is_same_v<Fold, detail::TwoBwFold>);
   if (!w) return;
   out.windows = std::move(*w);
   const auto& win = out.windows;
-  const auto& pc = out.pc;
+  const auto& pc = prepared;
   const auto& cp = model.compute_prefix(c.microbatch_index);
   const double m = static_cast<double>(c.microbatches);
+  detail::HiSweep hi(win);
   out.tables.emplace(
-      model.num_layers(), c.depth, m, bound, win.start_lo, win.start_hi,
-      [&](int64_t i, int64_t a) { return win.hi(i, a); },
+      model.num_layers(), c.depth, m, bound, win.start_lo, win.start_hi, hi,
       [&](int64_t i, int64_t a, int64_t e) -> std::optional<StageTerms> {
         const auto q = detail::quick_price(model, pc, i, a, e);
         if (!q.feasible) return std::nullopt;
@@ -172,7 +174,7 @@ class SplitWalk {
   SplitWalk(const CostModel& model, const Solved<Fold>& s, double limit, int64_t max_nodes,
             const std::function<double(const Split&)>& visit)
       : model_(model), s_(s), limit_(limit), nodes_left_(max_nodes), visit_(visit),
-        d_(s.pc.candidate.depth), m_(static_cast<double>(s.pc.candidate.microbatches)) {
+        d_(s.pc->candidate.depth), m_(static_cast<double>(s.pc->candidate.microbatches)) {
     bounds_.assign(static_cast<size_t>(d_ + 1), 0);
     prefix_.resize(static_cast<size_t>(d_));
   }
@@ -195,15 +197,15 @@ class SplitWalk {
     const auto& t = *s_.tables;
     int64_t e_last = std::min(s_.windows.hi(i, a), L - (d_ - 1 - i));
     for (int64_t e = i == d_ - 1 ? L : a + 1; e <= e_last && stopped() == false; ++e) {
-      if (stage_floor_of<Fold>(model_, s_.pc.candidate, a, e) > limit_ * (1.0 + 1e-9)) break;  // floors round
+      if (stage_floor_of<Fold>(model_, s_.pc->candidate, a, e) > limit_ * (1.0 + 1e-9)) break;  // floors round
       if (i + 1 < d_ && t.count(i + 1, e) == 0) continue;
       if (--nodes_left_ < 0) {
         complete_ = false;
         return;
       }
-      const auto q = detail::quick_price(model_, s_.pc, i, a, e);
+      const auto q = detail::quick_price(model_, *s_.pc, i, a, e);
       if (!q.feasible) continue;
-      const StageTerms s = terms_of(q, m_, i, s_.pc.candidate);
+      const StageTerms s = terms_of(q, m_, i, s_.pc->candidate);
       bounds_[static_cast<size_t>(i + 1)] = e;
       if (i + 1 == d_) {
         const double objective = fold(Fold::empty(), s, i)[0];
@@ -262,8 +264,9 @@ bool for_each_split_within(const CostModel& model, const Candidate& c, double li
   if (c.chunks > 1) return detail::chunked_for_each_split_within(model, c, limit_ms, max_nodes, visit);
   return with_fold(c.schedule, [&](auto fold) {
     using Fold = decltype(fold);
+    const auto pc = detail::prepare(model, c);
     Solved<Fold> solved;
-    solve<Fold>(model, detail::prepare(model, c), limit_ms, solved, kSplitWork);
+    solve<Fold>(model, pc, limit_ms, solved, kSplitWork);
     if (!solved.tables) return true;
     if (solved.tables->exhausted()) return false;
     return SplitWalk<Fold>(model, solved, limit_ms, max_nodes, visit).run();

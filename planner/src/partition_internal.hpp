@@ -39,6 +39,35 @@ struct Windows {
   }
 };
 
+// Windows::hi for the starts of each stage visited in increasing order (as the split tables visit them):
+// the same values, found by moving two cursors forward (a start's bounds never fall below the previous
+// start's, the prefix sums never falling) instead of two binary searches per start.
+class HiSweep {
+ public:
+  explicit HiSweep(const Windows& w) : w_(w) {}
+  int64_t operator()(int64_t i, int64_t a) {
+    if (i != stage_ || a < start_) {
+      stage_ = i;
+      by_compute_ = by_memory_ = a;
+    }
+    start_ = a;
+    const auto& c = *w_.cp;
+    const auto& p = *w_.pp;
+    const auto n = static_cast<int64_t>(c.size());
+    const double c_top = c[static_cast<size_t>(a)] + w_.caps[static_cast<size_t>(i)];
+    const int64_t p_top = p[static_cast<size_t>(a)] + w_.max_params;
+    by_compute_ = std::max(by_compute_, a);
+    while (by_compute_ < n && !(c_top < c[static_cast<size_t>(by_compute_)])) ++by_compute_;
+    by_memory_ = std::max(by_memory_, a);
+    while (by_memory_ < static_cast<int64_t>(p.size()) && !(p_top < p[static_cast<size_t>(by_memory_)])) ++by_memory_;
+    return std::min(by_compute_, by_memory_) - 1;
+  }
+
+ private:
+  const Windows& w_;
+  int64_t stage_ = -1, start_ = 0, by_compute_ = 0, by_memory_ = 0;
+};
+
 // Windows for `bound`; nullopt when no split can fit them (partition_windows.cpp).
 std::optional<Windows> make_windows(const CostModel& model, const detail::PreparedCandidate& pc, double bound,
                                     int64_t static_cap, bool use_caps, bool lanes_only);

@@ -76,7 +76,8 @@ inline RecomputeChoice choose_recompute(RecomputePolicy policy, int64_t plain, i
 }
 
 // The stash term of stage `stage` (pipeline::stash_term, or deferred_stash_term for a split backward).
-inline int64_t stash_of(const PreparedCandidate& pc, int64_t stage, bool recompute, const QuickCost& q) {
+[[gnu::always_inline]] inline int64_t stash_of(const PreparedCandidate& pc, int64_t stage, bool recompute,
+                                               const QuickCost& q) {
   if (pc.split_backward()) {
     const auto [ahead, defer] = pipeline::split_shape(pc.candidate.schedule, pc.candidate.depth, stage);
     return pipeline::deferred_stash_term(ahead, defer, pc.candidate.microbatches, recompute, q.in_bytes, q.stash_one,
@@ -87,7 +88,7 @@ inline int64_t stash_of(const PreparedCandidate& pc, int64_t stage, bool recompu
 
 // The boundary transfers of layers [b, e) on stage `st`: the slowest replica's per-microbatch p2p time
 // (both directions of both boundaries) and the fastest replica's one-way time over each boundary.
-inline void price_links(const PreparedStage& st, size_t b, size_t e, QuickCost& q) {
+[[gnu::always_inline]] inline void price_links(const PreparedStage& st, size_t b, size_t e, QuickCost& q) {
   double in[8], out[8];  // clusters have a handful of levels; more than 8 distinct ones never occur
   const size_t ni = std::min<size_t>(st.in_tables.size(), 8), no = std::min<size_t>(st.out_tables.size(), 8);
   for (size_t k = 0; k < ni; ++k) in[k] = st.in_tables[k][b - 1];
@@ -100,10 +101,11 @@ inline void price_links(const PreparedStage& st, size_t b, size_t e, QuickCost& 
   q.p2p_ms = worst;
 }
 
-// Defined here, inline, because the partitioner calls it in its innermost loop and uses few fields.
+// Defined here, always inlined, because the partitioner calls it in its innermost loop and uses few fields
+// (inlined, what a caller does not read is not computed).
 // Byte sums saturate: a stage whose memory does not fit in 64 bits does not fit in a device either.
-inline QuickCost quick_price(const CostModel& model, const PreparedCandidate& pc, int64_t stage, int64_t begin,
-                             int64_t end) {
+[[gnu::always_inline]] inline QuickCost quick_price(const CostModel& model, const PreparedCandidate& pc, int64_t stage,
+                                                    int64_t begin, int64_t end) {
   const Candidate& c = pc.candidate;
   const auto& st = pc.stages[static_cast<size_t>(stage)];
   const auto b = static_cast<size_t>(begin), e = static_cast<size_t>(end);

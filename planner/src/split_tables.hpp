@@ -47,6 +47,7 @@ class SplitTables {
       row.hi = std::max(row.lo - 1, start_hi[static_cast<size_t>(i)]);
       row.off.assign(static_cast<size_t>(row.hi - row.lo + 2), 0);
       const Row* next = i + 1 < d_ ? &rows_[static_cast<size_t>(i + 1)] : nullptr;
+      if (next) row.labels.reserve(next->labels.size() + next->labels.size() / 4 + 16);  // rows grow slowly
       for (int64_t a = row.lo; a <= row.hi; ++a) {
         if (++work_ > max_work) {  // each start costs a search for its window's end
           exhausted_ = true;
@@ -74,13 +75,13 @@ class SplitTables {
           const std::optional<StageTerms> s = price(i, a, e);
           if (!s) continue;
           if (!next) {
-            insert(scratch, {Fold::prepend(Fold::empty(), *s, m_), static_cast<int32_t>(e), -1}, nullptr);
+            insert(scratch, {Fold::prepend(Fold::empty(), *s, m), static_cast<int32_t>(e), -1}, nullptr);
           } else {
             const Label* from = next->at(e);
             work_ += next->count(e) * static_cast<int64_t>(1 + scratch.size());
             for (int64_t j = 0; j < next->count(e); ++j) {
-              const State x = Fold::prepend(from[j].v, *s, m_);
-              if (Fold::floor(x, floor_a, m_, static_cast<double>(i)) > bound) continue;
+              const State x = Fold::prepend(from[j].v, *s, m);
+              if (Fold::floor(x, floor_a, m, static_cast<double>(i)) > bound) continue;
               insert(scratch, {x, static_cast<int32_t>(e), static_cast<int32_t>(j)}, next);
             }
           }
@@ -153,14 +154,34 @@ class SplitTables {
     return next->at(x.next)[x.from].v < next->at(y.next)[y.from].v;
   }
 
-  static void insert(std::vector<Label>& set, const Label& x, const Row* next) {
-    for (auto& y : set)
-      if (dominates(y.v, x.v)) {
-        if (y.v == x.v && preferred(x, y, next)) y = x;
+  // Adds x to the non-dominated set unless a state there dominates it (the first such state gives way
+  // when it equals x and x is preferred), and drops the states x dominates, keeping the order of the
+  // others. One pass looks for both; inlined into the fold loop, with the rarer ends out of line.
+  [[gnu::always_inline]] static void insert(std::vector<Label>& set, const Label& x, const Row* next) {
+    const size_t n = set.size();
+    size_t first = n;  // the first state x dominates
+    for (size_t k = 0; k < n; ++k) {
+      Label& y = set[k];
+      if (dominates(y.v, x.v)) {  // x is not kept, and nothing is dropped
+        if (y.v == x.v) keep_preferred(y, x, next);
         return;
       }
-    std::erase_if(set, [&](const Label& y) { return dominates(x.v, y.v); });
+      if (first == n && dominates(x.v, y.v)) first = k;
+    }
+    if (first < n) drop_dominated(set, x, first);
     set.push_back(x);
+  }
+
+  [[gnu::noinline]] static void keep_preferred(Label& y, const Label& x, const Row* next) {
+    if (preferred(x, y, next)) y = x;
+  }
+
+  // Drops the states x dominates, set[first] the first of them, keeping the order of the others.
+  [[gnu::noinline]] static void drop_dominated(std::vector<Label>& set, const Label& x, size_t first) {
+    size_t kept = first;
+    for (size_t k = first + 1; k < set.size(); ++k)
+      if (!dominates(x.v, set[k].v)) set[kept++] = set[k];
+    set.resize(kept);
   }
 
   int64_t L_, d_;
