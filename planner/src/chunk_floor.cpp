@@ -31,7 +31,6 @@
 
 #include <algorithm>
 #include <memory>
-#include <mutex>
 
 #include "pd2bw/checked.hpp"
 
@@ -74,16 +73,6 @@ void fill_moments(Schedule kind, int64_t d, int64_t v, int64_t m, int64_t i, std
   out.clear();
 }
 
-// The per-profile part of the floor: per microbatch size and schedule, the prefix sums of the sorted
-// per-layer statics, stash and weight stash, and the least input of a chunk's first layer. Kept by
-// content (the arrays it was made from), so a table is never read for another model.
-struct FloorTable {
-  std::vector<int64_t> params, stash, wst, in;  // the key: the model's arrays
-  StaticFactors statics;
-  std::vector<int64_t> s_static, s_stash, s_wst;  // L + 1 entries each
-  int64_t in_first = 0, in_rest = 0;              // chunk 0's input; the least of the others'
-};
-
 std::vector<int64_t> sorted_prefix(std::vector<int64_t> per_layer) {
   std::sort(per_layer.begin(), per_layer.end());
   std::vector<int64_t> out{0};
@@ -91,51 +80,11 @@ std::vector<int64_t> sorted_prefix(std::vector<int64_t> per_layer) {
   return out;
 }
 
-std::shared_ptr<const FloorTable> floor_table(const CostModel& model, const Candidate& c) {
-  static std::mutex mutex;
-  static std::vector<std::shared_ptr<const FloorTable>> tables;
-  const int64_t L = model.num_layers();
-  const auto mi = c.microbatch_index;
-  const auto& params = model.param_prefix();
-  const auto& stash = model.stash_prefix(mi);
-  const auto& wst = model.weight_stash_prefix(mi);
-  const auto& in = model.input_bytes(mi);
-  const StaticFactors& statics = model.static_factors(c.schedule);
-  const auto same = [&](const FloorTable& t) {
-    return t.statics.compute_bytes == statics.compute_bytes && t.statics.state_bytes == statics.state_bytes &&
-           t.statics.versions == statics.versions && t.statics.moments == statics.moments &&
-           std::equal(params.begin(), params.end(), t.params.begin(), t.params.end()) &&
-           std::equal(stash.begin(), stash.end(), t.stash.begin(), t.stash.end()) &&
-           std::equal(wst.begin(), wst.end(), t.wst.begin(), t.wst.end()) &&
-           std::equal(in.begin(), in.end(), t.in.begin(), t.in.end());
-  };
-  {
-    const std::lock_guard<std::mutex> lock(mutex);
-    for (const auto& t : tables)
-      if (same(*t)) return t;
-  }
-  auto t = std::make_shared<FloorTable>();
-  t->params.assign(params.begin(), params.end());
-  t->stash.assign(stash.begin(), stash.end());
-  t->wst.assign(wst.begin(), wst.end());
-  t->in.assign(in.begin(), in.end());
-  t->statics = statics;
-  std::vector<int64_t> st, sh, w;
-  for (int64_t l = 0; l < L; ++l) {
-    const auto u = static_cast<size_t>(l);
-    st.push_back(statics.total(params[u + 1] - params[u]));
-    sh.push_back(stash[u + 1] - stash[u]);
-    w.push_back(wst.empty() ? 0 : wst[u + 1] - wst[u]);
-  }
-  t->s_static = sorted_prefix(std::move(st));
-  t->s_stash = sorted_prefix(std::move(sh));
-  t->s_wst = sorted_prefix(std::move(w));
-  t->in_first = L > 0 ? in[0] : 0;
-  t->in_rest = L > 1 ? *std::min_element(in.begin() + 1, in.begin() + L) : t->in_first;
-  const std::lock_guard<std::mutex> lock(mutex);
-  if (tables.size() >= 16) tables.clear();  // a bound on the cache, above one search's microbatch sizes
-  tables.push_back(t);
-  return t;
+// What a rank may spend on its layers: memory_limit_bytes() + slack (saturating; negative as 0) less
+// the reserve.
+int64_t layer_budget(const CostModel& model, int64_t slack_bytes) {
+  return saturating_add(model.memory_limit_bytes(), std::max<int64_t>(slack_bytes, 0)) -
+         model.constraints().reserve_bytes;
 }
 
 // The most layers n in [0, L] whose bound fixed + S_static(n) + s S_stash(n) + w S_wst(n) stays within
@@ -241,17 +190,16 @@ RankFloor chunked_rank_capacity(const CostModel& model, const Candidate& c, int6
   std::vector<FloorMoment> moments;
   fill_moments(c.schedule, c.depth, c.chunks, pipeline::walk_microbatches(c.schedule, c.depth, c.microbatches),
                position, moments);
-  const int64_t budget =
-      saturating_add(model.memory_limit_bytes(), std::max<int64_t>(slack_bytes, 0)) - model.constraints().reserve_bytes;
-  return rank_capacity(*floor_table(model, c), moments, position == 0, budget, schemas::splits_backward(c.schedule));
+  const int64_t budget = layer_budget(model, slack_bytes);
+  return rank_capacity(*model.floor_table(c.schedule, c.microbatch_index), moments, position == 0, budget,
+                       schemas::splits_backward(c.schedule));
 }
 
 std::vector<RankFloor> chunked_rank_capacities(const CostModel& model, const Candidate& c, int64_t slack_bytes) {
   std::vector<RankFloor> out;
   if (!chunked(c)) return out;
-  const auto table = floor_table(model, c);
-  const int64_t budget =
-      saturating_add(model.memory_limit_bytes(), std::max<int64_t>(slack_bytes, 0)) - model.constraints().reserve_bytes;
+  const auto table = model.floor_table(c.schedule, c.microbatch_index);
+  const int64_t budget = layer_budget(model, slack_bytes);
   const int64_t m = pipeline::walk_microbatches(c.schedule, c.depth, c.microbatches);
   std::vector<FloorMoment> moments;
   for (int64_t p = 0; p < c.depth; ++p) {
@@ -265,9 +213,8 @@ bool chunked_may_fit(const CostModel& model, const Candidate& c, int64_t slack_b
   const int64_t d = c.depth, v = c.chunks, L = model.num_layers();
   if (!chunked(c)) return true;
   if (d * v > L) return false;  // no split at all
-  const auto table = floor_table(model, c);
-  const int64_t budget =
-      saturating_add(model.memory_limit_bytes(), std::max<int64_t>(slack_bytes, 0)) - model.constraints().reserve_bytes;
+  const auto table = model.floor_table(c.schedule, c.microbatch_index);
+  const int64_t budget = layer_budget(model, slack_bytes);
   const int64_t m = pipeline::walk_microbatches(c.schedule, d, c.microbatches);
   const bool split_backward = schemas::splits_backward(c.schedule);
   std::vector<FloorMoment> moments;
@@ -299,6 +246,29 @@ bool chunked_split_may_fit(const CostModel& model, const Candidate& c, const std
     if (f.plain > limit && f.redo > limit) return false;
   }
   return true;
+}
+
+std::shared_ptr<const FloorTable> make_floor_table(const CostModel& model, Schedule kind, int64_t microbatch_index) {
+  const int64_t L = model.num_layers();
+  const auto& params = model.param_prefix();
+  const auto& stash = model.stash_prefix(microbatch_index);
+  const auto& wst = model.weight_stash_prefix(microbatch_index);
+  const auto& in = model.input_bytes(microbatch_index);
+  const StaticFactors& statics = model.static_factors(kind);
+  auto t = std::make_shared<FloorTable>();
+  std::vector<int64_t> st, sh, w;
+  for (int64_t l = 0; l < L; ++l) {
+    const auto u = static_cast<size_t>(l);
+    st.push_back(statics.total(params[u + 1] - params[u]));
+    sh.push_back(stash[u + 1] - stash[u]);
+    w.push_back(wst.empty() ? 0 : wst[u + 1] - wst[u]);
+  }
+  t->s_static = sorted_prefix(std::move(st));
+  t->s_stash = sorted_prefix(std::move(sh));
+  t->s_wst = sorted_prefix(std::move(w));
+  t->in_first = L > 0 ? in[0] : 0;
+  t->in_rest = L > 1 ? *std::min_element(in.begin() + 1, in.begin() + L) : t->in_first;
+  return t;
 }
 
 }  // namespace pd2bw::planner::detail

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "pd2bw/pipeline/stash.hpp"
@@ -22,6 +23,18 @@ using FloorMoment = std::vector<pipeline::ChunkHeld>;
 // cool-down B's. Empty for the other schedules.
 std::vector<FloorMoment> floor_moments(Schedule kind, int64_t depth, int64_t chunks, int64_t microbatches,
                                        int64_t position);
+
+// The per-profile part of the floor for one schedule and microbatch size: the prefix sums of the
+// per-layer statics, stash and weight stash, each sorted ascending (the n fewest-byte layers' sum is
+// entry n), and the least input of a chunk's first layer.
+struct FloorTable {
+  std::vector<int64_t> s_static, s_stash, s_wst;  // L + 1 entries each
+  int64_t in_first = 0, in_rest = 0;              // chunk 0's input; the least of the others'
+};
+
+// The table of `model` for schedule `kind` at microbatch index `microbatch_index`, built in O(L log L).
+// CostModel::floor_table memoises it; call that instead.
+std::shared_ptr<const FloorTable> make_floor_table(const CostModel& model, Schedule kind, int64_t microbatch_index);
 
 // A bound per option of a rank: without recompute (plain) and with it (redo).
 struct RankFloor {

@@ -15,6 +15,7 @@
 #include "pd2bw/checked.hpp"
 #include "pd2bw/error.hpp"
 #include "pd2bw/planner/runtime_costs.hpp"
+#include "chunk_floor.hpp"
 #include "objective.hpp"
 #include "prepared.hpp"
 
@@ -107,7 +108,19 @@ void check_time_sums(const Profile& profile, int64_t global_batch) {
 struct CostModel::WalkMemo {
   std::mutex mutex;
   std::map<std::tuple<Schedule, int64_t, int64_t, int64_t>, std::shared_ptr<const PositionWalks>> walks;
+  std::map<std::pair<Schedule, int64_t>, std::shared_ptr<const detail::FloorTable>> floors;
 };
+
+std::shared_ptr<const detail::FloorTable> CostModel::floor_table(Schedule kind, int64_t microbatch_index) const {
+  const auto key = std::make_pair(kind, microbatch_index);
+  {
+    const std::lock_guard<std::mutex> lock(walks_->mutex);
+    if (const auto it = walks_->floors.find(key); it != walks_->floors.end()) return it->second;
+  }
+  auto table = detail::make_floor_table(*this, kind, microbatch_index);  // outside the lock: O(L log L)
+  const std::lock_guard<std::mutex> lock(walks_->mutex);
+  return walks_->floors.emplace(key, std::move(table)).first->second;
+}
 
 std::shared_ptr<const CostModel::PositionWalks> CostModel::position_walks(const Candidate& c) const {
   // Candidates whose m walks alike (pipeline::walk_microbatches) share one entry.

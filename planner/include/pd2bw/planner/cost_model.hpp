@@ -60,6 +60,10 @@ using StaticFactors = pipeline::MemoryFactors;
 
 // One point of the search space before the layers are split into stages: a pipeline::PipelineShape
 // without its split (bounds, recompute), with the placement that yields its rank table.
+namespace detail {
+struct FloorTable;  // the chunked memory floor's per-profile table (planner/src/chunk_floor.hpp)
+}  // namespace detail
+
 struct Candidate {
   Schedule schedule = Schedule::two_bw;
   int64_t microbatch_index = 0;  // index into Profile::microbatch_sizes
@@ -221,6 +225,10 @@ class CostModel {
   // O(m v) per position, so they are memoised (thread-safe; copies of the model share the memo).
   using PositionWalks = std::vector<std::array<pipeline::StashWalk, 2>>;
   std::shared_ptr<const PositionWalks> position_walks(const Candidate& c) const;
+  // The chunked memory floor's table for schedule `kind` at microbatch index `microbatch_index`
+  // (detail::make_floor_table): O(L log L) to build, so memoised the same way (thread-safe; shared by
+  // copies of the model).
+  std::shared_ptr<const detail::FloorTable> floor_table(Schedule kind, int64_t microbatch_index) const;
   // A lower bound (ms) on the summed allreduce_ms of `parts` stages whose gradients add up to `bytes`,
   // each over `width` ranks at level `level`. Exact for the scalar model, which is affine in bytes:
   // parts * latency + (allreduce_ms(bytes) - latency). A curve is only known to be non-decreasing, so
