@@ -55,6 +55,19 @@ struct RandomInstanceOptions {
   double split_backward_p = 0.5;   // chance that the profile times the backward in halves (zb-h1 searched)
 };
 
+// Medium instances: 11-40 layers on up to 32 devices (8 per node, 4 nodes, or 16 on one level), past what
+// composition enumeration can afford and big enough for whole-layer effects, the partitioner's windows
+// and the search's pruning.
+inline RandomInstanceOptions medium_instance_options() {
+  RandomInstanceOptions opt;
+  opt.min_layers = 11;
+  opt.max_layers = 40;
+  opt.max_per_node = 8;
+  opt.max_nodes = 4;
+  opt.max_devices_flat = 16;
+  return opt;
+}
+
 struct RandomInstance {
   uint64_t seed = 0;
   schemas::Profile profile;

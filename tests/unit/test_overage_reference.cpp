@@ -77,12 +77,8 @@ OverageSplit reference(const CostModel& model, const Candidate& c, int64_t bound
 TEST_CASE("least_overage_split gives the plain split tables' split and overage, under every bound") {
   int64_t compared = 0, over = 0, deep = 0;
   for (uint64_t seed = 1; seed <= 60; ++seed) {
-    pd2bw::testing::RandomInstanceOptions opt;
+    pd2bw::testing::RandomInstanceOptions opt = pd2bw::testing::medium_instance_options();
     opt.min_layers = 8;
-    opt.max_layers = 40;
-    opt.max_per_node = 8;
-    opt.max_nodes = 4;
-    opt.max_devices_flat = 16;
     pd2bw::testing::RandomInstance inst = pd2bw::testing::make_random_instance(seed, opt);
     if (seed % 2 == 0)  // every layer the same: many splits of equal fullest stages
       for (size_t i = 1; i < inst.profile.layers.size(); ++i) {

@@ -298,12 +298,7 @@ double reference_dp(const CostModel& model, const Candidate& c) {
 TEST_CASE("the objective search matches an unpruned dynamic program on medium instances") {
   // 11-40 layers on up to 32 devices: past what composition enumeration can afford, and big enough
   // for the partitioner's windows and the search's pruning to cut real work.
-  pd2bw::testing::RandomInstanceOptions opt;
-  opt.min_layers = 11;
-  opt.max_layers = 40;
-  opt.max_per_node = 8;
-  opt.max_nodes = 4;
-  opt.max_devices_flat = 16;
+  const pd2bw::testing::RandomInstanceOptions opt = pd2bw::testing::medium_instance_options();
   int kMedium = 120;  // PD2BW_BRUTEFORCE_MEDIUM=N for a longer soak
   if (const char* env = std::getenv("PD2BW_BRUTEFORCE_MEDIUM")) kMedium = std::atoi(env);
   int feasible = 0;

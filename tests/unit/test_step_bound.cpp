@@ -72,12 +72,8 @@ void check_instance(const RandomInstance& inst, Tally& tally) {
 TEST_CASE("lower bounds and rules_out never pass a candidate's exact optimum") {
   Tally tally;
   for (uint64_t seed = 1; seed <= 400; ++seed) check_instance(make_random_instance(seed), tally);
-  pd2bw::testing::RandomInstanceOptions opt;  // more layers and stages: whole-layer effects, round trips
-  opt.min_layers = 11;
-  opt.max_layers = 40;
-  opt.max_per_node = 8;
-  opt.max_nodes = 4;
-  opt.max_devices_flat = 16;
+  // more layers and stages: whole-layer effects, round trips
+  const pd2bw::testing::RandomInstanceOptions opt = pd2bw::testing::medium_instance_options();
   for (uint64_t seed = 5001; seed <= 5060; ++seed) {
     RandomInstance inst = make_random_instance(seed, opt);
     inst.constraints.max_depth = std::min<int64_t>(inst.constraints.max_depth ? inst.constraints.max_depth : 12, 12);

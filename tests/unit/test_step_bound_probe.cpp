@@ -58,12 +58,7 @@ struct StepLowerBoundProbeTest {
 
 TEST_CASE("a probe answers lanes_reach and rules_out as fresh calls do, at every limit") {
   pd2bw::planner::StepLowerBoundProbeTest test;
-  pd2bw::testing::RandomInstanceOptions opt;
-  opt.min_layers = 11;
-  opt.max_layers = 40;
-  opt.max_per_node = 8;
-  opt.max_nodes = 4;
-  opt.max_devices_flat = 16;
+  pd2bw::testing::RandomInstanceOptions opt = pd2bw::testing::medium_instance_options();
   opt.split_backward_p = 0.7;
   int64_t candidates = 0;
   for (uint64_t seed = 6001; seed <= 6040; ++seed) {
