@@ -17,18 +17,21 @@ inline int64_t worker_count(int64_t requested) {
   return std::clamp<int64_t>(requested > 0 ? requested : hardware, 1, 64);
 }
 
-// Calls visit(0), visit(1), ... up to n - 1, each index once, from `threads` threads (0: one per
-// hardware thread) that take the next index as they finish; visit returns false to stop them all. The
-// first exception thrown is rethrown here once every thread has stopped.
-template <class Visit>
-void for_each_in_parallel(size_t n, int64_t threads, Visit&& visit) {
+// Calls visit(state, 0), visit(state, 1), ... up to n - 1, each index once, from `threads` threads (0: one
+// per hardware thread) that take the next index as they finish, each thread with a state of its own made
+// by make_state() (a prvalue: it need not be movable), for what is not thread-safe (a memo); visit
+// returns false to stop them all. The first exception thrown is rethrown here once every thread has
+// stopped.
+template <class MakeState, class Visit>
+void for_each_in_parallel_with(size_t n, int64_t threads, MakeState&& make_state, Visit&& visit) {
   std::atomic<size_t> next{0};
   std::mutex failure_mutex;
   std::exception_ptr failure;
   auto work = [&] {
     try {
+      auto state = make_state();
       for (size_t i = next++; i < n; i = next++)
-        if (!visit(i)) next = n;
+        if (!visit(state, i)) next = n;
     } catch (...) {
       const std::lock_guard<std::mutex> lock(failure_mutex);
       if (!failure) failure = std::current_exception();
@@ -42,6 +45,12 @@ void for_each_in_parallel(size_t n, int64_t threads, Visit&& visit) {
     work();
   }  // joins
   if (failure) std::rethrow_exception(failure);
+}
+
+// The same without a state: visit(i).
+template <class Visit>
+void for_each_in_parallel(size_t n, int64_t threads, Visit&& visit) {
+  for_each_in_parallel_with(n, threads, [] { return 0; }, [&](int, size_t i) { return visit(i); });
 }
 
 }  // namespace pd2bw::planner::detail

@@ -231,7 +231,12 @@ std::pair<std::vector<size_t>, std::vector<Evaluated>> search_objective(const Co
   StepLowerBound lower_bound(model);
   auto& lb = space.lower_bounds;
   lb.resize(candidates.size());
-  for (size_t i = 0; i < candidates.size(); ++i) lb[i] = lower_bound(candidates[i]);
+  // Each thread with a bound of its own (its memos are not thread-safe; the values do not depend on them).
+  const auto own_bound = [&] { return StepLowerBound(model); };
+  detail::for_each_in_parallel_with(candidates.size(), options.threads, own_bound, [&](StepLowerBound& own, size_t i) {
+    lb[i] = own(candidates[i]);
+    return true;
+  });
   auto& order = space.order;
   order.resize(candidates.size());
   std::iota(order.begin(), order.end(), size_t{0});
@@ -241,12 +246,15 @@ std::pair<std::vector<size_t>, std::vector<Evaluated>> search_objective(const Co
   seed_with_greedy(model, candidates, order, lb, board);
   // The candidates under the seeds' bound get their finer bounds (refine_lower_bounds), and so do the
   // left-out points, where each one's own bound is above the common floor.
-  detail::refine_lower_bounds(lower_bound, candidates, lb, order, kMaxSearched, board.bound());
+  detail::refine_lower_bounds(lower_bound, candidates, lb, order, kMaxSearched, board.bound(), options.threads);
   if (auto& left = result.left_out; !left.candidates.empty()) {
-    double floor = kInfinity;
-    for (const auto& c : left.candidates)
-      floor = std::min(floor, std::max(left.floor_ms, detail::refined_below(lower_bound, c, lower_bound(c), board.bound())));
-    left.floor_ms = floor;
+    std::vector<double> floors(left.candidates.size());
+    detail::for_each_in_parallel_with(left.candidates.size(), options.threads, own_bound, [&](StepLowerBound& own, size_t k) {
+      const Candidate& c = left.candidates[k];
+      floors[k] = std::max(left.floor_ms, detail::refined_below(own, c, own(c), board.bound()));
+      return true;
+    });
+    left.floor_ms = *std::min_element(floors.begin(), floors.end());
     left.candidates = {};
   }
   choose_searched(candidates, lb, order, space.searched_count);

@@ -25,6 +25,8 @@ namespace pd2bw::planner {
 class StepLowerBound {
  public:
   explicit StepLowerBound(const CostModel& model);
+  // The cost model it bounds.
+  const CostModel& model() const { return model_; }
 
   // Never above the least step time of any split of `c`; infinity when no split can fit in memory.
   double operator()(const Candidate& c);
@@ -285,9 +287,11 @@ double refined_below(StepLowerBound& bound, const Candidate& c, double from, dou
 // below `ceiling` (refined up to it), then sorts `order` (candidate indices) by lb, stably. Without a
 // ceiling (infinity), candidates are refined in order until the first `first` by refined bound are all
 // refined, each later one up to the largest of those. `order` must be sorted by lb on entry
-// (step_bound_order.cpp).
+// (step_bound_order.cpp). Under a ceiling the candidates are refined on `threads` threads (0: one per
+// hardware thread), each with a StepLowerBound of its own (refined() keeps memos that are not
+// thread-safe; a bound's value does not depend on them), so lb does not depend on `threads`.
 void refine_lower_bounds(StepLowerBound& bound, const std::vector<Candidate>& candidates, std::vector<double>& lb,
-                         std::vector<size_t>& order, size_t first, double ceiling);
+                         std::vector<size_t>& order, size_t first, double ceiling, int64_t threads = 1);
 
 }  // namespace detail
 

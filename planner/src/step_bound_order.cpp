@@ -4,6 +4,7 @@
 #include <queue>
 #include <vector>
 
+#include "parallel.hpp"
 #include "step_bound.hpp"
 
 namespace pd2bw::planner::detail {
@@ -13,15 +14,23 @@ double refined_below(StepLowerBound& bound, const Candidate& c, double from, dou
 }
 
 void refine_lower_bounds(StepLowerBound& bound, const std::vector<Candidate>& candidates, std::vector<double>& lb,
-                         std::vector<size_t>& order, size_t first, double ceiling) {
+                         std::vector<size_t>& order, size_t first, double ceiling, int64_t threads) {
   auto by_bound = [&] { std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return lb[a] < lb[b]; }); };
   if (ceiling < kInfinity) {
     // Every candidate under the ceiling: those the finer bound lifts to it cannot be kept, and they no
-    // longer hold the floor of the unsearched ones down.
+    // longer hold the floor of the unsearched ones down. Each is refined on its own.
+    std::vector<size_t> under;
     for (size_t idx : order) {
       if (!(lb[idx] < ceiling)) break;
-      lb[idx] = refined_below(bound, candidates[idx], lb[idx], ceiling);
+      if (bound.refinable(candidates[idx])) under.push_back(idx);
     }
+    for_each_in_parallel_with(
+        under.size(), threads, [&] { return StepLowerBound(bound.model()); },
+        [&](StepLowerBound& own, size_t k) {
+          const size_t idx = under[k];
+          lb[idx] = refined_below(own, candidates[idx], lb[idx], ceiling);
+          return true;
+        });
     by_bound();
     return;
   }
