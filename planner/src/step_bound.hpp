@@ -129,8 +129,7 @@ class StepLowerBound {
       int64_t fixed = 0;                        // boundary buffers and the reserve
       int64_t in_flight = 0, ahead = 0, defer = 0;  // its stashes (split backward: ahead and defer)
       // deferred_stash_term's (activations, deferred W's) at the B's it weighs, for the unsaturated sums
-      std::array<std::pair<int64_t, int64_t>, 4> shapes{};
-      size_t n_shapes = 0;
+      pipeline::DeferredShapes shapes;
       mutable std::array<Known, 4> known;       // the last starts asked
       mutable size_t older = 0;
     };

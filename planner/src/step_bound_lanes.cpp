@@ -34,10 +34,15 @@
 namespace pd2bw::planner {
 
 StepLowerBound::Relaxed::Relaxed(const StepLowerBound& bound, const Candidate& c, int64_t extra_bytes)
-    : c_(c), statics_(bound.model_.static_factors(c.schedule)), cp_(bound.model_.compute_prefix(c.microbatch_index)),
-      rp_(bound.model_.redo_prefix(c.microbatch_index)), sp_(bound.model_.stash_prefix(c.microbatch_index)),
-      pp_(bound.model_.param_prefix()), wp_(bound.model_.weight_stash_prefix(c.microbatch_index)),
-      policy_(bound.model_.constraints().recompute), split_(schemas::splits_backward(c.schedule)) {
+    : c_(c),
+      statics_(bound.model_.static_factors(c.schedule)),
+      cp_(bound.model_.compute_prefix(c.microbatch_index)),
+      rp_(bound.model_.redo_prefix(c.microbatch_index)),
+      sp_(bound.model_.stash_prefix(c.microbatch_index)),
+      pp_(bound.model_.param_prefix()),
+      wp_(bound.model_.weight_stash_prefix(c.microbatch_index)),
+      policy_(bound.model_.constraints().recompute),
+      split_(schemas::splits_backward(c.schedule)) {
   const auto bi = static_cast<size_t>(c.microbatch_index);
   input_ = bound.min_input_any_[bi];
   limit_ = saturating_add(bound.model_.memory_limit_bytes(), extra_bytes);
@@ -50,11 +55,7 @@ StepLowerBound::Relaxed::Relaxed(const StepLowerBound& bound, const Candidate& c
       std::tie(st.ahead, st.defer) = pipeline::split_shape(c.schedule, c.depth, k);
     else
       st.in_flight = CostModel::in_flight(c, k);
-    // pipeline::deferred_stash_term's B's, in its order (the largest is what counts)
-    const int64_t m = c.microbatches, last = m - 1;
-    for (int64_t b : {int64_t{0}, st.defer, m - st.ahead, last})
-      if (split_ && b >= 0 && b <= last)
-        st.shapes[st.n_shapes++] = {st.ahead < m - b ? st.ahead : m - b, b < st.defer ? b : st.defer};
+    if (split_) st.shapes = pipeline::deferred_shapes(st.ahead, st.defer, c.microbatches);  // the B's it weighs
   }
   // Unsaturated sums are exact when every term is far from 2^63: bytes below 2^40 (bytes_small_), counts
   // below 2^20, and the static bytes and fixed buffers below 2^60.
@@ -77,9 +78,10 @@ bool StepLowerBound::Relaxed::fits(const Stage& st, Known& known, bool redo, int
     int64_t term = 0;
     if (split_) {
       const int64_t activation = redo ? input_ : stash, grads = wp_[ue] - wp_[ua], kept = redo ? stash : 0;
-      for (size_t i = 0; i < st.n_shapes; ++i) {
-        const auto [act, deferred] = st.shapes[i];
-        term = std::max({term, act * activation + kept + deferred * grads, (act - 1) * activation + (deferred + 1) * grads});
+      for (size_t i = 0; i < st.shapes.count; ++i) {
+        const auto [act, deferred] = st.shapes.at[i];
+        term = std::max(
+            {term, act * activation + kept + deferred * grads, (act - 1) * activation + (deferred + 1) * grads});
       }
     } else {
       term = redo ? st.in_flight * input_ + stash : st.in_flight * stash;
@@ -177,7 +179,7 @@ bool StepLowerBound::lanes_reach(Probe& p, double t) const {
   p.ends.assign(d, L);
   int64_t a = 0;
   double need = -kInfinity, next = kInfinity;  // max_k n_k and min_k x_k so far
-  int64_t held = 1;                              // the layers of the stage before (at least 1)
+  int64_t held = 1;                            // the layers of the stage before (at least 1)
   const auto& links = p.links();
   const auto& levels = p.levels();
   const Relaxed& relaxed = p.relaxed();

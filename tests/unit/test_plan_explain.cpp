@@ -87,14 +87,11 @@ TEST_CASE("explain: each schedule's row is the plan a search pinned to it finds 
 }
 
 TEST_CASE("explain: each schedule's row is the plan a search pinned to it finds (medium instances)") {
-  RandomInstanceOptions opt;
+  RandomInstanceOptions opt = pd2bw::testing::medium_instance_options();
   opt.pin_schedule_p = 0.0;
   opt.split_backward_p = 1.0;
   opt.min_layers = 24;
   opt.max_layers = 48;
-  opt.max_per_node = 8;
-  opt.max_nodes = 4;
-  opt.max_devices_flat = 16;
   int64_t compared = 0;
   for (uint64_t seed = 100; seed < 110; ++seed) {
     const RandomInstance inst = make_random_instance(seed, opt);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -53,6 +54,21 @@ inline int64_t stash_term(int64_t in_flight, bool recompute, int64_t input_bytes
                    : saturating_mul(in_flight, stash_bytes);
 }
 
+// The B's deferred_stash_term weighs (k = 0, defer, m - ahead and m - 1, those in [0, m - 1]): before
+// each, the activations min(ahead, m - k) and the deferred W's min(k, defer); `count` of the 4 are set.
+struct DeferredShapes {
+  std::array<std::pair<int64_t, int64_t>, 4> at{};  // (activations, deferred W's)
+  size_t count = 0;
+};
+inline DeferredShapes deferred_shapes(int64_t ahead, int64_t defer, int64_t microbatches) {
+  DeferredShapes out;
+  const int64_t last = microbatches - 1;
+  for (int64_t k : {int64_t{0}, defer, microbatches - ahead, last})
+    if (k >= 0 && k <= last)
+      out.at[out.count++] = {ahead < microbatches - k ? ahead : microbatches - k, k < defer ? k : defer};
+  return out;
+}
+
 // The stash term of a stage whose backward is split, holding at most `ahead` activations between forward
 // and B and deferring its W's by `defer` microbatches, with `microbatches` per step: the largest over its
 // B's of the memory just before one (the activations in flight, the recomputed stash when recomputing,
@@ -65,15 +81,14 @@ inline int64_t stash_term(int64_t in_flight, bool recompute, int64_t input_bytes
 inline int64_t deferred_stash_term(int64_t ahead, int64_t defer, int64_t microbatches, bool recompute,
                                    int64_t input_bytes, int64_t stash_bytes, int64_t weight_grad_bytes) {
   const int64_t activation = recompute ? input_bytes : stash_bytes;
-  const int64_t last = microbatches - 1;
+  const DeferredShapes shapes = deferred_shapes(ahead, defer, microbatches);
   int64_t most = 0;
-  for (int64_t k : {int64_t{0}, defer, microbatches - ahead, last}) {
-    if (k < 0 || k > last) continue;
-    const int64_t act = ahead < microbatches - k ? ahead : microbatches - k;
-    const int64_t deferred = k < defer ? k : defer;
+  for (size_t i = 0; i < shapes.count; ++i) {
+    const auto [act, deferred] = shapes.at[i];
     const int64_t before = saturating_add(saturating_add(saturating_mul(act, activation), recompute ? stash_bytes : 0),
                                           saturating_mul(deferred, weight_grad_bytes));
-    const int64_t after = saturating_add(saturating_mul(act - 1, activation), saturating_mul(deferred + 1, weight_grad_bytes));
+    const int64_t after =
+        saturating_add(saturating_mul(act - 1, activation), saturating_mul(deferred + 1, weight_grad_bytes));
     most = std::max({most, before, after});
   }
   return most;
@@ -121,8 +136,8 @@ struct StageMemoryInput {
 
 // The same model in the form an event-by-event replay needs (the simulator adds and frees these).
 struct StageMemoryTerms {
-  int64_t version_bytes = 0;        // one weight version (held `versions` times at most)
-  int64_t fixed_bytes = 0;          // master + grads + optimizer + comm + reserve, held throughout
+  int64_t version_bytes = 0;         // one weight version (held `versions` times at most)
+  int64_t fixed_bytes = 0;           // master + grads + optimizer + comm + reserve, held throughout
   int64_t per_microbatch_bytes = 0;  // from a microbatch's forward to its backward: its stash, or its
                                      // input when recomputing
   int64_t recompute_bytes = 0;       // one microbatch's full stash from Recompute to the end of Backward
@@ -132,8 +147,8 @@ struct StageMemoryTerms {
 StageMemoryTerms stage_memory_terms(const MemoryFactors& f, const StageMemoryInput& in);
 
 // The stage's peak by term: weights = versions x one version, stash = stash_term(...) (split_stash_term
-// when the backward is split: deferred_stash_term with split_shape), the others as above; total_bytes their sum (saturating), limit_bytes =
-// `limit_bytes`, dominant the name of the largest term
+// when the backward is split: deferred_stash_term with split_shape), the others as above; total_bytes their sum
+// (saturating), limit_bytes = `limit_bytes`, dominant the name of the largest term
 // ("weights", "master", "grads", "optimizer", "stash", "comm", "reserve"; the first of equals).
 schemas::MemoryBreakdown stage_memory(const MemoryFactors& f, const StageMemoryInput& in, int64_t limit_bytes);
 
