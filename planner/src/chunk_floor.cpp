@@ -32,6 +32,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "bisect.hpp"
 #include "pd2bw/checked.hpp"
 
 namespace pd2bw::planner::detail {
@@ -96,15 +97,8 @@ int64_t most_layers(const FloorTable& t, int64_t budget, int64_t fixed, int64_t 
                           saturating_add(saturating_mul(s, t.s_stash[u]), saturating_mul(w, t.s_wst[u])));
   };
   if (bound(0) > budget) return -1;
-  int64_t lo = 0, hi = static_cast<int64_t>(t.s_static.size()) - 1;  // bound(lo) <= budget
-  while (lo < hi) {
-    const int64_t mid = lo + (hi - lo + 1) / 2;
-    if (bound(mid) <= budget)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  return lo;
+  return last_true(int64_t{0}, static_cast<int64_t>(t.s_static.size()) - 1,
+                   [&](int64_t n) { return bound(n) <= budget; });
 }
 
 // cap_p of the proof, per option: the most layers rank `position` can hold within budget at the

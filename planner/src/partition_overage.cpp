@@ -85,20 +85,6 @@ class LeastBytes {
   std::vector<int64_t> in_min_, out_min_;
 };
 
-// The largest x in [from, last] with ok(x), ok true on a prefix of (from, last] and x = from taken as
-// true: galloping from `from`, so O(log(x - from)) probes.
-template <class Ok>
-int64_t gallop(int64_t from, int64_t last, Ok&& ok) {
-  int64_t good = from, step = 1;
-  while (good < last) {
-    const int64_t probe = std::min(last, good + step);
-    if (!ok(probe)) return detail::last_true(good, probe - 1, [&](int64_t x) { return x == good || ok(x); });
-    good = probe;
-    step *= 2;
-  }
-  return good;
-}
-
 // The forward walk over whole layers under `cap` bytes: g_0 = 0 and g_{k+1} is the furthest end of a stage
 // k starting at g_k within the cap by `least` (g_k itself, an empty stage, when not one layer is). Every
 // split with each stage within the cap has a_k <= g_k (when a_k <= g_k < a_{k+1}, [g_k, a_{k+1}) lies
@@ -115,7 +101,7 @@ bool walk_forward(const LeastBytes& least, int64_t L, int64_t d, int64_t cap, st
     // Neighbouring stages hold about as many layers: the last stage's length is the first probe.
     const int64_t guess = std::min(std::max(from, last), from + std::max<int64_t>(1, length));
     if (guess > from && ok(guess))
-      g = gallop(guess, std::max(from, last), ok);
+      g = detail::gallop(guess, std::max(from, last), ok);
     else
       g = guess > from ? detail::last_true(from, guess - 1, [&](int64_t e) { return e == from || ok(e); }) : from;
     length = g - from;
@@ -134,7 +120,8 @@ bool narrow_starts(const LeastBytes& least, int64_t L, int64_t d, int64_t cap, s
     if (h > L - (d - 1 - k)) return false;  // stages k + 1.. need a layer each
     const int64_t to = h;
     // The smallest a in [k, to] within the cap (true on a suffix), galloping down from `to`.
-    h = to - gallop(0, std::max<int64_t>(0, to - k), [&](int64_t back) { return least(k, to - back, to) <= cap; });
+    const auto within_back = [&](int64_t back) { return least(k, to - back, to) <= cap; };
+    h = to - detail::gallop<int64_t>(0, std::max<int64_t>(0, to - k), within_back);
     lo[static_cast<size_t>(k)] = std::max(lo[static_cast<size_t>(k)], h);
     if (lo[static_cast<size_t>(k)] > hi[static_cast<size_t>(k)]) return false;
   }
@@ -201,7 +188,8 @@ std::optional<int64_t> least_fullest(const CostModel& model, const detail::Prepa
   auto reach = [&](int64_t cap) { return cap >= 0 && walk_forward(least, L, c.depth, cap, nullptr); };
   if (!reach(bound)) return std::nullopt;  // the cheapest test first: most candidates end here
   // The least cap the forward walk passes, galloping down from the bound (a tie with it is found at once).
-  const int64_t floor_cap = bound - gallop(0, bound, [&](int64_t back) { return reach(bound - back); });
+  const int64_t floor_cap =
+      bound - detail::gallop<int64_t>(0, bound, [&](int64_t back) { return reach(bound - back); });
   if (greedy_within(model, pc, floor_cap)) return floor_cap;
   const auto start = balanced_by_params(model, c.depth);
   int64_t most = 0;  // the balanced split's fullest stage

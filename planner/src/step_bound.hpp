@@ -184,47 +184,6 @@ class StepLowerBound {
   std::vector<char> cp_sorted_, y_sorted_;
   // Per microbatch index: stash, W-stash and parameter prefixes are non-decreasing and below 2^40 bytes.
   std::vector<char> bytes_small_;
-  // The same from a guess in [a, last]: galloping up from it when ok(guess), else down, so O(log |e - guess|)
-  // probes; the same e for any guess.
-  template <class Ok>
-  static int64_t gallop_from(int64_t a, int64_t last, int64_t guess, Ok&& ok) {
-    if (guess <= a) return gallop(a, last, ok);
-    if (ok(guess)) return gallop(guess, last, ok);
-    int64_t bad = guess, step = 1;  // not ok(bad); ok(a) assumed
-    while (true) {
-      const int64_t probe = std::max(a, bad - step);
-      if (probe == a || ok(probe)) {
-        int64_t good = probe;
-        while (bad - good > 1) {
-          const int64_t mid = good + (bad - good) / 2;
-          (ok(mid) ? good : bad) = mid;
-        }
-        return good;
-      }
-      bad = probe;
-      step *= 2;
-    }
-  }
-  // The largest e in [a, last] with ok(e), ok(a) assumed and ok true on a prefix: galloping from a, so
-  // O(log(e - a)) probes.
-  template <class Ok>
-  static int64_t gallop(int64_t a, int64_t last, Ok&& ok) {
-    int64_t good = a, step = 1;
-    while (good < last) {
-      const int64_t probe = std::min(last, good + step);
-      if (!ok(probe)) {
-        int64_t bad = probe;  // ok(good) and not ok(bad)
-        while (bad - good > 1) {
-          const int64_t mid = good + (bad - good) / 2;
-          (ok(mid) ? good : bad) = mid;
-        }
-        return good;
-      }
-      good = probe;
-      step *= 2;
-    }
-    return good;
-  }
 
   // The least redo (ms per microbatch) of layers holding `compute` ms of fwd + bwd, fractions of layers
   // allowed: the layers by redo share ascending (each share capped at 1), a fractional knapsack. Convex

@@ -216,7 +216,7 @@ bool StepLowerBound::lanes_reach(Probe& p, double t) const {
     // A walk just below one that reached mostly ends its stages where that one did, and a stage mostly
     // holds as many layers as the one before: the search starts there.
     const int64_t guess = p.has_reach ? high : std::min(high, low + held);
-    a = low >= high ? low : gallop_from(low, high, guess, ok);
+    a = low >= high ? low : detail::gallop_from(low, high, guess, ok);
     held = std::max<int64_t>(1, a - start);
     p.ends[k] = a;
     if (a > start) need = std::max(need, in_e == a ? in_v : lane(a));
@@ -242,7 +242,7 @@ bool StepLowerBound::fits_within(const Candidate& c, int64_t over_bytes) const {
   const int64_t L = model_.num_layers();
   int64_t a = 0;
   for (int64_t k = 0; k < c.depth && a < L; ++k)
-    a = gallop(a, L, [&](int64_t e) { return relaxed.time(k, a, e) < kInfinity; });
+    a = detail::gallop(a, L, [&](int64_t e) { return relaxed.time(k, a, e) < kInfinity; });
   return a >= L;
 }
 

@@ -143,7 +143,7 @@ bool StepLowerBound::rules_out(Probe& p, double limit) const {
   // as doubles, `sorted`): a gallop from a, O(log(e - a)); else min(cap, the bisection's e over [a, L]).
   auto furthest = [&](size_t a, size_t cap, bool sorted, double most, auto&& value) {
     auto ok = [&](size_t e) { return value(e) <= most; };
-    if (sorted) return static_cast<size_t>(gallop(static_cast<int64_t>(a), static_cast<int64_t>(cap),
+    if (sorted) return static_cast<size_t>(detail::gallop(static_cast<int64_t>(a), static_cast<int64_t>(cap),
                                                   [&](int64_t e) { return ok(static_cast<size_t>(e)); }));
     return std::min(cap, detail::last_true(a, cp.size() - 1, ok));
   };
@@ -161,9 +161,9 @@ bool StepLowerBound::rules_out(Probe& p, double limit) const {
     const auto start = static_cast<int64_t>(a);
     auto fits = [&](int64_t e) { return relaxed.time(k, start, e) <= most; };
     if (!cp_sorted) return std::min(furthest(a, cp.size() - 1, false, top, [&](size_t j) { return cp[j]; }),
-                                    static_cast<size_t>(gallop(start, L, fits)));
-    const int64_t by_compute = gallop(start, L, [&](int64_t e) { return cp[static_cast<size_t>(e)] <= top; });
-    return static_cast<size_t>(gallop_from(start, by_compute, std::min(by_compute, start + held), fits));
+                                    static_cast<size_t>(detail::gallop(start, L, fits)));
+    const int64_t by_compute = detail::gallop(start, L, [&](int64_t e) { return cp[static_cast<size_t>(e)] <= top; });
+    return static_cast<size_t>(detail::gallop_from(start, by_compute, std::min(by_compute, start + held), fits));
   };
   auto zb_reaches = [&](double t0) {
     if (!(r < 1.0)) return true;
