@@ -22,7 +22,7 @@ void refine_lower_bounds(StepLowerBound& bound, const std::vector<Candidate>& ca
     std::vector<size_t> under;
     for (size_t idx : order) {
       if (!(lb[idx] < ceiling)) break;
-      if (bound.refinable(candidates[idx])) under.push_back(idx);
+      under.push_back(idx);
     }
     for_each_in_parallel_with(
         under.size(), threads, [&] { return StepLowerBound(bound.model()); },
