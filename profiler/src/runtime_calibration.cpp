@@ -123,12 +123,6 @@ std::array<double, 2> split_step_ms(const executor::ModelConfig& cfg, int64_t cu
   return {median_step(clocks[0].ends), median_step(clocks[1].ends)};
 }
 
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 // The layers [begin, end)'s fwd + bwd at microbatch index bi, and their update_ms.
 double layers_compute(const std::vector<schemas::LayerProfile>& layers, size_t begin, size_t end, size_t bi) {
   double sum = 0;
@@ -202,7 +196,7 @@ schemas::RuntimeCalibration calibrate_runtime(const executor::ModelConfig& cfg,
     if (layers.size() >= 2)
       out.split.per_microbatch.push_back(split_step(cfg, layers, cut, bi, per_microbatch, seed, rests));
   }
-  out.update_scale = update > 0 ? std::clamp(median_of(per_step) / update, 0.0, schemas::kMaxUpdateScale) : 1.0;
+  out.update_scale = update > 0 ? std::clamp(summarize(per_step).median / update, 0.0, schemas::kMaxUpdateScale) : 1.0;
   if (!out.split.present()) return out;
   out.split.layer = static_cast<int64_t>(cut);
   out.split.few = kSplitFew;
@@ -210,7 +204,7 @@ schemas::RuntimeCalibration calibrate_runtime(const executor::ModelConfig& cfg,
   const std::array<double, 2> updates = {layers_update(layers, 0, cut), layers_update(layers, cut, layers.size())};
   for (size_t k = 0; k < 2; ++k)
     out.split.update_scales[k] =
-        updates[k] > 0 ? std::clamp(median_of(rests[k]) / updates[k], 0.0, schemas::kMaxUpdateScale) : 1.0;
+        updates[k] > 0 ? std::clamp(summarize(rests[k]).median / updates[k], 0.0, schemas::kMaxUpdateScale) : 1.0;
   return out;
 }
 
