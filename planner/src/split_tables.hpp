@@ -66,8 +66,10 @@ class SplitTables {
         const double floor_a = fb(a);
         double limit = bound;
         for (int64_t e = e_first; e <= e_last; ++e) {
+          // Over the ends with no states of stage i + 1: stage_floor is non-decreasing in e, so the loop
+          // breaks where stepping over them one by one would
+          if (next && (e = next->first_filled(e)) > e_last) break;
           if (stage_floor(i, a, e) > limit) break;
-          if (next && next->count(e) == 0) continue;
           if (++work_ > max_work) {
             exhausted_ = true;
             return;
@@ -91,6 +93,7 @@ class SplitTables {
         row.labels.insert(row.labels.end(), scratch.begin(), scratch.end());
         row.off[static_cast<size_t>(a - row.lo + 1)] = static_cast<uint32_t>(row.labels.size());
       }
+      row.index_filled();
       if (row.labels.empty()) return;  // no stages i..d-1 under the bound: no split is, and best() says so
     }
   }
@@ -138,6 +141,17 @@ class SplitTables {
       return off[static_cast<size_t>(a - lo + 1)] - off[static_cast<size_t>(a - lo)];
     }
     const Label* at(int64_t a) const { return labels.data() + off[static_cast<size_t>(a - lo)]; }
+    // The least start >= a (lo <= a <= hi + 1) with a state, hi + 1 when none: zb-h1's rows are mostly
+    // empty starts, which the fold loop would otherwise step over one by one.
+    int64_t first_filled(int64_t a) const { return lo + filled[static_cast<size_t>(a - lo)]; }
+    void index_filled() {
+      filled.assign(off.size(), static_cast<uint32_t>(hi - lo + 1));
+      for (int64_t a = hi; a >= lo; --a) {
+        const auto k = static_cast<size_t>(a - lo);
+        filled[k] = count(a) > 0 ? static_cast<uint32_t>(k) : filled[k + 1];
+      }
+    }
+    std::vector<uint32_t> filled;  // first_filled(a) - lo, for a in [lo, hi + 1]
   };
 
   static bool dominates(const State& a, const State& b) {
