@@ -105,13 +105,16 @@ std::string why_lost(const Evaluated& winner, const Evaluated& loser) {
   if (loser.step_ms == winner.step_ms)
     text = "same step time, ranked lower (uses more devices or comes later in search order)";
   else
-    text = fmt::format("{:.1f}% slower", (loser.step_ms / winner.step_ms - 1.0) * 100.0);
+    text = fmt::format("{}{:.1f}% slower", loser.unreplayed ? "at least " : "", (loser.step_ms / winner.step_ms - 1.0) * 100.0);
   text += fmt::format(": bottleneck {} (winner's {})", bottleneck_text(loser), bottleneck_text(winner));
   if (loser.bubble_fraction >= 0.005)
     text += fmt::format("; {:.1f}% of its ranks' time idles in fill and drain", 100.0 * loser.bubble_fraction);
   if (loser.imbalance_fraction >= 0.005)
     text += fmt::format("; {:.1f}% idles on stages less busy than the slowest", 100.0 * loser.imbalance_fraction);
   if (ls.recompute) text += "; recomputes activations to fit";
+  if (loser.unreplayed)
+    text += "; not replayed (too large to replay for this list): its step is the objective, a lower bound on its "
+            "replay";
   if (loser.representative)
     text += fmt::format("; an upper bound, not {0}'s best plan: {0} was not searched further (its most promising "
                         "candidate, split for the least busiest-stage time); `--schedule {0}` searches it and "

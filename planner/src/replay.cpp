@@ -133,6 +133,14 @@ bool cheap_to_replay(const CostModel& model, const Candidate& c, const Split& sp
   return replay_ops(model, c, split) <= kShownReplayOps;
 }
 
+}  // namespace
+
+int64_t replay_ops_of(const CostModel& model, const Evaluated& e) {
+  return estimated_replay_ops(replay_input(model, e));
+}
+
+namespace {
+
 // The replayed candidates, best first: the top `keep` and the best of each schedule.
 std::vector<Evaluated> rank(const std::vector<std::optional<Evaluated>>& replayed, size_t keep) {
   std::vector<size_t> idx;
@@ -148,6 +156,22 @@ std::vector<Evaluated> rank(const std::vector<std::optional<Evaluated>>& replaye
     seen[s] = true;
   }
   return out;
+}
+
+// The kept finalists that were too large to replay for a row (and could not win, or they would have
+// been replayed) keep their rows by their objective, a lower bound on their replay, among `ranked` by
+// step time.
+void add_unreplayed(const CostModel& model, const SearchSpace& space, const std::vector<size_t>& finalists,
+                    const std::vector<std::optional<Evaluated>>& replayed, std::vector<Evaluated>& ranked) {
+  for (size_t k = 1; k < finalists.size(); ++k) {
+    const size_t idx = finalists[k];
+    if (replayed[idx] || !space.known[idx].split.feasible()) continue;
+    Evaluated e = evaluate_split(model, space.candidates[idx], space.known[idx].split);
+    e.unreplayed = true;
+    const auto at = std::upper_bound(ranked.begin() + 1, ranked.end(), e.step_ms,
+                                     [](double t, const Evaluated& x) { return t < x.step_ms; });
+    ranked.insert(at, std::move(e));
+  }
 }
 
 }  // namespace
@@ -262,6 +286,7 @@ void replay_search(const CostModel& model, SearchSpace& space, const std::vector
   const size_t keep = static_cast<size_t>(std::max<int64_t>(options.top_k, 0) + 1);
   result.ranked = rank(replayed, keep);
   if (result.ranked.empty()) return;
+  add_unreplayed(model, space, finalists, replayed, result.ranked);
   // Schedules still missing are shown by their representatives, replayed once, after the rest.
   for_each_in_parallel(representatives.size(), options.threads, [&](size_t k) {
     replay_into(model, representatives[k]);

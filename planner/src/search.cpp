@@ -17,6 +17,7 @@
 
 #include "chunk_price.hpp"
 #include "parallel.hpp"
+#include "pd2bw/planner/simulator.hpp"
 #include "partition_overage.hpp"
 #include "prepared.hpp"
 #include "search_internal.hpp"
@@ -123,26 +124,32 @@ Evaluated evaluate_split(const CostModel& model, const Candidate& c, const Split
 
 namespace {
 
-// A schedule with no candidate in the kept set is represented by its most promising candidates' (the
-// first kRepresentatives by lower bound) splits with the least busiest-stage time, the one with the least
-// objective, so that the plan can say what the schedule would cost without searching it exactly. Empty
-// when the schedule has a kept candidate or no feasible split was found.
+// A schedule with no candidate in the kept set is represented by a replayed split of one of its
+// candidates, so that every schedule searched has a row: of its most promising candidates by lower bound
+// (the first kLooked, searched or not), the first kRepresentatives whose split with the least busiest-stage
+// time replays in at most kRepresentativeOps, the one with the least objective. It is an upper bound on the
+// schedule's best plan, and says so. Empty when the schedule has a kept candidate or no such split was found.
 std::vector<Evaluated> representatives(const CostModel& model, const detail::SearchSpace& space,
                                        const Leaderboard& board) {
-  constexpr int kRepresentatives = 3;
+  constexpr int kRepresentatives = 3, kLooked = 16;
+  constexpr int64_t kRepresentativeOps = int64_t{1} << 21;  // about 0.05 s of replay
   std::vector<Evaluated> out;
   for (Schedule s : searched_schedules(model)) {
     if (board.has(s)) continue;
     std::optional<Evaluated> best;
-    int tried = 0;
-    for (size_t idx : space.searched()) {
+    int looked = 0, kept = 0;
+    for (size_t idx : space.order) {
       const auto& c = space.candidates[idx];
       if (c.schedule != s) continue;
-      if (space.lower_bounds[idx] == kInfinity || tried == kRepresentatives) break;
-      ++tried;
+      if (space.lower_bounds[idx] == kInfinity || looked == kLooked || kept == kRepresentatives) break;
+      ++looked;
+      // estimated_replay_ops is at least 7 ops per microbatch on each of d lanes each step replayed
+      if (7 * c.microbatches * c.depth * default_sim_steps(c.schedule) > kRepresentativeOps) continue;
       const Split split = balanced_split(model, c);
       if (!split.feasible()) continue;
       Evaluated e = evaluate_split(model, c, split);
+      if (detail::replay_ops_of(model, e) > kRepresentativeOps) continue;
+      ++kept;
       e.representative = true;
       if (!best || e.step_ms < best->step_ms) best = std::move(e);
     }

@@ -56,6 +56,9 @@ struct SearchSpace {
 void replay_search(const CostModel& model, SearchSpace& space, const std::vector<size_t>& finalists,
                    std::vector<Evaluated> representatives, const SearchOptions& options, SearchResult& result);
 
+// The ops a replay of e's split would take (estimated_replay_ops of its simulator input).
+int64_t replay_ops_of(const CostModel& model, const Evaluated& e);
+
 // Replays e's split until steady (simulate_steady, the measured step only) and records the step, the
 // idle fractions and whether it settled in e (analytic_step_ms keeps the objective); returns the ops replayed.
 int64_t replay_into(const CostModel& model, Evaluated& e);

@@ -149,7 +149,8 @@ void run_plan(const PlanOptions& o) {
   schemas::write_text_file(o.output, text);
   if (!o.quiet) {
     print_plan_table(plan, model);
-    print_alternatives(plan);
+    // With --explain a schedule without a row has no plan that fits (its pinned search found none).
+    print_alternatives(plan, o.explain ? std::vector<schemas::Schedule>{} : planner::searched_schedules(model));
     if (o.explain) print_explain(model, bests);
     fmt::print(stderr, "searched {} candidates, evaluated {} best splits, replayed {} splits in {:.3f} s\n",
                result.candidates, result.evaluated, result.replayed, seconds);

@@ -2,7 +2,9 @@
 #include "plan_report.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -112,7 +114,9 @@ void print_plan_table(const schemas::Plan& plan, const planner::CostModel& model
              p.binding_memory);
 }
 
-void print_alternatives(const schemas::Plan& plan) {
+namespace {
+
+void print_rows(const schemas::Plan& plan) {
   if (plan.alternatives.empty()) return;
   fmt::print(stderr, "alternatives that lost:\n");
   for (size_t i = 0; i < plan.alternatives.size(); ++i) {
@@ -123,6 +127,21 @@ void print_alternatives(const schemas::Plan& plan) {
                a.microbatch_size, a.microbatches_per_step, a.depth,
                a.width, schemas::to_string(a.placement), a.step_ms, a.why);
   }
+}
+
+}  // namespace
+
+void print_alternatives(const schemas::Plan& plan, const std::vector<schemas::Schedule>& searched) {
+  std::vector<std::string> missing;
+  for (schemas::Schedule s : searched)
+    if (s != plan.schedule && std::none_of(plan.alternatives.begin(), plan.alternatives.end(),
+                                           [&](const schemas::Alternative& a) { return a.schedule == s; }))
+      missing.emplace_back(schemas::to_string(s));
+  print_rows(plan);
+  if (!missing.empty())
+    fmt::print(stderr, "no row for {}: not searched exactly here, and no split of their most promising candidates "
+                       "fits or replays quickly at this size; `--explain` (or `--schedule S`) searches each\n",
+               fmt::join(missing, ", "));
 }
 
 namespace {

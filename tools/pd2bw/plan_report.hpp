@@ -10,7 +10,9 @@ namespace pd2bw::cli {
 
 void print_plan_header(const PlanInputs& in, const planner::CostModel& model);
 void print_plan_table(const schemas::Plan& plan, const planner::CostModel& model);
-void print_alternatives(const schemas::Plan& plan);
+// The alternatives that lost, and a line naming each schedule of `searched` (the schedules the search
+// looked at) that has no row.
+void print_alternatives(const schemas::Plan& plan, const std::vector<schemas::Schedule>& searched);
 // Throws InfeasiblePlanError describing `closest` (by how many bytes each stage is over).
 [[noreturn]] void throw_infeasible(const planner::CostModel& model, const planner::Evaluated& closest);
 
