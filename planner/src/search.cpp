@@ -88,9 +88,11 @@ class Leaderboard {
 // per group, so that a group of near-equal depths alone can set the bound for the --top kept.
 // Without them the first exact evaluations run with loose bounds and cost the most.
 void seed_with_greedy(const CostModel& model, const std::vector<Candidate>& candidates,
-                      const std::vector<size_t>& order, const std::vector<double>& lb, Leaderboard& board) {
+                      const std::vector<size_t>& order, const std::vector<double>& lb, int64_t threads,
+                      Leaderboard& board) {
   constexpr int kPerGroup = 8;
   std::map<std::pair<size_t, int64_t>, int> seeded;
+  std::vector<size_t> chosen;
   for (size_t idx : order) {
     if (lb[idx] == kInfinity) break;
     const auto& c = candidates[idx];
@@ -98,9 +100,15 @@ void seed_with_greedy(const CostModel& model, const std::vector<Candidate>& cand
     int& n = seeded[{static_cast<size_t>(c.schedule), c.width}];
     if (n < kPerGroup) {
       ++n;
-      board.seed(greedy_step_ms(model, c));
+      chosen.push_back(idx);
     }
   }
+  std::vector<double> upper(chosen.size());
+  detail::for_each_in_parallel(chosen.size(), threads, [&](size_t k) {
+    upper[k] = greedy_step_ms(model, candidates[chosen[k]]);
+    return true;
+  });
+  for (double u : upper) board.seed(u);
 }
 
 }  // namespace
@@ -238,8 +246,8 @@ std::pair<std::vector<size_t>, std::vector<Evaluated>> search_objective(const Co
   StepLowerBound lower_bound(model);
   auto& lb = space.lower_bounds;
   lb.resize(candidates.size());
-  // Each thread with a bound of its own (its memos are not thread-safe; the values do not depend on them).
-  const auto own_bound = [&] { return StepLowerBound(model); };
+  // Each thread with a copy of its own (its memos are not all thread-safe; the values do not depend on them).
+  const auto own_bound = [&] { return StepLowerBound(lower_bound); };
   detail::for_each_in_parallel_with(candidates.size(), options.threads, own_bound, [&](StepLowerBound& own, size_t i) {
     lb[i] = own(candidates[i]);
     return true;
@@ -250,7 +258,7 @@ std::pair<std::vector<size_t>, std::vector<Evaluated>> search_objective(const Co
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return lb[a] < lb[b]; });
   const auto keep = static_cast<size_t>(std::max<int64_t>(options.top_k, 0) + 1);
   Leaderboard board(keep);
-  seed_with_greedy(model, candidates, order, lb, board);
+  seed_with_greedy(model, candidates, order, lb, options.threads, board);
   // The candidates under the seeds' bound get their finer bounds (refine_lower_bounds), and so do the
   // left-out points, where each one's own bound is above the common floor.
   detail::refine_lower_bounds(lower_bound, candidates, lb, order, kMaxSearched, board.bound(), options.threads);
@@ -271,7 +279,7 @@ std::pair<std::vector<size_t>, std::vector<Evaluated>> search_objective(const Co
   struct Decided {
     double out_to = 0, in_from = kInfinity;  // ruled out at or below out_to, not at or above in_from
   };
-  space.ruled_out = [&space, bounds = std::make_shared<StepLowerBound>(model),
+  space.ruled_out = [&space, bounds = std::make_shared<StepLowerBound>(lower_bound),
                      memo = std::make_shared<std::vector<Decided>>(candidates.size())](size_t idx, double limit) {
     Decided& m = (*memo)[idx];
     if (limit <= m.out_to) return true;

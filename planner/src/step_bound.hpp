@@ -25,6 +25,10 @@ namespace pd2bw::planner {
 class StepLowerBound {
  public:
   explicit StepLowerBound(const CostModel& model);
+  // A copy shares the original's thread-safe memos (placement levels, plain runs, the depths memory rules
+  // out) and has its own of the others: a search gives each of its threads a copy of one bound, and what
+  // one thread learns of the placements the others reuse. Copying is O(L) (the per-layer tables).
+  StepLowerBound(const StepLowerBound&) = default;
   // The cost model it bounds.
   const CostModel& model() const { return model_; }
 
@@ -199,8 +203,6 @@ class StepLowerBound {
   // Whether flush's round trips with `busy` = flush_least_busy(c, t) rule out every split of `c` with an
   // objective <= t.
   bool flush_redo_rules_out(const Candidate& c, double t, double busy) const;
-  mutable std::mutex runs_mutex_;
-  mutable std::map<std::pair<Schedule, size_t>, std::vector<double>> plain_runs_;  // [f - 1]
 
   const CostModel& model_;
   int64_t cap_bytes_ = 0;                       // device memory minus the reserve
@@ -226,13 +228,19 @@ class StepLowerBound {
   std::array<std::vector<std::vector<double>>, 2> capacity_vals_, capacity_sums_;
   std::vector<std::vector<double>> least_window_;  // [bi][k], -1 until computed
   ForcedRedo forced_redo_;
-  // (schedule, microbatch index, depth, m) whose relaxed stages cannot hold every layer at any limit
-  // (lanes_reach at infinity is false): its walk reads nothing else of a candidate (not its width or
-  // placement), so the candidates that share them ask it once.
-  mutable std::mutex memory_short_mutex_;
-  mutable std::set<std::tuple<Schedule, int64_t, int64_t, int64_t>> memory_short_;
-  mutable std::mutex levels_mutex_;
-  mutable std::map<std::tuple<int64_t, int64_t, int>, std::shared_ptr<const PlacementLevels>> levels_;
+  // The thread-safe memos, shared by a bound and its copies.
+  struct Shared {
+    std::mutex runs_mutex;
+    std::map<std::pair<Schedule, size_t>, std::vector<double>> plain_runs;  // [f - 1]
+    // (schedule, microbatch index, depth, m) whose relaxed stages cannot hold every layer at any limit
+    // (lanes_reach at infinity is false): its walk reads nothing else of a candidate (not its width or
+    // placement), so the candidates that share them ask it once.
+    std::mutex memory_short_mutex;
+    std::set<std::tuple<Schedule, int64_t, int64_t, int64_t>> memory_short;
+    std::mutex levels_mutex;
+    std::map<std::tuple<int64_t, int64_t, int>, std::shared_ptr<const PlacementLevels>> levels;
+  };
+  std::shared_ptr<Shared> shared_ = std::make_shared<Shared>();
 };
 
 namespace detail {
@@ -246,8 +254,8 @@ double refined_below(StepLowerBound& bound, const Candidate& c, double from, dou
 // ceiling (infinity), candidates are refined in order until the first `first` by refined bound are all
 // refined, each later one up to the largest of those. `order` must be sorted by lb on entry
 // (step_bound_order.cpp). Under a ceiling the candidates are refined on `threads` threads (0: one per
-// hardware thread), each with a StepLowerBound of its own (refined() keeps memos that are not
-// thread-safe; a bound's value does not depend on them), so lb does not depend on `threads`.
+// hardware thread), each with a copy of `bound` (refined() keeps memos that are not thread-safe; a
+// bound's value does not depend on them), so lb does not depend on `threads`.
 void refine_lower_bounds(StepLowerBound& bound, const std::vector<Candidate>& candidates, std::vector<double>& lb,
                          std::vector<size_t>& order, size_t first, double ceiling, int64_t threads = 1);
 

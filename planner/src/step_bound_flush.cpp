@@ -31,8 +31,8 @@
 namespace pd2bw::planner {
 
 std::vector<double> StepLowerBound::plain_runs(Schedule s, size_t bi, int64_t most) const {
-  const std::lock_guard<std::mutex> lock(runs_mutex_);
-  auto& runs = plain_runs_[{s, bi}];
+  const std::lock_guard<std::mutex> lock(shared_->runs_mutex);
+  auto& runs = shared_->plain_runs[{s, bi}];
   const auto& cp = model_.compute_prefix(static_cast<int64_t>(bi));
   const auto& sp = model_.stash_prefix(static_cast<int64_t>(bi));
   const int64_t L = model_.num_layers();

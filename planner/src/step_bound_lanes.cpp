@@ -161,8 +161,8 @@ bool StepLowerBound::lanes_reach(Probe& p, double t) const {
   const bool at_infinity = !(t < kInfinity);
   const auto key = std::make_tuple(c.schedule, c.microbatch_index, c.depth, c.microbatches);
   if (at_infinity) {
-    const std::lock_guard<std::mutex> lock(memory_short_mutex_);
-    if (memory_short_.count(key) > 0) {
+    const std::lock_guard<std::mutex> lock(shared_->memory_short_mutex);
+    if (shared_->memory_short.count(key) > 0) {
       p.has_short = true;
       p.short_at = kInfinity;
       p.short_ends.assign(static_cast<size_t>(c.depth), 0);
@@ -224,8 +224,8 @@ bool StepLowerBound::lanes_reach(Probe& p, double t) const {
   }
   const bool reached = a >= L;
   if (at_infinity && !reached) {
-    const std::lock_guard<std::mutex> lock(memory_short_mutex_);
-    memory_short_.insert(key);
+    const std::lock_guard<std::mutex> lock(shared_->memory_short_mutex);
+    shared_->memory_short.insert(key);
   }
   (reached ? p.reach_ends : p.short_ends).swap(p.ends);
   (reached ? p.has_reach : p.has_short) = true;

@@ -30,8 +30,8 @@ LinkLevels fastest_levels(const CostModel& model, const Candidate& c) {
 std::shared_ptr<const StepLowerBound::PlacementLevels> StepLowerBound::placement_levels(const Candidate& c) const {
   const auto key = std::make_tuple(c.depth, c.width, static_cast<int>(c.placement));
   {
-    const std::lock_guard<std::mutex> lock(levels_mutex_);
-    if (const auto it = levels_.find(key); it != levels_.end()) return it->second;
+    const std::lock_guard<std::mutex> lock(shared_->levels_mutex);
+    if (const auto it = shared_->levels.find(key); it != shared_->levels.end()) return it->second;
   }
   auto out = std::make_shared<PlacementLevels>();
   out->pairs.resize(static_cast<size_t>(c.depth));
@@ -47,8 +47,8 @@ std::shared_ptr<const StepLowerBound::PlacementLevels> StepLowerBound::placement
     }
     out->ar_level[static_cast<size_t>(i)] = model_.allreduce_level(c, i);
   }
-  const std::lock_guard<std::mutex> lock(levels_mutex_);
-  return levels_.emplace(key, std::move(out)).first->second;
+  const std::lock_guard<std::mutex> lock(shared_->levels_mutex);
+  return shared_->levels.emplace(key, std::move(out)).first->second;
 }
 
 std::vector<StepLowerBound::StageLinks> StepLowerBound::stage_links(const Candidate& c) const {

@@ -25,7 +25,7 @@ void refine_lower_bounds(StepLowerBound& bound, const std::vector<Candidate>& ca
       under.push_back(idx);
     }
     for_each_in_parallel_with(
-        under.size(), threads, [&] { return StepLowerBound(bound.model()); },
+        under.size(), threads, [&] { return StepLowerBound(bound); },
         [&](StepLowerBound& own, size_t k) {
           const size_t idx = under[k];
           lb[idx] = refined_below(own, candidates[idx], lb[idx], ceiling);
