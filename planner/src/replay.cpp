@@ -301,8 +301,8 @@ void replay_search(const CostModel& model, SearchSpace& space, const std::vector
   const double win = result.ranked.front().step_ms;
   for (const auto& r : replayed)  // the representatives' candidates are among these when they could win
     if (r) result.proven_gap = std::max(result.proven_gap, win * (1.0 + r->proven_gap) / r->step_ms - 1.0);
-  for (const LeftOut* out : {&result.left_out, &result.unsearched})
-    if (out->floor_ms < win) result.proven_gap = std::max(result.proven_gap, win / out->floor_ms - 1.0);
+  if (result.unsearched.floor_ms < win)  // the left-out ones: search() adds them once bound_left_out is done
+    result.proven_gap = std::max(result.proven_gap, win / result.unsearched.floor_ms - 1.0);
   for (size_t idx : space.searched()) {  // skipped by the replay budget: the objective bounds its replays
     if (!skipped[idx] || replayed[idx]) continue;
     ++result.unreplayed;

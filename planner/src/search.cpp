@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -211,6 +212,46 @@ void force_one_split(const CostModel& model, detail::SearchSpace& space, Leaderb
   }
 }
 
+// The least over the left-out candidates of their refined bounds (up to `ceiling`), each at least the
+// common floor: in the order of their cheap bounds, refining only while a cheap bound is below the least
+// refined one so far (a refined bound is never below its cheap one), so the value is the least of all.
+template <class MakeBound>
+double left_out_floor(const LeftOut& left, double ceiling, int64_t threads, MakeBound&& own_bound) {
+  const auto& cands = left.candidates;
+  std::vector<double> raw(cands.size()), cheap(cands.size());
+  detail::for_each_in_parallel_with(cands.size(), threads, own_bound, [&](StepLowerBound& own, size_t k) {
+    raw[k] = own(cands[k]);
+    cheap[k] = std::max(left.floor_ms, raw[k]);
+    return true;
+  });
+  std::vector<size_t> order(cands.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return cheap[a] < cheap[b]; });
+  std::mutex least_mutex;
+  double least = kInfinity;
+  detail::for_each_in_parallel_with(order.size(), threads, own_bound, [&](StepLowerBound& own, size_t pos) {
+    const size_t k = order[pos];
+    {
+      const std::lock_guard<std::mutex> lock(least_mutex);
+      if (cheap[k] >= least) return false;  // so are the later ones, and no refinement lowers a bound
+    }
+    const double floor = std::max(left.floor_ms, detail::refined_below(own, cands[k], raw[k], ceiling));
+    const std::lock_guard<std::mutex> lock(least_mutex);
+    least = std::min(least, floor);
+    return true;
+  });
+  return least;
+}
+
+// Sets left.floor_ms to the least bound of the left-out candidates (left_out_floor, under the ceiling
+// the search gave them) and empties left.candidates.
+void bound_left_out(const detail::SearchSpace& space, int64_t threads, LeftOut& left) {
+  if (left.candidates.empty()) return;
+  const StepLowerBound& bound = *space.bound;
+  left.floor_ms = left_out_floor(left, space.left_out_ceiling, threads, [&] { return StepLowerBound(bound); });
+  left.candidates = {};
+}
+
 // Moves the searched candidates to the front of `order` (which is by lower bound), keeping that order among
 // them and among the rest: the first kMaxSearched, of which at most kMaxChunkedSearched chunked.
 void choose_searched(const std::vector<Candidate>& candidates, const std::vector<double>& lb, std::vector<size_t>& order,
@@ -260,18 +301,11 @@ std::pair<std::vector<size_t>, std::vector<Evaluated>> search_objective(const Co
   Leaderboard board(keep);
   seed_with_greedy(model, candidates, order, lb, options.threads, board);
   // The candidates under the seeds' bound get their finer bounds (refine_lower_bounds), and so do the
-  // left-out points, where each one's own bound is above the common floor.
+  // left-out points, where each one's own bound is above the common floor (bound_left_out, once the
+  // search has its finalists: they only enter the proven gap).
   detail::refine_lower_bounds(lower_bound, candidates, lb, order, kMaxSearched, board.bound(), options.threads);
-  if (auto& left = result.left_out; !left.candidates.empty()) {
-    std::vector<double> floors(left.candidates.size());
-    detail::for_each_in_parallel_with(left.candidates.size(), options.threads, own_bound, [&](StepLowerBound& own, size_t k) {
-      const Candidate& c = left.candidates[k];
-      floors[k] = std::max(left.floor_ms, detail::refined_below(own, c, own(c), board.bound()));
-      return true;
-    });
-    left.floor_ms = *std::min_element(floors.begin(), floors.end());
-    left.candidates = {};
-  }
+  space.bound = std::make_shared<const StepLowerBound>(lower_bound);
+  space.left_out_ceiling = board.bound();
   choose_searched(candidates, lb, order, space.searched_count);
   space.known.resize(candidates.size());
   // Memoised as the interval of limits not yet decided; a candidate is tested by one worker at a time (the
@@ -319,6 +353,7 @@ SearchResult objective_search(const CostModel& model, const SearchOptions& optio
   detail::SearchSpace space;
   for (size_t idx : search_objective(model, options, space, result).first)
     result.ranked.push_back(evaluate_split(model, space.candidates[idx], space.known[idx].split));
+  bound_left_out(space, options.threads, result.left_out);
   return result;
 }
 
@@ -326,7 +361,23 @@ SearchResult search(const CostModel& model, const SearchOptions& options) {
   SearchResult result;
   detail::SearchSpace space;
   const auto [finalists, stand_ins] = search_objective(model, options, space, result);
-  detail::replay_search(model, space, finalists, stand_ins, options, result);
+  // The left-out candidates' floor only enters the proven gap, so with more than one thread it is found
+  // beside the replays (the winner's replay runs alone on one).
+  LeftOut left = std::move(result.left_out);
+  if (detail::worker_count(options.threads) > 1) {
+    auto floor = std::async(std::launch::async, [&] { bound_left_out(space, 1, left); });
+    detail::replay_search(model, space, finalists, stand_ins, options, result);
+    floor.get();
+  } else {
+    detail::replay_search(model, space, finalists, stand_ins, options, result);
+    bound_left_out(space, 1, left);
+  }
+  result.left_out = std::move(left);
+  if (!result.ranked.empty()) {
+    const double win = result.ranked.front().step_ms;
+    if (result.left_out.floor_ms < win)
+      result.proven_gap = std::max(result.proven_gap, win / result.left_out.floor_ms - 1.0);
+  }
   return result;
 }
 

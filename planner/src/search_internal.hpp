@@ -5,11 +5,16 @@
 #include <cstdint>
 #include <algorithm>
 #include <functional>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "pd2bw/planner/partition.hpp"
 #include "pd2bw/planner/search.hpp"
+
+namespace pd2bw::planner {
+class StepLowerBound;
+}  // namespace pd2bw::planner
 
 namespace pd2bw::planner::detail {
 
@@ -42,6 +47,10 @@ struct SearchSpace {
   // thread-safe for distinct candidates.
   std::function<bool(size_t idx, double limit)> ruled_out;
   size_t searched_count = 0;  // how many of `order` are searched (choose_searched)
+  // The search's lower bound, for copies on other threads, and the ceiling the left-out candidates are
+  // refined up to (the greedy seeds' bound): what bound_left_out needs once the search is done.
+  std::shared_ptr<const StepLowerBound> bound;
+  double left_out_ceiling = kInfinity;
   // The candidates searched: the first searched_count of `order`.
   std::span<const size_t> searched() const {
     return std::span<const size_t>(order).first(std::min(order.size(), searched_count));
