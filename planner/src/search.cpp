@@ -212,43 +212,11 @@ void force_one_split(const CostModel& model, detail::SearchSpace& space, Leaderb
   }
 }
 
-// The least over the left-out candidates of their refined bounds (up to `ceiling`), each at least the
-// common floor: in the order of their cheap bounds, refining only while a cheap bound is below the least
-// refined one so far (a refined bound is never below its cheap one), so the value is the least of all.
-template <class MakeBound>
-double left_out_floor(const LeftOut& left, double ceiling, int64_t threads, MakeBound&& own_bound) {
-  const auto& cands = left.candidates;
-  std::vector<double> raw(cands.size()), cheap(cands.size());
-  detail::for_each_in_parallel_with(cands.size(), threads, own_bound, [&](StepLowerBound& own, size_t k) {
-    raw[k] = own(cands[k]);
-    cheap[k] = std::max(left.floor_ms, raw[k]);
-    return true;
-  });
-  std::vector<size_t> order(cands.size());
-  std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return cheap[a] < cheap[b]; });
-  std::mutex least_mutex;
-  double least = kInfinity;
-  detail::for_each_in_parallel_with(order.size(), threads, own_bound, [&](StepLowerBound& own, size_t pos) {
-    const size_t k = order[pos];
-    {
-      const std::lock_guard<std::mutex> lock(least_mutex);
-      if (cheap[k] >= least) return false;  // so are the later ones, and no refinement lowers a bound
-    }
-    const double floor = std::max(left.floor_ms, detail::refined_below(own, cands[k], raw[k], ceiling));
-    const std::lock_guard<std::mutex> lock(least_mutex);
-    least = std::min(least, floor);
-    return true;
-  });
-  return least;
-}
-
-// Sets left.floor_ms to the least bound of the left-out candidates (left_out_floor, under the ceiling
+// Sets left.floor_ms to the least bound of the left-out candidates (least_refined_bound, under the ceiling
 // the search gave them) and empties left.candidates.
 void bound_left_out(const detail::SearchSpace& space, int64_t threads, LeftOut& left) {
   if (left.candidates.empty()) return;
-  const StepLowerBound& bound = *space.bound;
-  left.floor_ms = left_out_floor(left, space.left_out_ceiling, threads, [&] { return StepLowerBound(bound); });
+  left.floor_ms = detail::least_refined_bound(*space.bound, left.candidates, left.floor_ms, space.left_out_ceiling, threads);
   left.candidates = {};
 }
 

@@ -259,6 +259,13 @@ double refined_below(StepLowerBound& bound, const Candidate& c, double from, dou
 void refine_lower_bounds(StepLowerBound& bound, const std::vector<Candidate>& candidates, std::vector<double>& lb,
                          std::vector<size_t>& order, size_t first, double ceiling, int64_t threads = 1);
 
+// min over `candidates` of max(floor, refined_below(b, c, b(c), ceiling)), b a copy of `bound` (one per
+// thread, `threads` of them): the candidates in the order of max(floor, b(c)), refined only while that
+// is below the least so far (refined_below never lowers its `from`), so it is the least of them all
+// whatever `threads`. Infinity for none.
+double least_refined_bound(const StepLowerBound& bound, const std::vector<Candidate>& candidates, double floor,
+                           double ceiling, int64_t threads);
+
 }  // namespace detail
 
 }  // namespace pd2bw::planner

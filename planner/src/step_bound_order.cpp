@@ -1,6 +1,8 @@
 // The search's order by lower bound, with the finer bounds (StepLowerBound::refined) where they matter.
 #include <algorithm>
 #include <cstdint>
+#include <mutex>
+#include <numeric>
 #include <queue>
 #include <vector>
 
@@ -48,6 +50,34 @@ void refine_lower_bounds(StepLowerBound& bound, const std::vector<Candidate>& ca
     if (least.size() > first) least.pop();
   }
   by_bound();
+}
+
+double least_refined_bound(const StepLowerBound& bound, const std::vector<Candidate>& candidates, double floor,
+                           double ceiling, int64_t threads) {
+  const auto own = [&] { return StepLowerBound(bound); };
+  std::vector<double> cheap(candidates.size()), key(candidates.size());
+  for_each_in_parallel_with(candidates.size(), threads, own, [&](StepLowerBound& b, size_t k) {
+    cheap[k] = b(candidates[k]);
+    key[k] = std::max(floor, cheap[k]);
+    return true;
+  });
+  std::vector<size_t> order(candidates.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key[a] < key[b]; });
+  std::mutex least_mutex;
+  double least = kInfinity;
+  for_each_in_parallel_with(order.size(), threads, own, [&](StepLowerBound& b, size_t pos) {
+    const size_t k = order[pos];
+    {
+      const std::lock_guard<std::mutex> lock(least_mutex);
+      if (key[k] >= least) return false;  // and so are the keys after it
+    }
+    const double v = std::max(floor, refined_below(b, candidates[k], cheap[k], ceiling));
+    const std::lock_guard<std::mutex> lock(least_mutex);
+    least = std::min(least, v);
+    return true;
+  });
+  return least;
 }
 
 }  // namespace pd2bw::planner::detail

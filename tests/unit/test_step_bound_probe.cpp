@@ -81,3 +81,42 @@ TEST_CASE("a probe answers lanes_reach and rules_out as fresh calls do, at every
   // The intervals must carry weight, or this checks only the walks.
   CHECK(test.decided >= test.asked / 10);
 }
+
+// The search bounds its left-out candidates by least_refined_bound, which refines them in the order of
+// their cheap bounds and stops once none can lower the least: it must equal the least refined bound of
+// all of them, on any number of threads.
+TEST_CASE("least_refined_bound is the least refined bound of all the candidates, whatever the threads") {
+  pd2bw::testing::RandomInstanceOptions opt = pd2bw::testing::medium_instance_options();
+  opt.split_backward_p = 0.5;
+  int64_t lifted = 0;  // cases where the least refined bound is above the least cheap one
+  for (uint64_t seed = 6101; seed <= 6130; ++seed) {
+    pd2bw::testing::RandomInstance inst = pd2bw::testing::make_random_instance(seed, opt);
+    inst.constraints.max_depth = 12;
+    INFO(inst.describe());
+    const pd2bw::planner::CostModel model(inst.profile, inst.cluster, inst.constraints);
+    pd2bw::planner::StepLowerBound bound(model);
+    const auto cands = pd2bw::planner::enumerate_candidates(model);
+    std::vector<double> cheap;
+    for (const auto& c : cands)
+      if (const double v = bound(c); v < pd2bw::planner::kInfinity) cheap.push_back(v);
+    if (cheap.empty()) continue;
+    std::sort(cheap.begin(), cheap.end());
+    for (const double ceiling : {pd2bw::planner::kInfinity, 1.2 * cheap[cheap.size() / 2]}) {
+      for (const double floor : {0.0, cheap[cheap.size() / 4]}) {
+        double want = pd2bw::planner::kInfinity, least_cheap = pd2bw::planner::kInfinity;
+        for (const auto& c : cands) {
+          const double from = bound(c);
+          least_cheap = std::min(least_cheap, std::max(floor, from));
+          want = std::min(want, std::max(floor, pd2bw::planner::detail::refined_below(bound, c, from, ceiling)));
+        }
+        if (want > least_cheap) ++lifted;
+        for (const int64_t threads : {1, 2}) {
+          INFO("ceiling " << ceiling << ", floor " << floor << ", threads " << threads);
+          CHECK(pd2bw::planner::detail::least_refined_bound(bound, cands, floor, ceiling, threads) == want);
+        }
+      }
+    }
+  }
+  MESSAGE("cases where refining lifts the least bound: " << lifted);
+  CHECK(lifted >= 10);  // or the order and the stop are not exercised
+}
