@@ -110,6 +110,18 @@ double least_recomputed(std::vector<std::pair<double, double>> groups, double an
 
 }  // namespace
 
+const std::vector<int64_t>& ForcedRedo::stages_by_stashes(const Candidate& c) {
+  auto [it, added] = stages_by_stashes_.try_emplace({c.schedule, c.depth, c.microbatches, c.chunks});
+  if (!added) return it->second;
+  std::vector<int64_t>& count = it->second;
+  for (int64_t k = 0; k < c.depth; ++k) {
+    const auto j = static_cast<size_t>(std::bit_width(static_cast<uint64_t>(CostModel::in_flight(c, k))) - 1);
+    if (count.size() <= j) count.resize(j + 1, 0);
+    ++count[j];
+  }
+  return count;
+}
+
 double ForcedRedo::operator()(const Candidate& c) {
   const auto bi = static_cast<size_t>(c.microbatch_index);
   const auto policy = model_.constraints().recompute;
@@ -117,14 +129,7 @@ double ForcedRedo::operator()(const Candidate& c) {
   if (policy == RecomputePolicy::always) return redo_by_ratio_[bi].back();
   const double all = model_.compute_prefix(c.microbatch_index).back();
   const int64_t L = model_.num_layers();
-  // Stages by the power of two below their in-flight count: a run that fits with f_k stashes fits with
-  // 2^floor(log2 f_k) of them.
-  std::vector<int64_t> count;
-  for (int64_t k = 0; k < c.depth; ++k) {
-    const auto j = static_cast<size_t>(std::bit_width(static_cast<uint64_t>(CostModel::in_flight(c, k))) - 1);
-    if (count.size() <= j) count.resize(j + 1, 0);
-    ++count[j];
-  }
+  const std::vector<int64_t>& count = stages_by_stashes(c);
   std::vector<std::pair<double, double>> by_ms, by_params, by_layers;
   for (size_t j = 0; j < count.size(); ++j) {
     if (count[j] == 0) continue;

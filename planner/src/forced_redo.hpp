@@ -17,6 +17,8 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <tuple>
 #include <vector>
 
 #include "pd2bw/planner/cost_model.hpp"
@@ -39,6 +41,11 @@ class ForcedRedo {
   };
   // W, P and N with 2^j stashes for schedule s at microbatch index bi (memoised).
   const Run& longest_run(Schedule s, size_t bi, int j);
+  // Stages by the power of two below their in-flight count (count[j]: those with 2^j <= f_k < 2^(j+1)): a
+  // run that fits with f_k stashes fits with 2^j of them. Memoised by schedule, depth, m and chunks, all
+  // it depends on (not b, w or the placement).
+  const std::vector<int64_t>& stages_by_stashes(const Candidate& c);
+  std::map<std::tuple<Schedule, int64_t, int64_t, int64_t>, std::vector<int64_t>> stages_by_stashes_;
   // The least redo (ms) of layers holding `params` parameter bytes, fractions of layers allowed.
   double cheapest_redo(size_t bi, int64_t params) const;
 
