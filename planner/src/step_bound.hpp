@@ -180,6 +180,7 @@ class StepLowerBound {
     double h0 = 0;
   };
   bool lanes_reach(Probe& p, double t) const;
+  bool memory_reaches(const Relaxed& relaxed, int64_t depth) const;
   bool rules_out(Probe& p, double limit) const;
   void prepare_rules(Probe& p) const;
   double flush_least_busy(Probe& p, double t) const;

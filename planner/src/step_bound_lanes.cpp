@@ -160,9 +160,18 @@ bool StepLowerBound::lanes_reach(Probe& p, double t) const {
   if (p.has_reach && t >= p.reach_at) return true;
   const bool at_infinity = !(t < kInfinity);
   const auto key = std::make_tuple(c.schedule, c.microbatch_index, c.depth, c.microbatches);
-  if (at_infinity) {
-    const std::lock_guard<std::mutex> lock(shared_->memory_short_mutex);
-    if (shared_->memory_short.count(key) > 0) {
+  if (at_infinity) {  // only memory can stop the walk, and the links are not needed to see whether it does
+    bool short_of_memory = false;
+    {
+      const std::lock_guard<std::mutex> lock(shared_->memory_short_mutex);
+      short_of_memory = shared_->memory_short.count(key) > 0;
+    }
+    if (!short_of_memory && !memory_reaches(p.relaxed(), c.depth)) {
+      const std::lock_guard<std::mutex> lock(shared_->memory_short_mutex);
+      shared_->memory_short.insert(key);
+      short_of_memory = true;
+    }
+    if (short_of_memory) {
       p.has_short = true;
       p.short_at = kInfinity;
       p.short_ends.assign(static_cast<size_t>(c.depth), 0);
@@ -222,11 +231,7 @@ bool StepLowerBound::lanes_reach(Probe& p, double t) const {
     if (a > start) need = std::max(need, in_e == a ? in_v : lane(a));
     if (a < L) next = std::min(next, out_e == a + 1 ? out_v : lane(a + 1));
   }
-  const bool reached = a >= L;
-  if (at_infinity && !reached) {
-    const std::lock_guard<std::mutex> lock(shared_->memory_short_mutex);
-    shared_->memory_short.insert(key);
-  }
+  const bool reached = a >= L;  // at infinity it does: memory_reaches said so
   (reached ? p.reach_ends : p.short_ends).swap(p.ends);
   (reached ? p.has_reach : p.has_short) = true;
   (reached ? p.reach_at : p.short_at) = reached ? std::min(t, need) : std::max(t, next);
@@ -238,10 +243,15 @@ bool StepLowerBound::lanes_reach(Probe& p, double t) const {
 // each relaxed run within it too, and the walk reaches the last layer as above.
 bool StepLowerBound::fits_within(const Candidate& c, int64_t over_bytes) const {
   if (c.chunks > 1 || c.depth < 1) return true;
-  const Relaxed relaxed(*this, c, over_bytes);
+  return memory_reaches(Relaxed(*this, c, over_bytes), c.depth);
+}
+
+// The walk with memory alone: each of the `depth` stages ends at the furthest layer its relaxed run fits
+// to. At t = infinity it is lanes_reach's walk (a lane is finite exactly when its relaxed run fits).
+bool StepLowerBound::memory_reaches(const Relaxed& relaxed, int64_t depth) const {
   const int64_t L = model_.num_layers();
   int64_t a = 0;
-  for (int64_t k = 0; k < c.depth && a < L; ++k)
+  for (int64_t k = 0; k < depth && a < L; ++k)
     a = detail::gallop(a, L, [&](int64_t e) { return relaxed.time(k, a, e) < kInfinity; });
   return a >= L;
 }
