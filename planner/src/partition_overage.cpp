@@ -85,12 +85,21 @@ class LeastBytes {
   std::vector<int64_t> in_min_, out_min_;
 };
 
+// What a forward walk decides besides its own cap: one that reached, its stages holding at most `need`
+// bytes each, reaches at every cap >= need (each stage still ends at least as far from at least as far:
+// least bytes only grow with a stage's run); one that did not, a layer more on any stage costing at least
+// `next`, fails at every cap < next (each stage ends no further from no further).
+struct WalkSpan {
+  int64_t need = 0, next = INT64_MAX;
+};
+
 // The forward walk over whole layers under `cap` bytes: g_0 = 0 and g_{k+1} is the furthest end of a stage
 // k starting at g_k within the cap by `least` (g_k itself, an empty stage, when not one layer is). Every
 // split with each stage within the cap has a_k <= g_k (when a_k <= g_k < a_{k+1}, [g_k, a_{k+1}) lies
 // inside stage k, so its least bytes are within the cap), so false (g_d < L) proves there is none. When
-// `hi` is given, caps hi[k] at g_k. O(d log) probes.
-bool walk_forward(const LeastBytes& least, int64_t L, int64_t d, int64_t cap, std::vector<int64_t>* hi) {
+// `hi` is given, caps hi[k] at g_k; when `span` is, fills it. O(d log) probes.
+bool walk_forward(const LeastBytes& least, int64_t L, int64_t d, int64_t cap, std::vector<int64_t>* hi,
+                  WalkSpan* span = nullptr) {
   int64_t g = 0, length = 1;
   for (int64_t k = 0; k < d; ++k) {
     if (g < k) return false;  // stage k starts at layer k or later
@@ -105,8 +114,28 @@ bool walk_forward(const LeastBytes& least, int64_t L, int64_t d, int64_t cap, st
     else
       g = guess > from ? detail::last_true(from, guess - 1, [&](int64_t e) { return e == from || ok(e); }) : from;
     length = g - from;
+    if (span && g > from) span->need = std::max(span->need, least(k, from, g));
+    if (span && g < last) span->next = std::min(span->next, least(k, from, g + 1));
   }
   return g >= L;
+}
+
+// The least cap >= 0 at which the forward walk reaches the last layer, given one it reaches at whose walk
+// decided `span`: walks galloping down from there, each moving the known ends by what it decides.
+int64_t least_reaching_cap(const LeastBytes& least, int64_t L, int64_t d, const WalkSpan& span) {
+  int64_t ok_at = span.need, lo = 0, step = 1;  // the walk reaches at ok_at and fails below lo
+  while (lo < ok_at) {
+    const int64_t probe = std::max(lo, ok_at - step);
+    WalkSpan s;
+    if (walk_forward(least, L, d, probe, nullptr, &s)) {
+      ok_at = std::min(probe, s.need);
+      step *= 2;
+    } else {
+      lo = std::max(probe + 1, s.next);
+      step = std::max<int64_t>(1, (ok_at - lo) / 2);
+    }
+  }
+  return ok_at;
 }
 
 // Narrows the tables' start windows to the starts a split with every stage within `cap` bytes can have:
@@ -185,11 +214,10 @@ std::optional<int64_t> least_fullest(const CostModel& model, const detail::Prepa
   const Candidate& c = pc.candidate;
   const int64_t L = model.num_layers();
   const LeastBytes least(model, pc);
-  auto reach = [&](int64_t cap) { return cap >= 0 && walk_forward(least, L, c.depth, cap, nullptr); };
-  if (!reach(bound)) return std::nullopt;  // the cheapest test first: most candidates end here
-  // The least cap the forward walk passes, galloping down from the bound (a tie with it is found at once).
-  const int64_t floor_cap =
-      bound - detail::gallop<int64_t>(0, bound, [&](int64_t back) { return reach(bound - back); });
+  WalkSpan span;
+  if (bound < 0 || !walk_forward(least, L, c.depth, bound, nullptr, &span))
+    return std::nullopt;  // the cheapest test first: most candidates end here
+  const int64_t floor_cap = least_reaching_cap(least, L, c.depth, span);
   if (greedy_within(model, pc, floor_cap)) return floor_cap;
   const auto start = balanced_by_params(model, c.depth);
   int64_t most = 0;  // the balanced split's fullest stage
@@ -207,6 +235,19 @@ std::optional<int64_t> least_fullest(const CostModel& model, const detail::Prepa
 }
 
 }  // namespace
+
+bool detail::overage_walk_reaches(const CostModel& model, const Candidate& c, int64_t cap) {
+  const auto pc = detail::prepare_memory(model, c);
+  return cap >= 0 && walk_forward(LeastBytes(model, pc), model.num_layers(), c.depth, cap, nullptr);
+}
+
+int64_t detail::least_walk_cap(const CostModel& model, const Candidate& c, int64_t bound) {
+  const auto pc = detail::prepare_memory(model, c);
+  const LeastBytes least(model, pc);
+  WalkSpan span;
+  if (bound < 0 || !walk_forward(least, model.num_layers(), c.depth, bound, nullptr, &span)) return -1;
+  return least_reaching_cap(least, model.num_layers(), c.depth, span);
+}
 
 int64_t detail::least_overage_bytes(const CostModel& model, const Candidate& c, int64_t bound_bytes) {
   if (c.depth < 1 || c.depth > model.num_layers()) return INT64_MAX;

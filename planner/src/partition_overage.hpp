@@ -13,4 +13,12 @@ namespace pd2bw::planner::detail {
 // the greedy split reaches it.
 int64_t least_overage_bytes(const CostModel& model, const Candidate& c, int64_t bound_bytes = INT64_MAX);
 
+// The forward walk least_overage_split bounds with (c unchunked): d stages of whole layers, each priced at
+// the least bytes any stage holding its run can have; false proves that no split of `c` has every stage
+// within `cap` bytes.
+bool overage_walk_reaches(const CostModel& model, const Candidate& c, int64_t cap);
+// The least cap >= 0 at which overage_walk_reaches holds, at most `bound`; -1 when it does not hold at
+// `bound`. Exact: the walks least_overage_split makes to find it decide intervals of caps, not one each.
+int64_t least_walk_cap(const CostModel& model, const Candidate& c, int64_t bound);
+
 }  // namespace pd2bw::planner::detail

@@ -122,3 +122,34 @@ TEST_CASE("least_overage_split gives the plain split tables' split and overage, 
   CHECK(over >= compared / 4);
   CHECK(deep >= 200);
 }
+
+// least_overage_split starts from the least cap at which its forward walk reaches the last layer, found by
+// walks that each decide an interval of caps: it must be exactly that cap (the walk reaches there and not
+// one byte below), from bounds far above it and near it.
+TEST_CASE("least_walk_cap is the least cap the overage walk reaches at") {
+  auto opt = pd2bw::testing::medium_instance_options();
+  int64_t checked = 0;
+  for (uint64_t seed = 9101; seed <= 9140; ++seed) {
+    const auto inst = pd2bw::testing::make_random_instance(seed, opt);
+    INFO(inst.describe());
+    const CostModel model(inst.profile, inst.cluster, inst.constraints);
+    for (const Candidate& c : pd2bw::planner::enumerate_candidates(model)) {
+      if (c.chunks > 1) continue;
+      const int64_t limit = model.memory_limit_bytes();
+      for (const int64_t bound : {4 * limit, limit + limit / 8}) {
+        const int64_t cap = detail::least_walk_cap(model, c, bound);
+        INFO("d=" << c.depth << " m=" << c.microbatches << " bound " << bound << " cap " << cap);
+        if (cap < 0) {
+          CHECK_FALSE(detail::overage_walk_reaches(model, c, bound));
+          continue;
+        }
+        ++checked;
+        CHECK(cap <= bound);
+        CHECK(detail::overage_walk_reaches(model, c, cap));
+        if (cap > 0) CHECK_FALSE(detail::overage_walk_reaches(model, c, cap - 1));
+      }
+    }
+  }
+  MESSAGE("caps checked " << checked);
+  CHECK(checked >= 200);
+}
