@@ -82,7 +82,8 @@ class StepLowerBound {
   // per stage the distinct (input, output) levels its replicas cross (-1 at an end) and the level its
   // allreduce spans.
   struct PlacementLevels {
-    std::vector<std::vector<std::pair<int, int>>> pairs;
+    std::vector<std::pair<int, int>> pairs;  // stage i's: [first[i], first[i + 1]) (one block: no small vectors)
+    std::vector<size_t> first;
     std::vector<int64_t> ar_level;
   };
   std::shared_ptr<const PlacementLevels> placement_levels(const Candidate& c) const;

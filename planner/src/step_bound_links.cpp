@@ -34,19 +34,20 @@ std::shared_ptr<const StepLowerBound::PlacementLevels> StepLowerBound::placement
     if (const auto it = shared_->levels.find(key); it != shared_->levels.end()) return it->second;
   }
   auto out = std::make_shared<PlacementLevels>();
-  out->pairs.resize(static_cast<size_t>(c.depth));
   out->ar_level.resize(static_cast<size_t>(c.depth));
   for (int64_t i = 0; i < c.depth; ++i) {
-    auto& pairs = out->pairs[static_cast<size_t>(i)];
+    const auto begin = static_cast<std::ptrdiff_t>(out->pairs.size());
+    out->first.push_back(out->pairs.size());
     for (int64_t r = 0; r < c.width; ++r) {
       const int64_t rank = CostModel::rank_of(c, i, r);
       const std::pair<int, int> p{
           i > 0 ? static_cast<int>(model_.level_between(CostModel::rank_of(c, i - 1, r), rank)) : -1,
           i + 1 < c.depth ? static_cast<int>(model_.level_between(rank, CostModel::rank_of(c, i + 1, r))) : -1};
-      if (std::find(pairs.begin(), pairs.end(), p) == pairs.end()) pairs.push_back(p);
+      if (std::find(out->pairs.begin() + begin, out->pairs.end(), p) == out->pairs.end()) out->pairs.push_back(p);
     }
     out->ar_level[static_cast<size_t>(i)] = model_.allreduce_level(c, i);
   }
+  out->first.push_back(out->pairs.size());
   const std::lock_guard<std::mutex> lock(shared_->levels_mutex);
   return shared_->levels.emplace(key, std::move(out)).first->second;
 }
@@ -65,7 +66,9 @@ std::vector<StepLowerBound::StageLinks> StepLowerBound::stage_links(const Candid
   for (int64_t i = 0; i < c.depth; ++i) {
     auto& s = out[static_cast<size_t>(i)];
     s.in_fast = i > 0 ? kInfinity : 0.0;
-    for (const auto& [in, o] : levels.pairs[static_cast<size_t>(i)]) {
+    const auto ui = static_cast<size_t>(i);
+    for (size_t k = levels.first[ui]; k < levels.first[ui + 1]; ++k) {
+      const auto [in, o] = levels.pairs[k];
       s.lane = std::max(s.lane, 2.0 * (at(in) + at(o)));
       s.in_fast = std::min(s.in_fast, at(in));
     }
