@@ -26,6 +26,20 @@ expect_exit() {
   ok
 }
 
+# repeated_profile BLOCKS OUT: the 3.8B example with its block repeated BLOCKS times between its embedding
+# and head, for tests of the planner at scale.
+repeated_profile() {
+  "${PD2BW_PYTHON:-/usr/bin/python3}" - "$SRC/schemas/examples/gpt-3.8b.profile.json" "$1" "$2" <<'PYEOF'
+import json, sys
+prof = json.load(open(sys.argv[1]))
+blocks = int(sys.argv[2])
+embed, block, head = prof["layers"][0], prof["layers"][1], prof["layers"][-1]
+prof["layers"] = [embed] + [dict(block, name="block.%d" % i) for i in range(blocks)] + [head]
+prof["model"]["blocks"] = blocks
+json.dump(prof, open(sys.argv[3], "w"))
+PYEOF
+}
+
 # micro_profile OUT: the tiny example's timings and sizes with a smaller model (2 blocks, d_model 32,
 # 32 tokens), for tests that train many times; plan it with --depth/--width to get the pipeline wanted.
 micro_profile() {

@@ -5,14 +5,7 @@
 # line naming the schedules without a row names exactly those.
 source "$(dirname "$0")/lib.bash"
 PY="${PD2BW_PYTHON:-/usr/bin/python3}"
-"$PY" - "$SRC/schemas/examples/gpt-3.8b.profile.json" "$TMP/p.json" <<'EOF2'
-import json, sys
-prof = json.load(open(sys.argv[1]))
-embed, block, head = prof["layers"][0], prof["layers"][1], prof["layers"][-1]
-prof["layers"] = [embed] + [dict(block, name="block.%d" % i) for i in range(1998)] + [head]
-prof["model"]["blocks"] = 1998
-json.dump(prof, open(sys.argv[2], "w"))
-EOF2
+repeated_profile 1998 "$TMP/p.json"
 ARGS=(--profile "$TMP/p.json" --nodes 512 --gpus-per-node 8 --device-memory 80GiB --intra-gbps 300 --inter-gbps 25
       --global-batch 8192)
 
