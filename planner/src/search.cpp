@@ -350,10 +350,13 @@ SearchResult search(const CostModel& model, const SearchOptions& options) {
 }
 
 Evaluated closest_infeasible(const CostModel& model) {
-  // The first candidate (in enumeration order) of the least overage. Deeper pipelines hold less per
-  // stage, so they go first and the rest are mostly proven worse by least_overage_bytes' whole-layer walk
-  // alone; memory depends on (schedule, b, d, v) and on m only up to 2 d microbatches (all of them for
-  // GPipe or chunks), so a repeat of those gets no further.
+  // The first candidate (in enumeration order) of the least overage: the least (overage, index), whatever
+  // the order they are looked at in. Deeper pipelines hold less per stage, so the deepest go first for a
+  // close bound early; then the rest in enumeration order, so that of the many that tie (the same fullest
+  // stage) only the first is priced in full and the others are proven no closer by least_overage_bytes'
+  // whole-layer walk alone. Memory depends on (schedule, b, d, v) and on m only up to 2 d microbatches (all
+  // of them for GPipe or chunks), so a repeat of those gets no further: the first of them looked at has the
+  // least index (both passes take equal depths by ascending index), so the tie rule still holds.
   const auto candidates = enumerate_candidates(model);
   std::vector<size_t> order(candidates.size());
   std::iota(order.begin(), order.end(), size_t{0});
@@ -363,21 +366,24 @@ Evaluated closest_infeasible(const CostModel& model) {
   Evaluated best;
   int64_t best_over = INT64_MAX;
   size_t best_idx = candidates.size();
-  for (size_t idx : order) {
+  auto consider = [&](size_t idx) {
     const auto& c = candidates[idx];
     // A later candidate must be strictly closer; an earlier one may tie.
     const int64_t within = idx > best_idx ? best_over - 1 : best_over;
     const int64_t lb = model.static_bytes(c.schedule, 0, model.num_layers()) / c.depth +
                        model.constraints().reserve_bytes - model.memory_limit_bytes();
-    if (lb > within) continue;
+    if (lb > within) return;
     const bool all_m = c.schedule == Schedule::gpipe || c.chunks > 1;
     const auto m = all_m ? c.microbatches : std::min(c.microbatches, 2 * c.depth);
-    if (!seen.insert({c.schedule, c.microbatch_index, c.depth, m, c.chunks}).second) continue;
+    if (!seen.insert({c.schedule, c.microbatch_index, c.depth, m, c.chunks}).second) return;
     const int64_t over = detail::least_overage_bytes(model, c, within);
-    if (over == INT64_MAX || over > within) continue;
+    if (over == INT64_MAX || over > within) return;
     best_over = over;
     best_idx = idx;
-  }
+  };
+  constexpr size_t kDeepestFirst = 16;
+  for (size_t k = 0; k < std::min(kDeepestFirst, order.size()); ++k) consider(order[k]);
+  for (size_t idx = 0; idx < candidates.size(); ++idx) consider(idx);
   // Only the closest candidate's split is built.
   if (best_idx == candidates.size()) return best;
   const auto o = least_overage_split(model, candidates[best_idx], best_over);
