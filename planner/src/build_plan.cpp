@@ -102,17 +102,23 @@ std::string why_lost(const Evaluated& winner, const Evaluated& loser) {
   size_t li = 0;
   const auto& ls = bottleneck(loser, &li);
   std::string text;
-  if (loser.step_ms == winner.step_ms)
+  const double slower = (loser.step_ms / winner.step_ms - 1.0) * 100.0;
+  if (loser.unreplayed && slower < 0.0)  // one that could win, left out of the replays by their budget
+    text = fmt::format("not replayed (the replay budget ran out; the proven gap counts it): its objective, a lower "
+                       "bound on its replay, is {:.1f}% below the winner's step", -slower);
+  else if (loser.unreplayed)
+    text = fmt::format("at least {:.1f}% slower", slower);
+  else if (loser.step_ms == winner.step_ms)
     text = "same step time, ranked lower (uses more devices or comes later in search order)";
   else
-    text = fmt::format("{}{:.1f}% slower", loser.unreplayed ? "at least " : "", (loser.step_ms / winner.step_ms - 1.0) * 100.0);
+    text = fmt::format("{:.1f}% slower", slower);
   text += fmt::format(": bottleneck {} (winner's {})", bottleneck_text(loser), bottleneck_text(winner));
   if (loser.bubble_fraction >= 0.005)
     text += fmt::format("; {:.1f}% of its ranks' time idles in fill and drain", 100.0 * loser.bubble_fraction);
   if (loser.imbalance_fraction >= 0.005)
     text += fmt::format("; {:.1f}% idles on stages less busy than the slowest", 100.0 * loser.imbalance_fraction);
   if (ls.recompute) text += "; recomputes activations to fit";
-  if (loser.unreplayed)
+  if (loser.unreplayed && slower >= 0.0)
     text += "; not replayed (too large to replay for this list): its step is the objective, a lower bound on its "
             "replay";
   if (loser.representative)

@@ -158,9 +158,9 @@ std::vector<Evaluated> rank(const std::vector<std::optional<Evaluated>>& replaye
   return out;
 }
 
-// The kept finalists that were too large to replay for a row (and could not win, or they would have
-// been replayed) keep their rows by their objective, a lower bound on their replay, among `ranked` by
-// step time.
+// The kept finalists that were not replayed keep their rows by their objective, a lower bound on their
+// replay, among `ranked` by step time: those too large to replay for a row (they cannot win, or they would
+// have been replayed) and those the rounds' replay budget left out (the proven gap counts them).
 void add_unreplayed(const CostModel& model, const SearchSpace& space, const std::vector<size_t>& finalists,
                     const std::vector<std::optional<Evaluated>>& replayed, std::vector<Evaluated>& ranked) {
   for (size_t k = 1; k < finalists.size(); ++k) {

@@ -26,8 +26,9 @@ struct Evaluated {
                                         // step_ms / (1 + proven_gap); 0: this split is the best
   bool representative = false;          // stands for a schedule that was not searched exactly: the
                                         // least-busiest-stage split of one of its most promising candidates
-  bool unreplayed = false;              // a kept alternative too large to replay for a row: step_ms is its
-                                        // objective, a lower bound on its replay
+  bool unreplayed = false;              // a kept alternative not replayed (too large for a row, or past
+                                        // the replay budget): step_ms is its objective, a lower bound on
+                                        // its replay, which may be below the winner's step
   bool simulated() const { return analytic_step_ms < kInfinity; }
 };
 
