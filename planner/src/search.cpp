@@ -214,9 +214,11 @@ void force_one_split(const CostModel& model, detail::SearchSpace& space, Leaderb
 
 // Sets left.floor_ms to the least bound of the left-out candidates (least_refined_bound, under the ceiling
 // the search gave them) and empties left.candidates.
-void bound_left_out(const detail::SearchSpace& space, int64_t threads, LeftOut& left) {
+void bound_left_out(const detail::SearchSpace& space, int64_t threads, LeftOut& left,
+                    const std::atomic<double>* stop_at = nullptr) {
   if (left.candidates.empty()) return;
-  left.floor_ms = detail::least_refined_bound(*space.bound, left.candidates, left.floor_ms, space.left_out_ceiling, threads);
+  left.floor_ms =
+      detail::least_refined_bound(*space.bound, left.candidates, left.floor_ms, space.left_out_ceiling, threads, stop_at);
   left.candidates = {};
 }
 
@@ -329,23 +331,28 @@ SearchResult search(const CostModel& model, const SearchOptions& options) {
   SearchResult result;
   detail::SearchSpace space;
   const auto [finalists, stand_ins] = search_objective(model, options, space, result);
-  // The left-out candidates' floor only enters the proven gap, so with more than one thread it is found
-  // beside the replays (the winner's replay runs alone on one).
+  // The left-out candidates' floor only enters the proven gap, and only below the winner's step: with more
+  // than one thread it is found beside the replays (the winner's replay runs alone on one) and stops at the
+  // winner's step once that is known; with one, after them. Either way it is exact below the winner's step
+  // and the winner's step otherwise, whatever the timing.
   LeftOut left = std::move(result.left_out);
+  std::atomic<double> stop_at{kInfinity};
+  auto winner_ms = [&] { return result.ranked.empty() ? kInfinity : result.ranked.front().step_ms; };
   if (detail::worker_count(options.threads) > 1) {
-    auto floor = std::async(std::launch::async, [&] { bound_left_out(space, 1, left); });
+    auto floor = std::async(std::launch::async, [&] { bound_left_out(space, 1, left, &stop_at); });
     detail::replay_search(model, space, finalists, stand_ins, options, result);
+    stop_at = winner_ms();
     floor.get();
   } else {
     detail::replay_search(model, space, finalists, stand_ins, options, result);
-    bound_left_out(space, 1, left);
+    stop_at = winner_ms();
+    bound_left_out(space, 1, left, &stop_at);
   }
   result.left_out = std::move(left);
-  if (!result.ranked.empty()) {
-    const double win = result.ranked.front().step_ms;
-    if (result.left_out.floor_ms < win)
-      result.proven_gap = std::max(result.proven_gap, win / result.left_out.floor_ms - 1.0);
-  }
+  const double win = winner_ms();
+  result.left_out.floor_ms = std::min(result.left_out.floor_ms, win);
+  if (result.left_out.floor_ms < win)
+    result.proven_gap = std::max(result.proven_gap, win / result.left_out.floor_ms - 1.0);
   return result;
 }
 

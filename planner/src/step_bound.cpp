@@ -347,6 +347,15 @@ bool StepLowerBound::refinable(const Candidate& c) const {
   return (c.chunks == 1 || chunked) && c.depth >= 1;
 }
 
+bool StepLowerBound::refines_above(const Candidate& c, double t) const {
+  if (!refinable(c) || c.chunks > 1) return false;
+  // refined()'s bisection ends within 1e-5 of the least limit its test passes, so a test passing 1e-4 above
+  // t leaves its result above t.
+  const double above = t * (1.0 + 1e-4);
+  Probe p(*this, c);
+  return c.depth == 1 ? !lanes_reach(p, above) : rules_out(p, above);
+}
+
 double StepLowerBound::refined(const Candidate& c, double from, double ceiling) {
   if (!refinable(c)) return 0.0;
   if (c.chunks > 1) return chunked_bound(c);  // whatever from and ceiling: O(levels) once memoised

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -42,6 +43,10 @@ class StepLowerBound {
   // chunked candidates (interleaved, zb-v) it is chunked_bound, whatever `from` and `ceiling`.
   bool refinable(const Candidate& c) const;
   double refined(const Candidate& c, double from = 0.0, double ceiling = kInfinity);
+  // True only if refined(c, from, ceiling) > t for every from and every ceiling >= t (1 + 1e-4): one test at
+  // that limit instead of a bisection, for a caller that needs the refined bound only where it is below t.
+  // False for the chunked candidates. Thread-safe.
+  bool refines_above(const Candidate& c, double t) const;
 
   // Whether d stages of whole layers, each priced within its own memory (its in-flight stashes, or its
   // split backward's) with the least transfers its replicas allow, can all have lanes m t_i + h_i <= t
@@ -264,9 +269,11 @@ void refine_lower_bounds(StepLowerBound& bound, const std::vector<Candidate>& ca
 // min over `candidates` of max(floor, refined_below(b, c, b(c), ceiling)), b a copy of `bound` (one per
 // thread, `threads` of them): the candidates in the order of max(floor, b(c)), refined only while that
 // is below the least so far (refined_below never lowers its `from`), so it is the least of them all
-// whatever `threads`. Infinity for none.
+// whatever `threads`. Infinity for none. With `stop_at`, which another thread may lower while this runs,
+// the candidates whose max(floor, b(c)) is at or above it are not refined: the result is then exact
+// whenever it is below the last value of stop_at, and otherwise at least min(that, the true least).
 double least_refined_bound(const StepLowerBound& bound, const std::vector<Candidate>& candidates, double floor,
-                           double ceiling, int64_t threads);
+                           double ceiling, int64_t threads, const std::atomic<double>* stop_at = nullptr);
 
 }  // namespace detail
 

@@ -53,7 +53,7 @@ void refine_lower_bounds(StepLowerBound& bound, const std::vector<Candidate>& ca
 }
 
 double least_refined_bound(const StepLowerBound& bound, const std::vector<Candidate>& candidates, double floor,
-                           double ceiling, int64_t threads) {
+                           double ceiling, int64_t threads, const std::atomic<double>* stop_at) {
   const auto own = [&] { return StepLowerBound(bound); };
   std::vector<double> cheap(candidates.size()), key(candidates.size());
   for_each_in_parallel_with(candidates.size(), threads, own, [&](StepLowerBound& b, size_t k) {
@@ -68,10 +68,13 @@ double least_refined_bound(const StepLowerBound& bound, const std::vector<Candid
   double least = kInfinity;
   for_each_in_parallel_with(order.size(), threads, own, [&](StepLowerBound& b, size_t pos) {
     const size_t k = order[pos];
+    const double stop = stop_at ? stop_at->load() : kInfinity;
     {
       const std::lock_guard<std::mutex> lock(least_mutex);
-      if (key[k] >= least) return false;  // and so are the keys after it
+      if (key[k] >= least || key[k] >= stop) return false;  // and so are the keys after it
     }
+    // Past the stop its value is not needed: one test shows most are.
+    if (stop < kInfinity && stop * (1.0 + 1e-4) <= ceiling && cheap[k] < ceiling && b.refines_above(candidates[k], stop)) return true;
     const double v = std::max(floor, refined_below(b, candidates[k], cheap[k], ceiling));
     const std::lock_guard<std::mutex> lock(least_mutex);
     least = std::min(least, v);

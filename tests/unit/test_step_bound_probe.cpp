@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -113,6 +114,14 @@ TEST_CASE("least_refined_bound is the least refined bound of all the candidates,
         for (const int64_t threads : {1, 2}) {
           INFO("ceiling " << ceiling << ", floor " << floor << ", threads " << threads);
           CHECK(pd2bw::planner::detail::least_refined_bound(bound, cands, floor, ceiling, threads) == want);
+          // Stopped at a value: exact below it, at least it otherwise.
+          for (const double stop : {0.5 * want, want, 1.01 * want}) {
+            const std::atomic<double> stop_at{stop};
+            const double got = pd2bw::planner::detail::least_refined_bound(bound, cands, floor, ceiling, threads, &stop_at);
+            INFO("stopped at " << stop);
+            if (want < stop) CHECK(got == want);
+            else CHECK(got >= stop);
+          }
         }
       }
     }

@@ -40,7 +40,8 @@ struct SearchOptions {
 };
 
 // Candidates enumerate_candidates left out for their size (see kMaxReplayedMicrobatches): how many, and
-// a lower bound on the objective (and so the replay) of every one of them.
+// a lower bound on the objective (and so the replay) of every one of them (search() finds it exactly where
+// it is below the winner's step, and gives the winner's step otherwise).
 struct LeftOut {
   int64_t count = 0;
   double floor_ms = std::numeric_limits<double>::infinity();
