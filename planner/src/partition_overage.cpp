@@ -120,9 +120,11 @@ bool walk_forward(const LeastBytes& least, int64_t L, int64_t d, int64_t cap, st
   return g >= L;
 }
 
-// The least cap >= 0 at which the forward walk reaches the last layer, given one it reaches at whose walk
-// decided `span`: walks galloping down from there, each moving the known ends by what it decides.
-int64_t least_reaching_cap(const LeastBytes& least, int64_t L, int64_t d, const WalkSpan& span) {
+// The least cap >= 0 at which the forward walk reaches the last layer, at most `bound` (none when it does
+// not reach at `bound`): walks galloping down from there, each moving the known ends by what it decides.
+std::optional<int64_t> least_reaching_cap(const LeastBytes& least, int64_t L, int64_t d, int64_t bound) {
+  WalkSpan span;
+  if (bound < 0 || !walk_forward(least, L, d, bound, nullptr, &span)) return std::nullopt;
   int64_t ok_at = span.need, lo = 0, step = 1;  // the walk reaches at ok_at and fails below lo
   while (lo < ok_at) {
     const int64_t probe = std::max(lo, ok_at - step);
@@ -214,10 +216,9 @@ std::optional<int64_t> least_fullest(const CostModel& model, const detail::Prepa
   const Candidate& c = pc.candidate;
   const int64_t L = model.num_layers();
   const LeastBytes least(model, pc);
-  WalkSpan span;
-  if (bound < 0 || !walk_forward(least, L, c.depth, bound, nullptr, &span))
-    return std::nullopt;  // the cheapest test first: most candidates end here
-  const int64_t floor_cap = least_reaching_cap(least, L, c.depth, span);
+  const auto reached = least_reaching_cap(least, L, c.depth, bound);
+  if (!reached) return std::nullopt;  // its first walk is the cheapest test: most candidates end there
+  const int64_t floor_cap = *reached;
   if (greedy_within(model, pc, floor_cap)) return floor_cap;
   const auto start = balanced_by_params(model, c.depth);
   int64_t most = 0;  // the balanced split's fullest stage
@@ -243,10 +244,7 @@ bool detail::overage_walk_reaches(const CostModel& model, const Candidate& c, in
 
 int64_t detail::least_walk_cap(const CostModel& model, const Candidate& c, int64_t bound) {
   const auto pc = detail::prepare_memory(model, c);
-  const LeastBytes least(model, pc);
-  WalkSpan span;
-  if (bound < 0 || !walk_forward(least, model.num_layers(), c.depth, bound, nullptr, &span)) return -1;
-  return least_reaching_cap(least, model.num_layers(), c.depth, span);
+  return least_reaching_cap(LeastBytes(model, pc), model.num_layers(), c.depth, bound).value_or(-1);
 }
 
 int64_t detail::least_overage_bytes(const CostModel& model, const Candidate& c, int64_t bound_bytes) {

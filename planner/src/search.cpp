@@ -152,8 +152,8 @@ std::vector<Evaluated> representatives(const CostModel& model, const detail::Sea
       if (c.schedule != s) continue;
       if (space.lower_bounds[idx] == kInfinity || looked == kLooked || kept == kRepresentatives) break;
       ++looked;
-      // estimated_replay_ops is at least 7 ops per microbatch on each of d lanes each step replayed
-      if (7 * c.microbatches * c.depth * default_sim_steps(c.schedule) > kRepresentativeOps) continue;
+      // Past the budget with one replica already: no split of it is needed to tell.
+      if (replay_ops({c.schedule, c.depth, c.microbatches, 1, c.width, c.chunks}, 1) > kRepresentativeOps) continue;
       const Split split = balanced_split(model, c);
       if (!split.feasible()) continue;
       Evaluated e = evaluate_split(model, c, split);
@@ -338,16 +338,15 @@ SearchResult search(const CostModel& model, const SearchOptions& options) {
   LeftOut left = std::move(result.left_out);
   std::atomic<double> stop_at{kInfinity};
   auto winner_ms = [&] { return result.ranked.empty() ? kInfinity : result.ranked.front().step_ms; };
-  if (detail::worker_count(options.threads) > 1) {
-    auto floor = std::async(std::launch::async, [&] { bound_left_out(space, 1, left, &stop_at); });
-    detail::replay_search(model, space, finalists, stand_ins, options, result);
-    stop_at = winner_ms();
+  std::future<void> floor;
+  if (detail::worker_count(options.threads) > 1)
+    floor = std::async(std::launch::async, [&] { bound_left_out(space, 1, left, &stop_at); });
+  detail::replay_search(model, space, finalists, stand_ins, options, result);
+  stop_at = winner_ms();
+  if (floor.valid())
     floor.get();
-  } else {
-    detail::replay_search(model, space, finalists, stand_ins, options, result);
-    stop_at = winner_ms();
+  else
     bound_left_out(space, 1, left, &stop_at);
-  }
   result.left_out = std::move(left);
   const double win = winner_ms();
   result.left_out.floor_ms = std::min(result.left_out.floor_ms, win);
@@ -361,9 +360,9 @@ Evaluated closest_infeasible(const CostModel& model) {
   // the order they are looked at in. Deeper pipelines hold less per stage, so the deepest go first for a
   // close bound early; then the rest in enumeration order, so that of the many that tie (the same fullest
   // stage) only the first is priced in full and the others are proven no closer by least_overage_bytes'
-  // whole-layer walk alone. Memory depends on (schedule, b, d, v) and on m only up to 2 d microbatches (all
-  // of them for GPipe or chunks), so a repeat of those gets no further: the first of them looked at has the
-  // least index (both passes take equal depths by ascending index), so the tie rule still holds.
+  // whole-layer walk alone. Memory depends on (schedule, b, d, v) and on m only as far as
+  // CostModel::memory_microbatches, so a repeat of those gets no further: the first of them looked at has
+  // the least index (both passes take equal depths by ascending index), so the tie rule still holds.
   const auto candidates = enumerate_candidates(model);
   std::vector<size_t> order(candidates.size());
   std::iota(order.begin(), order.end(), size_t{0});
@@ -380,9 +379,8 @@ Evaluated closest_infeasible(const CostModel& model) {
     const int64_t lb = model.static_bytes(c.schedule, 0, model.num_layers()) / c.depth +
                        model.constraints().reserve_bytes - model.memory_limit_bytes();
     if (lb > within) return;
-    const bool all_m = c.schedule == Schedule::gpipe || c.chunks > 1;
-    const auto m = all_m ? c.microbatches : std::min(c.microbatches, 2 * c.depth);
-    if (!seen.insert({c.schedule, c.microbatch_index, c.depth, m, c.chunks}).second) return;
+    if (!seen.insert({c.schedule, c.microbatch_index, c.depth, CostModel::memory_microbatches(c), c.chunks}).second)
+      return;
     const int64_t over = detail::least_overage_bytes(model, c, within);
     if (over == INT64_MAX || over > within) return;
     best_over = over;

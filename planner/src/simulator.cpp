@@ -235,13 +235,17 @@ void check_input(const SimInput& in) {
 
 int64_t estimated_replay_ops(const SimInput& input) {
   check_input(input);
-  const auto lanes = static_cast<int64_t>(distinct_replicas(input).first.size()) * input.spec.depth;
-  const int64_t steps = std::max(input.spec.steps, default_sim_steps(input.spec.kind));
+  return replay_ops(input.spec, static_cast<int64_t>(distinct_replicas(input).first.size()));
+}
+
+int64_t replay_ops(const ScheduleSpec& spec, int64_t replicas) {
+  const int64_t lanes = saturating_mul(replicas, spec.depth);
+  const int64_t steps = std::max(spec.steps, default_sim_steps(spec.kind));
   // Per chunk, up to 7 ops per microbatch (receive, forward, send; receive, recompute, backward, send; and
   // a split backward's W) and an allreduce; one update.
-  const int64_t per_microbatch = pipeline::splits_backward(input.spec.kind) ? 8 : 7;
-  const int64_t per_chunk = saturating_add(saturating_mul(per_microbatch, input.spec.microbatches), 1);
-  return saturating_mul(saturating_mul(lanes, steps), saturating_add(saturating_mul(per_chunk, input.spec.chunks), 1));
+  const int64_t per_microbatch = pipeline::splits_backward(spec.kind) ? 8 : 7;
+  const int64_t per_chunk = saturating_add(saturating_mul(per_microbatch, spec.microbatches), 1);
+  return saturating_mul(saturating_mul(lanes, steps), saturating_add(saturating_mul(per_chunk, spec.chunks), 1));
 }
 
 SimResult simulate(const SimInput& input, bool keep_events, bool measured_only) {

@@ -239,9 +239,9 @@ class StepLowerBound {
   struct Shared {
     std::mutex runs_mutex;
     std::map<std::pair<Schedule, size_t>, std::vector<double>> plain_runs;  // [f - 1]
-    // (schedule, microbatch index, depth, m up to 2 d but for gpipe) whose relaxed stages cannot hold every
-    // layer at any limit (lanes_reach at infinity is false): its walk reads nothing else of a candidate (not
-    // its width or placement, nor m past 2 d), so the candidates that share them ask it once.
+    // (schedule, microbatch index, depth, CostModel::memory_microbatches) whose relaxed stages cannot hold
+    // every layer at any limit (lanes_reach at infinity is false): its walk reads nothing else of a candidate
+    // (not its width or placement, nor m past that), so the candidates that share them ask it once.
     std::mutex memory_short_mutex;
     std::set<std::tuple<Schedule, int64_t, int64_t, int64_t>> memory_short;
     std::mutex levels_mutex;

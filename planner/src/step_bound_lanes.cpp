@@ -159,10 +159,8 @@ bool StepLowerBound::lanes_reach(Probe& p, double t) const {
   if (p.has_short && t < p.short_at) return false;
   if (p.has_reach && t >= p.reach_at) return true;
   const bool at_infinity = !(t < kInfinity);
-  // Memory reads m only up to 2 d (in flight: min(d - k, m); a split backward's shapes: ahead + defer < 2 d)
-  // but under gpipe, which keeps all m: the candidates past that share their answer at infinity.
-  const int64_t memory_m = c.schedule == Schedule::gpipe ? c.microbatches : std::min(c.microbatches, 2 * c.depth);
-  const auto key = std::make_tuple(c.schedule, c.microbatch_index, c.depth, memory_m);
+  // Candidates that differ only past memory_microbatches share their answer at infinity.
+  const auto key = std::make_tuple(c.schedule, c.microbatch_index, c.depth, CostModel::memory_microbatches(c));
   if (at_infinity) {  // only memory can stop the walk, and the links are not needed to see whether it does
     bool short_of_memory = false;
     {

@@ -3,6 +3,7 @@
 // stage through this one function, so they agree by construction.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -131,6 +132,13 @@ class CostModel {
   // `stage` (pipeline::in_flight).
   static int64_t in_flight(const Candidate& c, int64_t stage) {
     return pipeline::in_flight(c.schedule, c.depth, c.microbatches, stage, c.chunks);
+  }
+  // The microbatches per step a stage's memory depends on: all m for gpipe and the chunked schedules, else
+  // min(m, 2 d) (in flight min(d - stage, m); a split backward's deferred shapes have ahead + defer < 2 d),
+  // so candidates that differ only past it hold the same bytes.
+  static int64_t memory_microbatches(const Candidate& c) {
+    const bool all = c.schedule == Schedule::gpipe || c.chunks > 1;
+    return all ? c.microbatches : std::min(c.microbatches, 2 * c.depth);
   }
   // Rank of (stage, replica) under the candidate's placement (pipeline::placement_rank).
   static int64_t rank_of(const Candidate& c, int64_t stage, int64_t replica) {

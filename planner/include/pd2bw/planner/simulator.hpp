@@ -136,6 +136,9 @@ SimResult simulate_steady(SimInput input, bool keep_events = false, bool measure
 // replicas x positions x steps x ops per step (all chunks' ops). Cheap (no replay); for deciding what is
 // worth replaying.
 int64_t estimated_replay_ops(const SimInput& input);
+// The same for `replicas` distinct replicas of `spec` (its steps raised to default_sim_steps), without an
+// input: with one replica, a lower bound on estimated_replay_ops of any split of it.
+int64_t replay_ops(const ScheduleSpec& spec, int64_t replicas);
 
 // A plan resolved against its profile: a cost model with the plan's cluster, global batch, optimizer and
 // reserve, and the candidate (with its chunks per rank v), chunk bounds (d v + 1) and recompute flags
