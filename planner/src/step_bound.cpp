@@ -349,9 +349,7 @@ bool StepLowerBound::refinable(const Candidate& c) const {
 
 bool StepLowerBound::refines_above(const Candidate& c, double t) const {
   if (!refinable(c) || c.chunks > 1) return false;
-  // refined()'s bisection ends within 1e-5 of the least limit its test passes, so a test passing 1e-4 above
-  // t leaves its result above t.
-  const double above = t * (1.0 + 1e-4);
+  const double above = t * (1.0 + kAboveMargin);
   Probe p(*this, c);
   return c.depth == 1 ? !lanes_reach(p, above) : rules_out(p, above);
 }

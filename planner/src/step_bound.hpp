@@ -43,10 +43,13 @@ class StepLowerBound {
   // chunked candidates (interleaved, zb-v) it is chunked_bound, whatever `from` and `ceiling`.
   bool refinable(const Candidate& c) const;
   double refined(const Candidate& c, double from = 0.0, double ceiling = kInfinity);
-  // True only if refined(c, from, ceiling) > t for every from and every ceiling >= t (1 + 1e-4): one test at
-  // that limit instead of a bisection, for a caller that needs the refined bound only where it is below t.
-  // False for the chunked candidates. Thread-safe.
+  // True only if refined(c, from, ceiling) > t for every from and every ceiling >= t (1 + kAboveMargin): one
+  // test at that limit instead of a bisection, for a caller that needs the refined bound only where it is
+  // below t. False for the chunked candidates. Thread-safe.
   bool refines_above(const Candidate& c, double t) const;
+  // refined()'s bisection ends within 1e-5 of the least limit its test passes, so a test passing this far
+  // above t leaves its result above t.
+  static constexpr double kAboveMargin = 1e-4;
 
   // Whether d stages of whole layers, each priced within its own memory (its in-flight stashes, or its
   // split backward's) with the least transfers its replicas allow, can all have lanes m t_i + h_i <= t

@@ -74,7 +74,8 @@ double least_refined_bound(const StepLowerBound& bound, const std::vector<Candid
       if (key[k] >= least || key[k] >= stop) return false;  // and so are the keys after it
     }
     // Past the stop its value is not needed: one test shows most are.
-    if (stop < kInfinity && stop * (1.0 + 1e-4) <= ceiling && cheap[k] < ceiling && b.refines_above(candidates[k], stop)) return true;
+    const bool testable = stop < kInfinity && stop * (1.0 + StepLowerBound::kAboveMargin) <= ceiling && cheap[k] < ceiling;
+    if (testable && b.refines_above(candidates[k], stop)) return true;
     const double v = std::max(floor, refined_below(b, candidates[k], cheap[k], ceiling));
     const std::lock_guard<std::mutex> lock(least_mutex);
     least = std::min(least, v);
