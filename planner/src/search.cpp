@@ -7,7 +7,6 @@
 #include <array>
 #include <atomic>
 #include <future>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <numeric>
@@ -83,34 +82,6 @@ class Leaderboard {
   std::vector<Entry> entries_;
   std::vector<double> seeds_;  // ascending
 };
-
-// Gives the leaderboard cheap upper bounds before any exact evaluation: greedy splits of the most
-// promising candidates of each (schedule, width), so that different pipeline depths are represented; 8
-// per group, so that a group of near-equal depths alone can set the bound for the --top kept.
-// Without them the first exact evaluations run with loose bounds and cost the most.
-void seed_with_greedy(const CostModel& model, const std::vector<Candidate>& candidates,
-                      const std::vector<size_t>& order, const std::vector<double>& lb, int64_t threads,
-                      Leaderboard& board) {
-  constexpr int kPerGroup = 8;
-  std::map<std::pair<size_t, int64_t>, int> seeded;
-  std::vector<size_t> chosen;
-  for (size_t idx : order) {
-    if (lb[idx] == kInfinity) break;
-    const auto& c = candidates[idx];
-    if (c.chunks > 1) continue;  // a chunked split is priced per rank, too dear for a seed
-    int& n = seeded[{static_cast<size_t>(c.schedule), c.width}];
-    if (n < kPerGroup) {
-      ++n;
-      chosen.push_back(idx);
-    }
-  }
-  std::vector<double> upper(chosen.size());
-  detail::for_each_in_parallel(chosen.size(), threads, [&](size_t k) {
-    upper[k] = greedy_step_ms(model, candidates[chosen[k]]);
-    return true;
-  });
-  for (double u : upper) board.seed(u);
-}
 
 }  // namespace
 
@@ -269,7 +240,11 @@ std::pair<std::vector<size_t>, std::vector<Evaluated>> search_objective(const Co
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return lb[a] < lb[b]; });
   const auto keep = static_cast<size_t>(std::max<int64_t>(options.top_k, 0) + 1);
   Leaderboard board(keep);
-  seed_with_greedy(model, candidates, order, lb, options.threads, board);
+  const auto seeded = detail::seed_candidates(candidates, order, lb);
+  for (double u : detail::greedy_objectives(model, candidates, seeded, options.threads)) board.seed(u);
+  if (!(board.bound() < kInfinity))  // too few: the first candidates of each group do not fit in memory
+    for (double u : detail::seeds_that_fit(model, lower_bound, candidates, order, lb, seeded, keep, options.threads))
+      board.seed(u);
   // The candidates under the seeds' bound get their finer bounds (refine_lower_bounds), and so do the
   // left-out points, where each one's own bound is above the common floor (bound_left_out, once the
   // search has its finalists: they only enter the proven gap).

@@ -57,6 +57,26 @@ struct SearchSpace {
   }
 };
 
+// The leaderboard's seeds (search_seeds.cpp): upper bounds on some candidates' objectives before any
+// exact evaluation (without them the first exact evaluations run with loose bounds and cost the most).
+// Each seed must stand for a distinct candidate: the leaderboard's bound is the keep-th least of them.
+//
+// The candidates to seed first: in `order` (ascending lb), the first 8 of each (schedule, width) with
+// one chunk per rank, so that different pipeline depths are represented and a group of near-equal depths
+// alone can set the bound for the --top kept.
+std::vector<size_t> seed_candidates(const std::vector<Candidate>& candidates, const std::vector<size_t>& order,
+                                    const std::vector<double>& lb);
+// greedy_step_ms of each of `chosen` (infinity where the greedy split finds nothing), on `threads`.
+std::vector<double> greedy_objectives(const CostModel& model, const std::vector<Candidate>& candidates,
+                                      const std::vector<size_t>& chosen, int64_t threads);
+// For when those give too few finite seeds (their candidates do not fit in memory): the greedy objectives
+// of the candidates in `order`, but those `seeded` already, whose whole-layer stages can fit in memory
+// at all (StepLowerBound::lanes_reach at infinity), until `wanted` are finite or 256 were tried.
+std::vector<double> seeds_that_fit(const CostModel& model, const StepLowerBound& bound,
+                                   const std::vector<Candidate>& candidates, const std::vector<size_t>& order,
+                                   const std::vector<double>& lb, std::vector<size_t> seeded, size_t wanted,
+                                   int64_t threads);
+
 // Replays `finalists` (candidate indices with computed splits), then every candidate whose objective
 // could still beat the best replay, each with its own search over splits (replay_candidate), and fills
 // result.ranked (best first: the top_k + 1, then the best of each other schedule replayed, then the
