@@ -206,6 +206,7 @@ CostModel::CostModel(const Profile& profile, const Cluster& cluster, const Const
       share = std::min(share, (t.recompute_ms > 0 ? t.recompute_ms : t.fwd_ms) / (t.fwd_ms + t.bwd_ms));
     }
     min_redo_share_.push_back(share);
+    build_redo_shares(bi);
   }
   for (auto& per_b : capacity_cache_) per_b.assign(nb, {});
   for (int64_t j = 0; j < num_layers(); ++j) {

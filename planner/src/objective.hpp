@@ -96,24 +96,36 @@ inline StageTerms stage_terms(double m, int64_t stage, int64_t depth, const Stag
 template <int K>
 using FoldState = std::array<double, K>;
 
+// What the stages still to come (stages 0..n-1, before a fold state's first stage) add at least.
+struct Prefix {
+  double fb = 0;          // their fwd + bwd without recompute (zb-h1, zb-h2: less the W's)
+  double redo = 0;        // the recompute they add, at least
+  double h_first = 0;     // stage 0's allreduce + update, at least
+  double trips = -1;      // flush: the first stage k whose part has both round trips below it (-1: none)
+  double before_trips = 0;  // flush: the fwd + bwd of the layers before stage k, at most
+  Prefix(double fwd_bwd) : fb(fwd_bwd) {}  // NOLINT: a bare fwd + bwd is a Prefix with nothing else known
+};
+
 // One policy per schedule: K entries, the state before any stage, and the step that prepends a stage.
-// floor(v, fb, m, n) is a lower bound on the final objective once n stages holding fb ms of fwd + bwd are
-// prepended (the partitioner prunes with it): they add at least fb to every sum, and the busiest of them
-// holds at least fb / n. (zb-h1's sums hold no W's: there fb is the fwd + bwd less the W's.)
+// floor(v, p, m, n) is a lower bound on the final objective once n stages holding p.fb ms of fwd + bwd
+// and recomputing at least p.redo are prepended (the partitioner prunes with it): they add at least
+// p.fb + p.redo to every sum, and the busiest of them holds at least that over n. (2BW's floor leaves
+// p.redo out: there more finished dynamic programs replaced greedy splits whose replays were faster.)
 struct TwoBwFold {
   static constexpr int K = 1;
   static FoldState<K> empty() { return {kNoValue}; }
   static FoldState<K> prepend(const FoldState<K>& v, const StageTerms& s, double) { return {std::max(v[0], s.lane)}; }
-  static double floor(const FoldState<K>& v, double fb, double m, double n) {
-    return n > 0 ? std::max(v[0], m * fb / n) : v[0];
+  static double floor(const FoldState<K>& v, const Prefix& p, double m, double n) {
+    return n > 0 ? std::max(v[0], m * p.fb / n) : v[0];
   }
 };
 
-// The floor of the folds whose v[1] is the cycle P_i (flush, zb-h1, zb-h2): the stages still to come add
-// fb to it, and the busiest of them holds at least fb / n.
+// The floor of the folds whose v[1] is the cycle P_i (flush, zb-h1, zb-h2): the objective is at least
+// h_0 (+ zb's trailing W's) + P_0, and P_0 >= p.fb + p.redo + P_i (the recompute is in the B's).
 template <size_t N>
-inline double cycle_floor(const std::array<double, N>& v, double fb, double m, double n) {
-  return std::max({v[0], fb + v[1], n > 0 ? m * fb / n : 0.0});
+inline double cycle_floor(const std::array<double, N>& v, const Prefix& p, double m, double n) {
+  const double busy = p.fb + p.redo;
+  return std::max({v[0], p.h_first + busy + v[1], n > 0 ? m * busy / n : 0.0});
 }
 
 // v[1] = P_i = max over k >= i of (stage k's part + sum_{i <= j < k} u_j), v[2] = sum_{j >= i} u_j; the
@@ -132,7 +144,14 @@ struct FlushFold {
     const double p = std::max(part, s.u + v[1]);
     return {std::max(v[0], s.h + p), p, v[2] + s.u};
   }
-  static double floor(const FoldState<K>& v, double fb, double m, double n) { return cycle_floor(v, fb, m, n); }
+  // Stage k = p.trips, when it comes before the state's first stage (k < n), waits for both round trips
+  // below it: its part is at least 2 (cf_k + cb_k - 2 q_k + U_{k+1}), twice its fwd + bwd and the u's
+  // after it, and the stages before it add their u's. With s its start: the objective is at least
+  // h_0 + fb(0, s) + 2 (fb(s, a) + v[2]) + their recompute >= h_first + p.redo + 2 (p.fb + v[2]) - p.before_trips.
+  static double floor(const FoldState<K>& v, const Prefix& p, double m, double n) {
+    const double f = cycle_floor(v, p, m, n);
+    return p.trips >= 0 && p.trips < n ? std::max(f, p.h_first + p.redo + 2.0 * (p.fb + v[2]) - p.before_trips) : f;
+  }
 };
 
 // v[1] = sum u, v[2] = max cf, v[3] = max cb over stages i..d-1.
@@ -143,8 +162,9 @@ struct GpipeFold {
     const double u = v[1] + s.u, f = std::max(v[2], s.cf), b = std::max(v[3], s.cb);
     return {std::max({v[0], s.lane, s.h + u + (m - 1.0) * (f + b)}), u, f, b};
   }
-  static double floor(const FoldState<K>& v, double fb, double m, double n) {
-    return std::max(v[0], fb + v[1] + (m - 1.0) * std::max(v[2] + v[3], n > 0 ? fb / n : 0.0));
+  static double floor(const FoldState<K>& v, const Prefix& p, double m, double n) {
+    const double busy = p.fb + p.redo;
+    return std::max(v[0], p.h_first + busy + v[1] + (m - 1.0) * std::max(v[2] + v[3], n > 0 ? busy / n : 0.0));
   }
 };
 
@@ -166,7 +186,7 @@ struct ZbH1Fold {
     return {std::max(v[0], s.h + s.trailing * s.w + p), p, v[2] + s.u};
   }
   // fb: the fwd + bwd less the W's of the stages to come (the partitioner passes that for zb-h1).
-  static double floor(const FoldState<K>& v, double fb, double m, double n) { return cycle_floor(v, fb, m, n); }
+  static double floor(const FoldState<K>& v, const Prefix& p, double m, double n) { return cycle_floor(v, p, m, n); }
 };
 
 // zb-h2: the cycle of zb-h1's fold without the round trips below a stage (its longer warm-up lets a
@@ -181,7 +201,7 @@ struct ZbH2Fold {
     const double p = std::max(m * s.t - s.trailing * s.w, s.u + v[1]);
     return {std::max(v[0], s.h + s.trailing * s.w + p), p};
   }
-  static double floor(const FoldState<K>& v, double fb, double m, double n) { return cycle_floor(v, fb, m, n); }
+  static double floor(const FoldState<K>& v, const Prefix& p, double m, double n) { return cycle_floor(v, p, m, n); }
 };
 
 // Interleaved 1F1B's cycle (chunk_price.cpp). Rank k's first op of a step is the forward of microbatch 0

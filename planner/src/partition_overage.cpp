@@ -181,7 +181,7 @@ std::optional<std::pair<std::vector<int64_t>, int64_t>> split_within(const CostM
       [&](int64_t, int64_t a, int64_t e) {
         return static_cast<double>(model.static_bytes(c.schedule, a, e) + model.constraints().reserve_bytes);
       },
-      [](int64_t) { return 0.0; });
+      [](int64_t, int64_t) { return 0.0; });
   const auto* best = tables.best();
   // The tables check no state of a last stage against the bound: one stage comes back whatever it is.
   if (!best || static_cast<int64_t>(best->v[0]) > cap) return std::nullopt;

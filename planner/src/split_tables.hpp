@@ -28,7 +28,7 @@ class SplitTables {
   // Windows: stage i starts in [start_lo[i], start_hi[i]] (start_hi[0] = 0) and, starting at a, ends at
   // most at hi(i, a). price(i, a, e) prices stage i = [a, e) (nullopt: does not fit);
   // stage_floor(i, a, e) is a lower bound on any objective with that stage, non-decreasing in e;
-  // fb(a) the least fwd + bwd layers [0, a) add. Fold states whose floor passes `bound` are dropped (with
+  // fb(i, a) what stages 0..i-1 holding layers [0, a) add at least (a Prefix, or their fwd + bwd alone). Fold states whose floor passes `bound` are dropped (with
   // a relative slack of 1e-9: floors add the same terms in another order, and rounding must not prune
   // a state whose objective is the bound itself). `max_work` caps the starts visited, the stages
   // priced and the states folded and compared; past it construction stops and exhausted() is true. The work done for a
@@ -63,7 +63,7 @@ class SplitTables {
         } else {
           e_first = e_last + 1;  // the last stage must reach L
         }
-        const double floor_a = fb(a);
+        const Prefix floor_a = fb(i, a);
         double limit = bound;
         for (int64_t e = e_first; e <= e_last; ++e) {
           // Over the ends with no states of stage i + 1: stage_floor is non-decreasing in e, so the loop

@@ -109,22 +109,6 @@ StepLowerBound::StepLowerBound(const CostModel& model) : model_(model), forced_r
     weight_share_.push_back(share);
     weight_excess_ms_.push_back(excess);
   }
-  for (size_t bi = 0; bi < p.microbatch_sizes.size(); ++bi) {
-    const auto& cp = model.compute_prefix(static_cast<int64_t>(bi));
-    const auto& rp = model.redo_prefix(static_cast<int64_t>(bi));
-    std::vector<std::pair<double, double>> layers;  // (compute, redo capped at the compute)
-    for (size_t j = 0; j < n; ++j) layers.emplace_back(cp[j + 1] - cp[j], std::min(rp[j + 1] - rp[j], cp[j + 1] - cp[j]));
-    std::stable_sort(layers.begin(), layers.end(), [](const auto& x, const auto& y) {
-      return x.second * y.first < y.second * x.first;  // ascending redo / compute
-    });
-    std::vector<double> cs{0.0}, rs{0.0};
-    for (const auto& [comp, redo] : layers) {
-      cs.push_back(cs.back() + comp);
-      rs.push_back(rs.back() + redo);
-    }
-    by_share_compute_.push_back(std::move(cs));
-    by_share_redo_.push_back(std::move(rs));
-  }
   for (size_t i = 0; i < kSchedules; ++i)
     for (int64_t j = 0; j < model.num_layers(); ++j) {
       auto& top = max_layer_static_[i];
@@ -171,16 +155,6 @@ double StepLowerBound::clipped_prefix(bool two_versions, size_t bi, int64_t n, d
   return high * static_cast<double>(hi_end) +
          (sums[static_cast<size_t>(lo_begin)] - sums[static_cast<size_t>(hi_end)]) +
          low * static_cast<double>(n - lo_begin);
-}
-
-double StepLowerBound::cheapest_redo_of(size_t bi, double compute) const {
-  const auto& cs = by_share_compute_[bi];
-  const auto& rs = by_share_redo_[bi];
-  if (!(compute > 0.0)) return 0.0;
-  if (compute >= cs.back()) return rs.back();
-  const auto k = static_cast<size_t>(std::upper_bound(cs.begin(), cs.end(), compute) - cs.begin()) - 1;
-  const double width = cs[k + 1] - cs[k];
-  return rs[k] + (width > 0.0 ? (compute - cs[k]) / width * (rs[k + 1] - rs[k]) : 0.0);
 }
 
 double StepLowerBound::capacity_sum(const Candidate& c, double x) {

@@ -199,12 +199,6 @@ class StepLowerBound {
   // Per microbatch index: stash, W-stash and parameter prefixes are non-decreasing and below 2^40 bytes.
   std::vector<char> bytes_small_;
 
-  // The least redo (ms per microbatch) of layers holding `compute` ms of fwd + bwd, fractions of layers
-  // allowed: the layers by redo share ascending (each share capped at 1), a fractional knapsack. Convex
-  // and non-decreasing in `compute`, with slope at most 1. O(log L).
-  double cheapest_redo_of(size_t bi, double compute) const;
-  // Per microbatch index, in that order: prefix sums of compute and of the capped redo.
-  std::vector<std::vector<double>> by_share_compute_, by_share_redo_;
   // W(f) for f = 1..most: the most fwd + bwd (ms per microbatch) of a run of whole layers whose static
   // bytes and f stashes fit the device less the reserve, what a stage keeping f microbatches holds at most
   // without recomputing; non-increasing in f. Memoised per schedule and microbatch index (O(L) per new f);

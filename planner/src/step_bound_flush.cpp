@@ -14,9 +14,9 @@
 // (plain_runs), and its lane caps its compute at cap_j = (T - its allreduce latency) / m - its least
 // transfers; so the stages that do not recompute hold at most P(T) = sum_j min(W(f_j), cap_j), and the
 // others hold at least C - P(T), which they recompute: their redo is at least the least redo of that
-// much compute, the layers taken by redo share ascending with fractions allowed (cheapest_redo_of; a
+// much compute, the layers taken by redo share ascending with fractions allowed (CostModel::least_redo_ms; a
 // layer's redo, the recomputed forward, is taken as at most its fwd + bwd, which only lowers it). So
-// Y >= C + cheapest_redo_of(C - P(T)). P(T) grows with T, so the right side falls as T grows: when T
+// Y >= C + least_redo_ms(C - P(T)). P(T) grows with T, so the right side falls as T grows: when T
 // (1 + k / m) < h_0 + 2 Y(T) at T, it holds at every smaller T too, and no split has an objective <= T.
 #include <algorithm>
 #include <cstdint>
@@ -62,7 +62,6 @@ double StepLowerBound::flush_least_busy(const Candidate& c, double t) const {
 double StepLowerBound::flush_least_busy(Probe& p, double t) const {
   const Candidate& c = p.c;
   const auto policy = model_.constraints().recompute;
-  const auto bi = static_cast<size_t>(c.microbatch_index);
   const double all = model_.compute_prefix(c.microbatch_index).back();
   if (c.schedule != Schedule::flush || c.chunks > 1 || policy == RecomputePolicy::never) return all;
   const double m = static_cast<double>(c.microbatches);
@@ -75,7 +74,7 @@ double StepLowerBound::flush_least_busy(Probe& p, double t) const {
       plain += std::min(p.runs[j], cap);
     }
   }
-  return all + cheapest_redo_of(bi, all - plain);
+  return all + model_.least_redo_ms(c.microbatch_index, all - plain);
 }
 
 bool StepLowerBound::flush_redo_rules_out(const Candidate& c, double t, double busy) const {

@@ -64,7 +64,7 @@ OverageSplit reference(const CostModel& model, const Candidate& c, int64_t bound
       [&](int64_t, int64_t a, int64_t e) {
         return static_cast<double>(model.static_bytes(c.schedule, a, e) + pc.reserve_bytes);
       },
-      [](int64_t) { return 0.0; });
+      [](int64_t, int64_t) { return 0.0; });
   const auto* best = tables.best();
   if (!best || static_cast<int64_t>(best->v[0]) > bound) return out;
   out.bounds = tables.bounds(best);

@@ -161,7 +161,7 @@ double compare(const Instance& in, double bound, int64_t max_work) {
       in.L, in.d, in.m, bound, in.start_lo, in.start_hi, [&](int64_t i, int64_t a) { return in.hi(i, a); },
       [&](int64_t i, int64_t a, int64_t e) { return in.price(i, a, e); },
       [&](int64_t, int64_t a, int64_t e) { return in.floor(a, e); },
-      [&](int64_t a) { return in.work[static_cast<size_t>(a)]; }, max_work);
+      [&](int64_t, int64_t a) { return in.work[static_cast<size_t>(a)]; }, max_work);
   CHECK(got.work() == want.work);
   REQUIRE(got.exhausted() == want.exhausted);
   if (want.exhausted) return pd2bw::planner::kInfinity;

@@ -204,6 +204,13 @@ class CostModel {
   // Smallest redo / (fwd + bwd) of any layer at microbatch index bi (redo: the recomputed forward): a
   // stage that recomputes spends at least (1 + this) times its compute.
   double min_redo_share(int64_t bi) const { return min_redo_share_[static_cast<size_t>(bi)]; }
+  // The least redo (ms per microbatch at microbatch index bi) of layers holding `compute` ms of fwd + bwd,
+  // fractions of layers allowed: the layers by redo share ascending (each share capped at 1), a
+  // fractional knapsack. Convex and non-decreasing in `compute`, with slope at most 1. O(log L).
+  double least_redo_ms(int64_t bi, double compute) const;
+  // The same, starting the search at `segment` (0 at first) and leaving there the piece `compute` fell in:
+  // a caller whose `compute` rarely falls pays O(1) amortised per call.
+  double least_redo_ms(int64_t bi, double compute, size_t& segment) const;
 
   // Time to move `bytes` point to point over level `level` (ms): read off the level's p2p_curve when it
   // has one (LinkCurve::ms_at), else bytes / bandwidth + latency.
@@ -249,6 +256,7 @@ class CostModel {
   int64_t allreduce_level(const Candidate& c, int64_t stage) const;
 
  private:
+  void build_redo_shares(size_t bi);  // least_redo_ms's tables, once compute_prefix and redo_prefix are built
 
   struct WalkMemo;  // cost_model.cpp
   std::shared_ptr<WalkMemo> walks_;
@@ -275,7 +283,10 @@ class CostModel {
   std::vector<std::vector<double>> weight_prefix_;          // [microbatch index][layer + 1], ms
   std::vector<std::vector<int64_t>> weight_stash_prefix_;  // [microbatch index][layer + 1], bytes
   std::vector<std::vector<int64_t>> stash_prefix_;
-  std::vector<double> min_redo_share_;               // [microbatch index]
+  std::vector<double> min_redo_share_;
+  // least_redo_ms's tables per microbatch index: prefix sums of the layers' compute and capped redo, by
+  // redo share ascending.
+  std::vector<std::vector<double>> by_share_compute_, by_share_redo_;               // [microbatch index]
   std::vector<std::vector<int64_t>> input_bytes_, output_bytes_;        // [microbatch index][layer]
   std::vector<std::vector<std::vector<double>>> output_p2p_;  // [mb index][level][layer]
   std::vector<std::vector<double>> least_boundary_p2p_;       // [mb index][level]
