@@ -3,17 +3,22 @@
 // must not be below the candidate's lower bound, its refined bound, and must not be ruled out by
 // rules_out at the optimum itself. The search only asks these questions at looser limits, so a bound
 // that is a few percent too high can pass the end-to-end tests; here it cannot. The bounds must also
-// rule out a share of the candidates just below their optimum, or this proves little.
+// rule out a share of the candidates just below their optimum, or this proves little. The least recompute
+// of a given compute (CostModel::least_redo_ms), which the bounds and the partitioner's floors read, is
+// checked against the fractional knapsack it stands for.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "pd2bw/planner/cost_model.hpp"
 #include "pd2bw/planner/partition.hpp"
 #include "pd2bw/planner/search.hpp"
+#include "planner_test_util.hpp"
 #include "random_instances.hpp"
 #include "step_bound.hpp"
 
@@ -169,4 +174,54 @@ TEST_CASE("the whole-layer walks stay sound where a later stage starts past the 
     check_instance(inst, tally);
   }
   CHECK(tally.checked >= 100);
+}
+
+namespace {
+
+// The fractional knapsack least_redo_ms promises, written out: layers by redo share ascending (each redo
+// capped at its compute), whole layers while they fit in `compute`, then a fraction of the next.
+double knapsack_redo(const CostModel& model, int64_t bi, double compute) {
+  std::vector<std::pair<double, double>> layers;  // (share, compute)
+  for (const auto& l : model.profile().layers) {
+    const auto& t = l.per_microbatch[static_cast<size_t>(bi)];
+    const double c = t.fwd_ms + t.bwd_ms;
+    layers.emplace_back(std::min(t.recompute_ms > 0 ? t.recompute_ms : t.fwd_ms, c) / c, c);
+  }
+  std::sort(layers.begin(), layers.end());
+  double redo = 0.0;
+  for (const auto& [share, c] : layers) {
+    const double take = std::min(c, std::max(0.0, compute));
+    redo += share * take;
+    compute -= take;
+  }
+  return redo;
+}
+
+}  // namespace
+
+TEST_CASE("least_redo_ms is the cheapest fractional recompute of a compute, with or without its hint") {
+  int64_t checked = 0;
+  for (uint64_t seed = 5001; seed <= 5100; ++seed) {
+    const RandomInstance inst = make_random_instance(seed);
+    INFO(inst.describe());
+    const CostModel model(inst.profile, inst.cluster, inst.constraints);
+    for (int64_t bi = 0; bi < static_cast<int64_t>(inst.profile.microbatch_sizes.size()); ++bi) {
+      const double all = model.compute_prefix(bi).back();
+      size_t hint = 0;
+      // Rising (the partitioner's use: one hint per row), then falling, then past the whole model.
+      for (const double f : {0.0, 0.05, 0.2, 0.2, 0.45, 0.7, 0.99, 0.6, 0.1, 0.3, 1.0, 1.5}) {
+        const double x = f * all;
+        CAPTURE(x);
+        const double want = knapsack_redo(model, bi, x);
+        const double plain = model.least_redo_ms(bi, x);
+        const double hinted = model.least_redo_ms(bi, x, hint);
+        CHECK(pd2bw::testing::close_rel(plain, want));
+        CHECK(hinted == plain);  // the same piece, the same arithmetic
+        if (f <= 1.0) CHECK(plain >= model.min_redo_share(bi) * x * (1.0 - 1e-12));
+        if (f > 1.0) CHECK(plain <= all);  // every layer's redo, each at most its compute
+        ++checked;
+      }
+    }
+  }
+  CHECK(checked >= 1000);
 }
