@@ -185,7 +185,7 @@ struct ZbH1Fold {
     const double p = std::max(part, s.u + v[1]);
     return {std::max(v[0], s.h + s.trailing * s.w + p), p, v[2] + s.u};
   }
-  // fb: the fwd + bwd less the W's of the stages to come (the partitioner passes that for zb-h1).
+  // p.fb: the fwd + bwd less the W's of the stages to come (the partitioner passes that for zb-h1).
   static double floor(const FoldState<K>& v, const Prefix& p, double m, double n) { return cycle_floor(v, p, m, n); }
 };
 
