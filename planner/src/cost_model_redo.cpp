@@ -23,12 +23,8 @@ void CostModel::build_redo_shares(size_t bi) {
     cs.push_back(cs.back() + comp);
     rs.push_back(rs.back() + redo);
   }
-  if (by_share_compute_.size() <= bi) {
-    by_share_compute_.resize(bi + 1);
-    by_share_redo_.resize(bi + 1);
-  }
-  by_share_compute_[bi] = std::move(cs);
-  by_share_redo_[bi] = std::move(rs);
+  by_share_compute_.push_back(std::move(cs));
+  by_share_redo_.push_back(std::move(rs));
 }
 
 double CostModel::least_redo_ms(int64_t bi, double compute) const {

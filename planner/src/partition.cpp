@@ -77,25 +77,21 @@ double stage_floor_of(const CostModel& model, const Candidate& c, int64_t a, int
 
 // The least allreduce + update of a stage 0 ending at most at layer `last`.
 double least_first_h(const CostModel& model, const detail::PreparedCandidate& pc, int64_t last) {
-  const Candidate& c = pc.candidate;
-  const auto& st = pc.stages.front();
   double least = kInfinity;
-  for (int64_t e = 1; e <= std::min(last, model.num_layers()); ++e) {
-    const int64_t grads = pc.statics.grads(pc.params[static_cast<size_t>(e)] - pc.params[0]);
-    const double ar = st.ar_level >= 0 ? model.allreduce_ms(grads, c.width, st.ar_level) : 0.0;
-    least = std::min(least, ar + pc.update[static_cast<size_t>(e)] - pc.update[0]);
-  }
+  for (int64_t e = 1; e <= std::min(last, model.num_layers()); ++e)
+    least = std::min(least, detail::stage_allreduce_ms(model, pc, 0, 0, e) + pc.update[static_cast<size_t>(e)] - pc.update[0]);
   return least < kInfinity ? least : 0.0;
 }
 
 // What stages 0..i-1 holding layers [0, a) recompute at least, as least_redo(i, a): under `always`
 // every layer's; under `auto` a stage j that does not recompute holds at most plain_capacity_ms of its
 // in-flight count (and its window's cap), so the others hold the rest of [0, a)'s compute and recompute
-// at least least_redo_ms of it; nothing under `never`.
-auto least_prefix_redo(const CostModel& model, const detail::PreparedCandidate& pc, const Windows& win) {
+// at least least_redo_ms of it; nothing under `never`. Only a caller that `reads` it has its table built.
+auto least_prefix_redo(const CostModel& model, const detail::PreparedCandidate& pc, const Windows& win, bool reads) {
   const Candidate& c = pc.candidate;
-  std::vector<double> plain(static_cast<size_t>(c.depth) + 1, 0.0);  // sum over stages j < i
-  for (int64_t j = 0; j < c.depth; ++j) {
+  const bool sums = reads && pc.policy == RecomputePolicy::auto_;
+  std::vector<double> plain(sums ? static_cast<size_t>(c.depth) + 1 : 0, 0.0);  // sum over stages j < i
+  for (int64_t j = 0; sums && j < c.depth; ++j) {
     const double one = model.plain_capacity_ms(c.schedule, c.microbatch_index, pc.stages[static_cast<size_t>(j)].in_flight);
     plain[static_cast<size_t>(j + 1)] = plain[static_cast<size_t>(j)] + std::min(one, win.caps[static_cast<size_t>(j)]);
   }
@@ -125,13 +121,13 @@ void solve(const CostModel& model, const detail::PreparedCandidate& prepared, do
   const auto& pc = prepared;
   const auto& cp = model.compute_prefix(c.microbatch_index);
   const double m = static_cast<double>(c.microbatches);
-  const bool lanes = std::is_same_v<Fold, detail::TwoBwFold>;
-  const double h_first = lanes ? 0.0 : least_first_h(model, prepared, win.hi(0, 0));
+  constexpr bool kLanesOnly = std::is_same_v<Fold, detail::TwoBwFold>;  // 2BW's floor reads the fwd + bwd alone
+  const double h_first = kLanesOnly ? 0.0 : least_first_h(model, prepared, win.hi(0, 0));
   // Flush's first stage with both round trips below it (FlushFold::floor): k = max(0, d - m + 1) when
   // it is not the last stage (then m >= its warm-up min(d - k - 1, m) + 2).
   const int64_t first_trips = std::max<int64_t>(0, c.depth - c.microbatches + 1);
   const int64_t trips = std::is_same_v<Fold, detail::FlushFold> && first_trips <= c.depth - 2 ? first_trips : -1;
-  auto least_redo = least_prefix_redo(model, prepared, win);
+  auto least_redo = least_prefix_redo(model, prepared, win, !kLanesOnly);
   detail::HiSweep hi(win);
   out.tables.emplace(
       model.num_layers(), c.depth, m, bound, win.start_lo, win.start_hi, hi,
@@ -145,7 +141,7 @@ void solve(const CostModel& model, const detail::PreparedCandidate& prepared, do
         double fb = cp[static_cast<size_t>(a)];
         if constexpr (detail::kSplitFold<Fold>) fb -= model.weight_prefix(c.microbatch_index)[static_cast<size_t>(a)];
         detail::Prefix p(fb);
-        if constexpr (std::is_same_v<Fold, detail::TwoBwFold>) return p;  // its floor reads fb alone
+        if constexpr (kLanesOnly) return p;
         p.h_first = h_first;
         p.redo = least_redo(i, a);
         if (trips >= 0) {

@@ -101,6 +101,15 @@ inline RecomputeChoice choose_recompute(RecomputePolicy policy, int64_t plain, i
   q.p2p_ms = worst;
 }
 
+// The allreduce (ms per step) of stage `stage` holding layers [begin, end): its fp32 gradients over its
+// replicas, at the level they span (0 with one replica).
+[[gnu::always_inline]] inline double stage_allreduce_ms(const CostModel& model, const PreparedCandidate& pc,
+                                                        int64_t stage, int64_t begin, int64_t end) {
+  const auto& st = pc.stages[static_cast<size_t>(stage)];
+  const int64_t grad_bytes = pc.statics.grads(pc.params[static_cast<size_t>(end)] - pc.params[static_cast<size_t>(begin)]);
+  return st.ar_level >= 0 ? model.allreduce_ms(grad_bytes, pc.candidate.width, st.ar_level) : 0.0;
+}
+
 // Defined here, always inlined, because the partitioner calls it in its innermost loop and uses few fields
 // (inlined, what a caller does not read is not computed).
 // Byte sums saturate: a stage whose memory does not fit in 64 bits does not fit in a device either.
@@ -129,8 +138,7 @@ inline RecomputeChoice choose_recompute(RecomputePolicy policy, int64_t plain, i
   if (q.recompute) q.compute_ms += pc.redo[e] - pc.redo[b];
   q.backward_ms = q.compute_ms - q.forward_ms;
   if (pc.split_backward()) q.weight_ms = pc.weight[e] - pc.weight[b];
-  const int64_t grad_bytes = pc.statics.grads(q.param_bytes);
-  q.allreduce_ms = st.ar_level >= 0 ? model.allreduce_ms(grad_bytes, c.width, st.ar_level) : 0.0;
+  q.allreduce_ms = stage_allreduce_ms(model, pc, stage, begin, end);
   q.update_ms = pc.update[e] - pc.update[b];
   q.step_ms = static_cast<double>(c.microbatches) * (q.compute_ms + q.p2p_ms) + (q.allreduce_ms + q.update_ms);
   return q;

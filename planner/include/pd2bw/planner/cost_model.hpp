@@ -256,7 +256,9 @@ class CostModel {
   int64_t allreduce_level(const Candidate& c, int64_t stage) const;
 
  private:
-  void build_redo_shares(size_t bi);  // least_redo_ms's tables, once compute_prefix and redo_prefix are built
+  // Appends least_redo_ms's tables of microbatch index bi (called for bi = 0, 1, ... once its compute_prefix
+  // and redo_prefix are built).
+  void build_redo_shares(size_t bi);
 
   struct WalkMemo;  // cost_model.cpp
   std::shared_ptr<WalkMemo> walks_;
@@ -283,10 +285,10 @@ class CostModel {
   std::vector<std::vector<double>> weight_prefix_;          // [microbatch index][layer + 1], ms
   std::vector<std::vector<int64_t>> weight_stash_prefix_;  // [microbatch index][layer + 1], bytes
   std::vector<std::vector<int64_t>> stash_prefix_;
-  std::vector<double> min_redo_share_;
+  std::vector<double> min_redo_share_;               // [microbatch index]
   // least_redo_ms's tables per microbatch index: prefix sums of the layers' compute and capped redo, by
   // redo share ascending.
-  std::vector<std::vector<double>> by_share_compute_, by_share_redo_;               // [microbatch index]
+  std::vector<std::vector<double>> by_share_compute_, by_share_redo_;
   std::vector<std::vector<int64_t>> input_bytes_, output_bytes_;        // [microbatch index][layer]
   std::vector<std::vector<std::vector<double>>> output_p2p_;  // [mb index][level][layer]
   std::vector<std::vector<double>> least_boundary_p2p_;       // [mb index][level]
