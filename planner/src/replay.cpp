@@ -212,9 +212,10 @@ void replay_search(const CostModel& model, SearchSpace& space, const std::vector
   // alone, so which are skipped does not depend on timing or the thread count.
   std::vector<char> skipped(cands.size(), 0);
   // Likewise the dynamic programs the rounds run again (under a lower bound, which may now finish) share
-  // kRoundSplitWork: each round's candidates may each spend what is left before the round (the work a
-  // given bound needs does not depend on anything else), and what they spent is taken off after it; a
-  // candidate that would get less than kLeastRoundWork keeps what is known of it.
+  // kRoundSplitWork: a round's candidates take their work from what is left before the round in the
+  // search's order (round_work; the work a given bound needs does not depend on anything else), and what
+  // they spent is taken off after it; a candidate that would get less than kLeastRoundWork keeps what is
+  // known of it.
   std::vector<char> given_up(cands.size(), 0);
   int64_t split_budget = kRoundSplitWork;
   int64_t budget = kRoundReplayOps;
@@ -243,19 +244,25 @@ void replay_search(const CostModel& model, SearchSpace& space, const std::vector
       if (k.split.exhausted) return k.bound <= reach;
       return k.split.feasible() || k.bound >= reach;
     };
-    std::vector<size_t> unknown;
-    std::vector<int64_t> work;
+    std::vector<size_t> wanting;
+    std::vector<int64_t> wants;
     for (size_t idx : space.searched()) {
       if (space.lower_bounds[idx] > reach) break;
       const auto& k = space.known[idx];
       if (given_up[idx] || settled(k) || (replayed[idx] && !k.split.exhausted)) continue;
-      const int64_t w = std::min(std::max(k.work, split_work_at(position[idx])), split_budget);
-      if (w < kLeastRoundWork && k.computed) {  // what is known of it stays: its greedy split, its bound
-        given_up[idx] = 1;
+      wanting.push_back(idx);
+      wants.push_back(std::max(k.work, split_work_at(position[idx], space.depth_rank[idx])));
+    }
+    const std::vector<int64_t> given = round_work(wants, split_budget);
+    std::vector<size_t> unknown;
+    std::vector<int64_t> work;
+    for (size_t k = 0; k < wanting.size(); ++k) {
+      if (given[k] < kLeastRoundWork && space.known[wanting[k]].computed) {  // what is known of it stays:
+        given_up[wanting[k]] = 1;                                            // its greedy split, its bound
         continue;
       }
-      unknown.push_back(idx);
-      work.push_back(w);
+      unknown.push_back(wanting[k]);
+      work.push_back(given[k]);
     }
     std::atomic<int64_t> evaluated{0};
     for_each_in_parallel(unknown.size(), options.threads, [&](size_t k) {

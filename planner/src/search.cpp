@@ -156,7 +156,7 @@ void evaluate_positions(const CostModel& model, const SearchOptions& options, de
     }
     if (lb[idx] > bound || space.ruled_out(idx, bound)) return true;
     ++evaluated;
-    const int64_t work = detail::split_work_at(pos);
+    const int64_t work = detail::split_work_at(pos, space.depth_rank[idx]);
     Split split = best_split(model, c, bound, work);
     space.known[idx] = {true, bound, split, work};  // each index is written by one worker only
     if (!split.feasible()) return true;
@@ -252,6 +252,7 @@ std::pair<std::vector<size_t>, std::vector<Evaluated>> search_objective(const Co
   space.bound = std::make_shared<const StepLowerBound>(lower_bound);
   space.left_out_ceiling = board.bound();
   choose_searched(candidates, lb, order, space.searched_count);
+  space.depth_rank = detail::depth_ranks(candidates, order);
   space.known.resize(candidates.size());
   // Memoised as the interval of limits not yet decided; a candidate is tested by one worker at a time (the
   // one evaluating it), so no lock is needed.

@@ -5,8 +5,10 @@
 #include <cstdint>
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
+#include <tuple>
 #include <vector>
 
 #include "pd2bw/planner/partition.hpp"
@@ -46,6 +48,7 @@ struct SearchSpace {
   // Whether candidate idx has no split with an objective <= limit by StepLowerBound::rules_out;
   // thread-safe for distinct candidates.
   std::function<bool(size_t idx, double limit)> ruled_out;
+  std::vector<size_t> depth_rank;  // [candidate index]: depth_ranks over `order`
   size_t searched_count = 0;  // how many of `order` are searched (choose_searched)
   // The search's lower bound, for copies on other threads, and the ceiling the left-out candidates are
   // refined up to (the greedy seeds' bound): what bound_left_out needs once the search is done.
@@ -101,15 +104,43 @@ Evaluated replay_candidate(const CostModel& model, const Candidate& c, const Spl
                            int64_t* replays);
 
 // The work best_split may spend on the candidate at position `pos` of the search's order (by lower
-// bound): the full kSplitWork for the first kFullWorkPositions, a 16th for the next ones up to
-// kSomeWorkPositions, a 64th past them; a candidate whose dynamic program runs out of work gets its greedy
-// split and counts in the proven gap by its lower bound. The work depends on the position alone, so what
-// the search finds does not depend on timing or the thread count. Spaces of a few hundred layers rarely
-// reach the cuts.
-inline constexpr size_t kFullWorkPositions = 1024, kSomeWorkPositions = 2048;
-inline int64_t split_work_at(size_t pos) {
-  if (pos < kFullWorkPositions) return kSplitWork;
+// bound), the `rank`-th of its depth family there (depth_ranks): the full kSplitWork for the first
+// kFullWorkPositions when it is among the first kFullWorkPerFamily of its family, a 16th for the others up
+// to kSomeWorkPositions, a 64th past them; a candidate whose dynamic program runs out of work gets its
+// greedy split and counts in the proven gap by its lower bound. The candidates of one family differ in
+// depth alone, and the dynamic programs of neighbouring depths need about the same work, so the family's
+// most promising depths are the ones worth the full work: at 2,000 layers on 4,096 GPUs every flush
+// candidate runs out of it, and at 400 layers the programs that finish are among the first of their
+// families. The work depends on the order alone, so what the search finds does not depend on timing or
+// the thread count. Spaces of a few hundred layers rarely reach the cuts.
+inline constexpr size_t kFullWorkPositions = 1024, kSomeWorkPositions = 2048, kFullWorkPerFamily = 8;
+inline int64_t split_work_at(size_t pos, size_t rank) {
+  if (pos < kFullWorkPositions && rank < kFullWorkPerFamily) return kSplitWork;
   return pos < kSomeWorkPositions ? kSplitWork / 16 : kSplitWork / 64;
+}
+
+// Per candidate index, how many candidates before it in `order` are of its depth family: the same
+// schedule, microbatch size, width, placement and chunks (and so the same microbatch count), any depth.
+inline std::vector<size_t> depth_ranks(const std::vector<Candidate>& candidates, std::span<const size_t> order) {
+  std::map<std::tuple<Schedule, int64_t, int64_t, Placement, int64_t>, size_t> seen;
+  std::vector<size_t> rank(candidates.size(), 0);
+  for (size_t idx : order) {
+    const auto& c = candidates[idx];
+    rank[idx] = seen[{c.schedule, c.microbatch_index, c.width, c.placement, c.chunks}]++;
+  }
+  return rank;
+}
+
+// The work each of a round's candidates gets to run its dynamic program again, in the search's order:
+// what it `wants` while `budget` lasts, each taking its share off before the next (so the round spends at
+// most `budget` whatever the thread count), then what is left (0 once it is spent).
+inline std::vector<int64_t> round_work(std::span<const int64_t> wants, int64_t budget) {
+  std::vector<int64_t> out;
+  for (int64_t w : wants) {
+    out.push_back(std::clamp<int64_t>(w, 0, budget));
+    budget -= out.back();
+  }
+  return out;
 }
 
 // Splits inside a candidate whose objective is within this fraction of the best replay are not replayed

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <numeric>
+#include <random>
 #include <vector>
 
 #include "pd2bw/planner/cost_model.hpp"
@@ -163,4 +164,68 @@ TEST_CASE("the leaderboard's seeds are upper bounds on distinct candidates' opti
   }
   MESSAGE("instances " << tally.instances << ", refilled by seeds_that_fit " << tally.refilled);
   CHECK(tally.refilled >= 10);  // the fallback must be exercised, or this proves little of it
+}
+
+TEST_CASE("depth ranks count the earlier candidates of the same family, which differ in depth alone") {
+  using pd2bw::planner::Candidate;
+  namespace detail = pd2bw::planner::detail;
+  size_t past_cut = 0;
+  for (uint64_t seed = 4401; seed <= 4440; ++seed) {
+    const RandomInstance inst = make_random_instance(seed, pd2bw::testing::medium_instance_options());
+    INFO(inst.describe());
+    const CostModel model(inst.profile, inst.cluster, inst.constraints);
+    const std::vector<Candidate> candidates = pd2bw::planner::enumerate_candidates(model);
+    std::vector<size_t> order(candidates.size());
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::mt19937_64 rng(seed);
+    std::shuffle(order.begin(), order.end(), rng);
+    const std::vector<size_t> rank = detail::depth_ranks(candidates, order);
+    REQUIRE(rank.size() == candidates.size());
+    auto same_family = [](const Candidate& a, const Candidate& b) {
+      return a.schedule == b.schedule && a.microbatch_index == b.microbatch_index && a.width == b.width &&
+             a.placement == b.placement && a.chunks == b.chunks;
+    };
+    for (size_t p = 0; p < order.size(); ++p) {
+      const Candidate& c = candidates[order[p]];
+      size_t before = 0;
+      for (size_t q = 0; q < p; ++q) {
+        const Candidate& o = candidates[order[q]];
+        if (!same_family(c, o)) continue;
+        ++before;
+        CHECK(o.microbatches == c.microbatches);  // a family differs in depth alone
+        CHECK(o.depth != c.depth);
+      }
+      CHECK(rank[order[p]] == before);
+      if (before >= detail::kFullWorkPerFamily) ++past_cut;
+    }
+  }
+  MESSAGE("candidates past the full work of their family: " << past_cut);
+  CHECK(past_cut > 0);  // the cut must be reached, or this proves little of it
+  CHECK(detail::split_work_at(0, detail::kFullWorkPerFamily - 1) == pd2bw::planner::kSplitWork);
+  CHECK(detail::split_work_at(0, detail::kFullWorkPerFamily) < pd2bw::planner::kSplitWork);
+}
+
+TEST_CASE("a round's dynamic programs take the shared budget in the search's order") {
+  std::mt19937_64 rng(77);
+  for (int trial = 0; trial < 500; ++trial) {
+    std::vector<int64_t> wants(rng() % 12);
+    for (auto& w : wants) w = static_cast<int64_t>(rng() % 1000);
+    const auto budget = static_cast<int64_t>(rng() % 4000);
+    const std::vector<int64_t> given = pd2bw::planner::detail::round_work(wants, budget);
+    REQUIRE(given.size() == wants.size());
+    int64_t spent = 0;
+    bool short_before = false;  // an earlier candidate got less than it wanted
+    for (size_t k = 0; k < wants.size(); ++k) {
+      CAPTURE(k);
+      CHECK(given[k] >= 0);
+      CHECK(given[k] <= wants[k]);
+      if (short_before) CHECK(given[k] == 0);  // the budget went to the earlier ones
+      if (given[k] < wants[k]) {
+        CHECK(spent + given[k] == budget);  // a candidate is cut only by the budget's end
+        short_before = true;
+      }
+      spent += given[k];
+    }
+    CHECK(spent <= budget);
+  }
 }
