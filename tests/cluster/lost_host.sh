@@ -80,7 +80,7 @@ if stopped_rank2 kill; then
     fail "kill: mpirun did not name the lost host"
   grep -qF "pd2bw: error: rank 0: ended by SIGTERM" "$TMP/kill.err" &&
     grep -qF "the last complete checkpoint is step 4 in $TMP/kill.ck; resume with --resume" "$TMP/kill.err" && ok ||
-    { fail "kill: rank 0 did not say where to resume from"; sed 's/^/  | /' "$TMP/kill.err" | head -12 >&2; }
+    { fail "kill: rank 0 did not say where to resume from"; sed 's/^/  | /' "$TMP/kill.err" | grep -v "^  | *$" | head -40 >&2; }
   intact "$TMP/kill.ck" 4 && ok || fail "kill: the checkpoint of step 4 is not intact"
   resumes kill
 fi
