@@ -191,6 +191,9 @@ class StepLowerBound {
   bool lanes_reach(Probe& p, double t) const;
   bool memory_reaches(const Relaxed& relaxed, int64_t depth) const;
   bool rules_out(Probe& p, double limit) const;
+  // rules_out's tests of one candidate at one limit (step_bound_rules.cpp): the stages' capacities and
+  // the whole-layer walks of flush, zb-h1 / zb-h2 and gpipe.
+  class RuleWalks;
   void prepare_rules(Probe& p) const;
   double flush_least_busy(Probe& p, double t) const;
   // Whether compute_prefix(bi) and compute less weight prefix (zb's Y) are non-decreasing as doubles: then

@@ -60,60 +60,62 @@ void StepLowerBound::prepare_rules(Probe& p) const {
   for (size_t j = 0; j < d; ++j) p.runs.push_back(runs[static_cast<size_t>(f[j] - 1)]);
 }
 
-bool StepLowerBound::rules_out(Probe& p, double limit) const {
-  const Candidate& c = p.c;
-  if (c.depth < 2 || !(limit < kInfinity) || c.chunks > 1) return false;
-  const double at = limit * (1.0 + 1e-9);  // rounding must not rule out a split at the limit itself
-  if (p.has_short && at < p.short_at) return true;  // the lanes' walk is known not to reach (below)
-  if (p.plain.empty()) prepare_rules(p);
-  const double all = model_.compute_prefix(c.microbatch_index).back();
-  const double m = static_cast<double>(c.microbatches);
-  const double share = model_.min_redo_share(c.microbatch_index);
-  const auto policy = model_.constraints().recompute;
-  const auto& links = p.links();
-  const auto& plain = p.plain;
-  // The most fwd + bwd stage k can hold when its time (with recompute where its stash does not fit)
-  // may be at most `time`; non-decreasing in `time`.
-  auto hold = [&](int64_t k, double time) {
-    if (time < 0.0) return -1.0;
-    if (policy == RecomputePolicy::always) return time / (1.0 + share);
-    const double most = plain[static_cast<size_t>(k)];
-    if (policy == RecomputePolicy::never || time < most * (1.0 + share)) return std::min(time, most);
-    return time / (1.0 + share);
-  };
+// One candidate's tests at one limit: what every walk reads, built once.
+class StepLowerBound::RuleWalks {
+ public:
+  RuleWalks(const StepLowerBound& bound, Probe& p, double at)
+      : c_(p.c), links_(p.links()), plain_(p.plain), ins_after_(p.ins_after),
+        cp_(bound.model_.compute_prefix(p.c.microbatch_index)), wp_(bound.model_.weight_prefix(p.c.microbatch_index)),
+        relaxed_(p.relaxed()) {
+    const auto& model = bound.model_;
+    all_ = cp_.back();
+    m_ = static_cast<double>(c_.microbatches);
+    d_ = static_cast<double>(c_.depth);
+    share_ = model.min_redo_share(c_.microbatch_index);
+    policy_ = model.constraints().recompute;
+    h0_ = p.h0;
+    busy = bound.flush_least_busy(p, at);  // at least sum_j Y_j of any split with lanes within t
+    split_ = c_.schedule != Schedule::flush;
+    const auto bi = static_cast<size_t>(c_.microbatch_index);
+    r_ = split_ ? bound.weight_share_[bi] : 0.0;
+    excess_ = split_ ? bound.weight_excess_ms_[bi] : 0.0;
+    cp_sorted_ = bound.cp_sorted_[bi] != 0;
+    y_sorted_ = split_ ? bound.y_sorted_[bi] != 0 : cp_sorted_;
+    L_ = model.num_layers();
+  }
+
+  double busy = 0.0;
+
   // Busy time: stage k holds hold(k, (t - its allreduce latency) / m - its links).
-  auto lanes_hold = [&](double t) {
+  bool lanes_hold(double t) const {
     double sum = 0.0;
-    for (int64_t k = 0; k < c.depth && sum < all; ++k) {
-      const auto& l = links[static_cast<size_t>(k)];
-      const double x = hold(k, (t - l.latency) / m - l.lane);
+    for (int64_t k = 0; k < c_.depth && sum < all_; ++k) {
+      const auto& l = links_[static_cast<size_t>(k)];
+      const double x = hold(k, (t - l.latency) / m_ - l.lane);
       if (x < 0.0) return false;
       sum += x;
     }
-    return sum >= all;
-  };
+    return sum >= all_;
+  }
+
   // Flush: every cycle may turn at stage 0, whose allreduce and update cover layer 0 at least. Asked for
   // m > 1 only: with one microbatch it ruled out replicated splits' exact optimum (test_step_bound).
-  const double h0 = p.h0;
-  const double d = static_cast<double>(c.depth);
-  const auto& ins_after = p.ins_after;
-  const double busy = flush_least_busy(p, at);  // at least sum_j Y_j of any split with lanes within t
-  auto flush_reaches = [&](double t0) {
-    const double t = t0 - h0;
+  bool flush_reaches(double t0) const {
+    const double t = t0 - h0_;
     double prefix = 0.0, ins_before = 0.0;
-    for (int64_t k = 0; k < c.depth; ++k) {
+    for (int64_t k = 0; k < c_.depth; ++k) {
       const double kd = static_cast<double>(k);
-      const auto& l = links[static_cast<size_t>(k)];
-      double x = hold(k, (t - prefix - ins_before) / m - l.lane);
-      const double w = std::min(d - 1.0 - kd, m);
-      if (m >= w + 2.0) {
+      const auto& l = links_[static_cast<size_t>(k)];
+      double x = hold(k, (t - prefix - ins_before) / m_ - l.lane);
+      const double w = std::min(d_ - 1.0 - kd, m_);
+      if (m_ >= w + 2.0) {
         // (m - w) time_k - 2 x_k <= t - Y - C + prefix - transfers, with time_k >= x_k and recompute past
         // plain, Y = sum_j Y_j >= busy (Y_{<k} + 2 Y_{>=k} = Y + Y_{>=k} >= busy + C - prefix)
-        const double slack = t - busy - all + prefix -
-                             (2.0 * l.in_fast + 2.0 * ins_after[static_cast<size_t>(k + 1)] + (m - 2.0 - w) * l.lane +
+        const double slack = t - busy - all_ + prefix -
+                             (2.0 * l.in_fast + 2.0 * ins_after_[static_cast<size_t>(k + 1)] + (m_ - 2.0 - w) * l.lane +
                               ins_before);
         if (slack < 0.0) return false;
-        if (m > w + 2.0) x = std::min(x, hold(k, slack / (m - w - 2.0)));
+        if (m_ > w + 2.0) x = std::min(x, hold(k, slack / (m_ - w - 2.0)));
       }
       // No room left at this stage's start: stage 0 starts where any split's does, so nothing fits; a later
       // stage may start past the real split's (the walk reaches at least as far), so it only stays put.
@@ -123,10 +125,11 @@ bool StepLowerBound::rules_out(Probe& p, double limit) const {
       }
       prefix += x;
       ins_before += 2.0 * l.in_fast;
-      if (prefix >= all) return true;
+      if (prefix >= all_) return true;
     }
     return false;
-  };
+  }
+
   // zb-h1: the cycle through stage 0 and each stage k (zb_cycle_bound), with each stage's own links and
   // whole layers: stage k starting at layer a holds at most its cap at X_{<k} = the fwd + bwd of layers
   // [0, a), so it ends at the furthest layer within it. And flush's round trips with Y = fwd + bwd less
@@ -134,92 +137,119 @@ bool StepLowerBound::rules_out(Probe& p, double limit) const {
   // Both caps on a stage's end only grow with its start, so each stage taking the furthest end reaches
   // the furthest; T is feasible only if that reaches the last layer.
   // Flush the same with no W's apart (r = E = 0, no trailing W's, Y = fwd + bwd), on whole layers.
-  const bool split = c.schedule != Schedule::flush;
-  const double r = split ? weight_share_[static_cast<size_t>(c.microbatch_index)] : 0.0;
-  const double excess = split ? weight_excess_ms_[static_cast<size_t>(c.microbatch_index)] : 0.0;
-  const auto& cp = model_.compute_prefix(c.microbatch_index);
-  const auto& wp = model_.weight_prefix(c.microbatch_index);
-  // The last e in [a, cap] with value(e) <= most when that holds on a prefix of e (value non-decreasing
-  // as doubles, `sorted`): a gallop from a, O(log(e - a)); else min(cap, the bisection's e over [a, L]).
-  auto furthest = [&](size_t a, size_t cap, bool sorted, double most, auto&& value) {
-    auto ok = [&](size_t e) { return value(e) <= most; };
-    if (sorted) return static_cast<size_t>(detail::gallop(static_cast<int64_t>(a), static_cast<int64_t>(cap),
-                                                  [&](int64_t e) { return ok(static_cast<size_t>(e)); }));
-    return std::min(cap, detail::last_true(a, cp.size() - 1, ok));
-  };
-  const auto bi = static_cast<size_t>(c.microbatch_index);
-  const bool cp_sorted = cp_sorted_[bi] != 0, y_sorted = split ? y_sorted_[bi] != 0 : cp_sorted;
-  // The furthest end of stage k from layer a whose compute is within x and whose relaxed time (whole layers
-  // in the stage's own memory, Relaxed::time) is within `budget`: each cap below bounds a stage's time, not
-  // only its compute. Both tests hold on a prefix of ends (the relaxed time is non-decreasing in the end),
-  // so with a sorted prefix the time is tested within the compute's end only: the same end, fewer probes.
-  const Relaxed& relaxed = p.relaxed();
-  const int64_t L = model_.num_layers();
-  // `held`: the layers of the stage before, where the search starts (the same end from any start).
-  auto capped = [&](int64_t k, size_t a, double x, double budget, int64_t held) {
-    const double most = budget * (1.0 + 1e-12), top = cp[a] + x * (1.0 + 1e-12);
-    const auto start = static_cast<int64_t>(a);
-    auto fits = [&](int64_t e) { return relaxed.time(k, start, e) <= most; };
-    if (!cp_sorted) return std::min(furthest(a, cp.size() - 1, false, top, [&](size_t j) { return cp[j]; }),
-                                    static_cast<size_t>(detail::gallop(start, L, fits)));
-    const int64_t by_compute = detail::gallop(start, L, [&](int64_t e) { return cp[static_cast<size_t>(e)] <= top; });
-    return static_cast<size_t>(detail::gallop_from(start, by_compute, std::min(by_compute, start + held), fits));
-  };
-  auto zb_reaches = [&](double t0) {
-    if (!(r < 1.0)) return true;
-    auto y = [&](size_t e) { return split ? cp[e] - wp[e] : cp[e]; };
-    const double t = t0 - h0, all_y = y(cp.size() - 1);
+  bool zb_reaches(double t0) const {
+    if (!(r_ < 1.0)) return true;
+    auto y = [&](size_t e) { return split_ ? cp_[e] - wp_[e] : cp_[e]; };
+    const double t = t0 - h0_, all_y = y(cp_.size() - 1);
     double ins_before = 0.0;
     size_t a = 0;
     int64_t held = 1;
-    for (int64_t k = 0; k < c.depth; ++k) {
-      const auto& l = links[static_cast<size_t>(k)];
-      const double after = split ? zb_trailing(c, k) : 0.0;
-      const double budget = (t + (m + 1.0) * excess - (1.0 - r) * cp[a] - ins_before - m * l.lane) / (m - after * r);
+    for (int64_t k = 0; k < c_.depth; ++k) {
+      const auto& l = links_[static_cast<size_t>(k)];
+      const double after = split_ ? zb_trailing(c_, k) : 0.0;
+      const double budget =
+          (t + (m_ + 1.0) * excess_ - (1.0 - r_) * cp_[a] - ins_before - m_ * l.lane) / (m_ - after * r_);
       const double x = hold(k, budget);
       if (x < 0.0 && k == 0) return false;  // as in flush_reaches: only a later stage may start past the real one
       size_t e = x < 0.0 ? a : capped(k, a, x, budget, held);
-      const double w = std::min(d - 1.0 - static_cast<double>(k), m);
-      if (c.schedule != Schedule::zb_h2 && m >= w + 2.0) {  // zb-h2's longer warm-up bounds no round trip
+      const double w = std::min(d_ - 1.0 - static_cast<double>(k), m_);
+      if (c_.schedule != Schedule::zb_h2 && m_ >= w + 2.0) {  // zb-h2's longer warm-up bounds no round trip
         // flush: 2 Y_all - Y_{<k} >= busy + C - X_{<k}, as in flush_reaches
-        const double slack = t - (split ? 2.0 * all_y : busy + all_y) + y(a) -
-                             (2.0 * l.in_fast + 2.0 * ins_after[static_cast<size_t>(k + 1)] + (m - 2.0 - w) * l.lane +
+        const double slack = t - (split_ ? 2.0 * all_y : busy + all_y) + y(a) -
+                             (2.0 * l.in_fast + 2.0 * ins_after_[static_cast<size_t>(k + 1)] + (m_ - 2.0 - w) * l.lane +
                               ins_before);
         if (slack < -1e-12 * t) return false;
-        if (m > w + 2.0) e = furthest(a, e, y_sorted, y(a) + std::max(0.0, slack) / (m - w - 2.0) * (1.0 + 1e-12) + 1e-12 * t, y);
+        if (m_ > w + 2.0)
+          e = furthest(a, e, y_sorted_, y(a) + std::max(0.0, slack) / (m_ - w - 2.0) * (1.0 + 1e-12) + 1e-12 * t, y);
       }
       held = std::max<int64_t>(1, static_cast<int64_t>(e - a));
       a = e;  // e == a is allowed: an empty stage only relaxes (the real split's next start is no further)
       ins_before += 2.0 * l.in_fast;
-      if (a + 1 >= cp.size()) return true;
+      if (a + 1 >= cp_.size()) return true;
     }
     return false;
-  };
+  }
+
   // GPipe, on whole layers: T >= h_0 + sum_j u_j + (m - 1)(cf_k + cb_k) for every stage k, with the u's
   // at least all compute and each input twice, and cf_k + cb_k at least stage k's time and its input
   // twice; and its lane. Each stage's cap on its end grows with its start, so the furthest ends decide.
-  auto gpipe_reaches = [&](double t0) {
-    const double slot = (t0 - h0 - cp.back() - ins_after[0]) / (m - 1.0);
+  bool gpipe_reaches(double t0) const {
+    const double slot = (t0 - h0_ - cp_.back() - ins_after_[0]) / (m_ - 1.0);
     size_t a = 0;
     int64_t held = 1;
-    for (int64_t k = 0; k < c.depth; ++k) {
-      const auto& l = links[static_cast<size_t>(k)];
-      const double budget = std::min(slot - 2.0 * l.in_fast, (t0 - l.latency) / m - l.lane);
+    for (int64_t k = 0; k < c_.depth; ++k) {
+      const auto& l = links_[static_cast<size_t>(k)];
+      const double budget = std::min(slot - 2.0 * l.in_fast, (t0 - l.latency) / m_ - l.lane);
       const double x = hold(k, budget);
       if (x < 0.0) return false;
       const size_t e = capped(k, a, x, budget, held);
       held = std::max<int64_t>(1, static_cast<int64_t>(e - a));
       a = e;
-      if (a + 1 >= cp.size()) return true;
+      if (a + 1 >= cp_.size()) return true;
     }
     return false;
-  };
-  return !lanes_hold(at) || !lanes_reach(p, at) || flush_redo_rules_out(c, at, busy) ||
-         (c.schedule == Schedule::flush && c.microbatches > 1 && !flush_reaches(at)) ||
-         (((c.schedule == Schedule::flush && c.microbatches > 1) || c.schedule == Schedule::zb_h1 ||
-           c.schedule == Schedule::zb_h2) &&
-          !zb_reaches(at)) ||
-         (c.schedule == Schedule::gpipe && c.microbatches > 1 && !gpipe_reaches(at));
+  }
+
+ private:
+  // The most fwd + bwd stage k can hold when its time (with recompute where its stash does not fit)
+  // may be at most `time`; non-decreasing in `time`.
+  double hold(int64_t k, double time) const {
+    if (time < 0.0) return -1.0;
+    if (policy_ == RecomputePolicy::always) return time / (1.0 + share_);
+    const double most = plain_[static_cast<size_t>(k)];
+    if (policy_ == RecomputePolicy::never || time < most * (1.0 + share_)) return std::min(time, most);
+    return time / (1.0 + share_);
+  }
+
+  // The last e in [a, cap] with value(e) <= most when that holds on a prefix of e (value non-decreasing
+  // as doubles, `sorted`): a gallop from a, O(log(e - a)); else min(cap, the bisection's e over [a, L]).
+  template <class Value>
+  size_t furthest(size_t a, size_t cap, bool sorted, double most, Value&& value) const {
+    auto ok = [&](size_t e) { return value(e) <= most; };
+    if (sorted)
+      return static_cast<size_t>(detail::gallop(static_cast<int64_t>(a), static_cast<int64_t>(cap),
+                                                 [&](int64_t e) { return ok(static_cast<size_t>(e)); }));
+    return std::min(cap, detail::last_true(a, cp_.size() - 1, ok));
+  }
+
+  // The furthest end of stage k from layer a whose compute is within x and whose relaxed time (whole layers
+  // in the stage's own memory, Relaxed::time) is within `budget`: each cap below bounds a stage's time, not
+  // only its compute. Both tests hold on a prefix of ends (the relaxed time is non-decreasing in the end),
+  // so with a sorted prefix the time is tested within the compute's end only: the same end, fewer probes.
+  // `held`: the layers of the stage before, where the search starts (the same end from any start).
+  size_t capped(int64_t k, size_t a, double x, double budget, int64_t held) const {
+    const double most = budget * (1.0 + 1e-12), top = cp_[a] + x * (1.0 + 1e-12);
+    const auto start = static_cast<int64_t>(a);
+    auto fits = [&](int64_t e) { return relaxed_.time(k, start, e) <= most; };
+    if (!cp_sorted_)
+      return std::min(furthest(a, cp_.size() - 1, false, top, [&](size_t j) { return cp_[j]; }),
+                      static_cast<size_t>(detail::gallop(start, L_, fits)));
+    const int64_t by_compute = detail::gallop(start, L_, [&](int64_t e) { return cp_[static_cast<size_t>(e)] <= top; });
+    return static_cast<size_t>(detail::gallop_from(start, by_compute, std::min(by_compute, start + held), fits));
+  }
+
+  const Candidate& c_;
+  const std::vector<StageLinks>& links_;
+  const std::vector<double>&plain_, &ins_after_, &cp_, &wp_;
+  const Relaxed& relaxed_;
+  double all_ = 0, m_ = 0, d_ = 0, share_ = 0, h0_ = 0, r_ = 0, excess_ = 0;
+  RecomputePolicy policy_ = RecomputePolicy::auto_;
+  bool split_ = false, cp_sorted_ = false, y_sorted_ = false;
+  int64_t L_ = 0;
+};
+
+bool StepLowerBound::rules_out(Probe& p, double limit) const {
+  const Candidate& c = p.c;
+  if (c.depth < 2 || !(limit < kInfinity) || c.chunks > 1) return false;
+  const double at = limit * (1.0 + 1e-9);  // rounding must not rule out a split at the limit itself
+  if (p.has_short && at < p.short_at) return true;  // the lanes' walk is known not to reach (below)
+  if (p.plain.empty()) prepare_rules(p);
+  const RuleWalks walks(*this, p, at);
+  const bool flush = c.schedule == Schedule::flush && c.microbatches > 1;
+  return !walks.lanes_hold(at) || !lanes_reach(p, at) || flush_redo_rules_out(c, at, walks.busy) ||
+         (flush && !walks.flush_reaches(at)) ||
+         ((flush || c.schedule == Schedule::zb_h1 || c.schedule == Schedule::zb_h2) && !walks.zb_reaches(at)) ||
+         (c.schedule == Schedule::gpipe && c.microbatches > 1 && !walks.gpipe_reaches(at));
 }
 
 }  // namespace pd2bw::planner
