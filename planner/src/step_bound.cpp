@@ -78,36 +78,11 @@ using detail::LinkLevels;
 
 StepLowerBound::StepLowerBound(const CostModel& model) : model_(model), forced_redo_(model) {
   const auto& p = model.profile();
-  const size_t n = p.layers.size();
   cap_bytes_ = model.memory_limit_bytes() - model.constraints().reserve_bytes;
   for (size_t bi = 0; bi < p.microbatch_sizes.size(); ++bi) {
-    double big = 0.0, fwd = 0.0, bwd = 0.0;
-    int64_t small_out = INT64_MAX, small_in = INT64_MAX;
-    for (size_t j = 0; j < n; ++j) {
-      const auto& t = p.layers[j].per_microbatch[bi];
-      big = std::max(big, t.fwd_ms + t.bwd_ms);
-      fwd += t.fwd_ms;
-      bwd += t.bwd_ms;
-      if (j + 1 < n) small_out = std::min(small_out, t.output_bytes);
-      if (j > 0) small_in = std::min(small_in, t.input_bytes);
-    }
-    max_layer_ms_.push_back(big);
-    total_fwd_ms_.push_back(fwd);
-    total_bwd_ms_.push_back(bwd);
-    min_out_.push_back(n > 1 ? small_out : 0);
-    min_in_.push_back(n > 1 ? small_in : 0);
-    int64_t any_in = INT64_MAX;
-    for (size_t j = 0; j < n; ++j) any_in = std::min(any_in, p.layers[j].per_microbatch[bi].input_bytes);
-    min_input_any_.push_back(n > 0 ? any_in : 0);
-  }
-  for (size_t bi = 0; bi < p.microbatch_sizes.size(); ++bi) {
-    const auto& cp = model.compute_prefix(static_cast<int64_t>(bi));
-    const auto& wp = model.weight_prefix(static_cast<int64_t>(bi));
-    const double share = cp.back() > 0.0 ? wp.back() / cp.back() : 0.0;
-    double excess = 0.0;
-    for (size_t j = 0; j < n; ++j) excess += std::max(0.0, (wp[j + 1] - wp[j]) - share * (cp[j + 1] - cp[j]));
-    weight_share_.push_back(share);
-    weight_excess_ms_.push_back(excess);
+    add_layer_extremes(bi);
+    add_weight_share(bi);
+    add_prefix_flags(bi);
   }
   for (size_t i = 0; i < kSchedules; ++i)
     for (int64_t j = 0; j < model.num_layers(); ++j) {
@@ -120,24 +95,57 @@ StepLowerBound::StepLowerBound(const CostModel& model) : model_(model), forced_r
   for (auto* v : {&capacity_vals_, &capacity_sums_})
     for (auto& per_b : *v) per_b.assign(p.microbatch_sizes.size(), std::vector<double>{0.0});
   least_window_.resize(p.microbatch_sizes.size());
-  for (size_t bi = 0; bi < p.microbatch_sizes.size(); ++bi) {
-    const auto& cp = model.compute_prefix(static_cast<int64_t>(bi));
-    const auto& wp = model.weight_prefix(static_cast<int64_t>(bi));
-    bool cp_up = true, y_up = true;
-    for (size_t j = 0; j + 1 < cp.size(); ++j) {
-      cp_up = cp_up && cp[j] <= cp[j + 1];
-      y_up = y_up && cp[j] - wp[j] <= cp[j + 1] - wp[j + 1];
-    }
-    cp_sorted_.push_back(cp_up ? 1 : 0);
-    y_sorted_.push_back(y_up ? 1 : 0);
-    bool small = true;
-    for (const auto* v : {&model.stash_prefix(static_cast<int64_t>(bi)), &model.weight_stash_prefix(static_cast<int64_t>(bi)),
-                          &model.param_prefix()})
-      for (size_t j = 0; j < v->size(); ++j)
-        small = small && (*v)[j] >= 0 && (*v)[j] < (int64_t{1} << 40) && (j == 0 || (*v)[j - 1] <= (*v)[j]);
-    bytes_small_.push_back(small ? 1 : 0);
-  }
   top_layers_.resize(p.microbatch_sizes.size());
+}
+
+void StepLowerBound::add_layer_extremes(size_t bi) {
+  const auto& layers = model_.profile().layers;
+  const size_t n = layers.size();
+  double big = 0.0, fwd = 0.0, bwd = 0.0;
+  int64_t small_out = INT64_MAX, small_in = INT64_MAX, any_in = INT64_MAX;
+  for (size_t j = 0; j < n; ++j) {
+    const auto& t = layers[j].per_microbatch[bi];
+    big = std::max(big, t.fwd_ms + t.bwd_ms);
+    fwd += t.fwd_ms;
+    bwd += t.bwd_ms;
+    if (j + 1 < n) small_out = std::min(small_out, t.output_bytes);
+    if (j > 0) small_in = std::min(small_in, t.input_bytes);
+    any_in = std::min(any_in, t.input_bytes);
+  }
+  max_layer_ms_.push_back(big);
+  total_fwd_ms_.push_back(fwd);
+  total_bwd_ms_.push_back(bwd);
+  min_out_.push_back(n > 1 ? small_out : 0);
+  min_in_.push_back(n > 1 ? small_in : 0);
+  min_input_any_.push_back(n > 0 ? any_in : 0);
+}
+
+void StepLowerBound::add_weight_share(size_t bi) {
+  const auto& cp = model_.compute_prefix(static_cast<int64_t>(bi));
+  const auto& wp = model_.weight_prefix(static_cast<int64_t>(bi));
+  const double share = cp.back() > 0.0 ? wp.back() / cp.back() : 0.0;
+  double excess = 0.0;
+  for (size_t j = 0; j + 1 < cp.size(); ++j) excess += std::max(0.0, (wp[j + 1] - wp[j]) - share * (cp[j + 1] - cp[j]));
+  weight_share_.push_back(share);
+  weight_excess_ms_.push_back(excess);
+}
+
+void StepLowerBound::add_prefix_flags(size_t bi) {
+  const auto b = static_cast<int64_t>(bi);
+  const auto& cp = model_.compute_prefix(b);
+  const auto& wp = model_.weight_prefix(b);
+  bool cp_up = true, y_up = true;
+  for (size_t j = 0; j + 1 < cp.size(); ++j) {
+    cp_up = cp_up && cp[j] <= cp[j + 1];
+    y_up = y_up && cp[j] - wp[j] <= cp[j + 1] - wp[j + 1];
+  }
+  cp_sorted_.push_back(cp_up ? 1 : 0);
+  y_sorted_.push_back(y_up ? 1 : 0);
+  bool small = true;
+  for (const auto* v : {&model_.stash_prefix(b), &model_.weight_stash_prefix(b), &model_.param_prefix()})
+    for (size_t j = 0; j < v->size(); ++j)
+      small = small && (*v)[j] >= 0 && (*v)[j] < (int64_t{1} << 40) && (j == 0 || (*v)[j - 1] <= (*v)[j]);
+  bytes_small_.push_back(small ? 1 : 0);
 }
 
 double StepLowerBound::clipped_prefix(bool two_versions, size_t bi, int64_t n, double low, double high) {

@@ -196,6 +196,12 @@ class StepLowerBound {
   class RuleWalks;
   void prepare_rules(Probe& p) const;
   double flush_least_busy(Probe& p, double t) const;
+  // The constructor's per-microbatch-size tables at index bi, appended in order: max_layer_ms_, the
+  // totals, the smallest boundary tensors and inputs; weight_share_ and weight_excess_ms_; cp_sorted_,
+  // y_sorted_ and bytes_small_.
+  void add_layer_extremes(size_t bi);
+  void add_weight_share(size_t bi);
+  void add_prefix_flags(size_t bi);
   // Whether compute_prefix(bi) and compute less weight prefix (zb's Y) are non-decreasing as doubles: then
   // a test "prefix[e] <= bound" holds on a prefix of e, and a gallop finds the same end as a bisection.
   std::vector<char> cp_sorted_, y_sorted_;
