@@ -137,7 +137,7 @@ inline std::vector<size_t> depth_ranks(const std::vector<Candidate>& candidates,
 inline std::vector<int64_t> round_work(std::span<const int64_t> wants, int64_t budget) {
   std::vector<int64_t> out;
   for (int64_t w : wants) {
-    out.push_back(std::clamp<int64_t>(w, 0, budget));
+    out.push_back(std::clamp<int64_t>(w, 0, std::max<int64_t>(budget, 0)));
     budget -= out.back();
   }
   return out;
