@@ -126,6 +126,8 @@ void SimLane::finish(double start_ms, double end_ms) {
   if (pc >= warmup_ops_) {
     double& counterpart = last_period_end_ms_[static_cast<size_t>(slot_)];
     if (++slot_ == period_ops_) slot_ = 0;
+    // The lanes take turns, so the next slots have mostly left the cache by this lane's next turn.
+    if (slot_ + 8 < period_ops_) __builtin_prefetch(&last_period_end_ms_[static_cast<size_t>(slot_ + 8)], 1);
     if (pc >= warmup_ops_ + period_ops_ && (updates_done_ == measure_.step || updates_done_ + 1 == measure_.step)) {
       const size_t k = updates_done_ == measure_.step ? 1 : 0;
       const double increment = end_ms - counterpart;
