@@ -109,10 +109,12 @@ Evaluated replay_candidate(const CostModel& model, const Candidate& c, const Spl
 // to kSomeWorkPositions, a 64th past them; a candidate whose dynamic program runs out of work gets its
 // greedy split and counts in the proven gap by its lower bound. The candidates of one family differ in
 // depth alone, and the dynamic programs of neighbouring depths need about the same work, so the family's
-// most promising depths are the ones worth the full work: at 2,000 layers on 4,096 GPUs every flush
-// candidate runs out of it, and at 400 layers the programs that finish are among the first of their
+// most promising depths are the ones worth the full work: at 2,000 layers on 4,096 GPUs 1,987 of 1,990 flush
+// programs ran out of it, and at 400 layers the programs that finish are among the first of their
 // families. The work depends on the order alone, so what the search finds does not depend on timing or
-// the thread count. Spaces of a few hundred layers rarely reach the cuts.
+// the thread count. Spaces of a few hundred layers rarely reach the position cuts; they do reach the
+// family cut, and on the 400-layer block at 64 and 128 GPUs the plans and proven gaps are the same as with
+// the full work for every one of the first kFullWorkPositions.
 inline constexpr size_t kFullWorkPositions = 1024, kSomeWorkPositions = 2048, kFullWorkPerFamily = 8;
 inline int64_t split_work_at(size_t pos, size_t rank) {
   if (pos < kFullWorkPositions && rank < kFullWorkPerFamily) return kSplitWork;
