@@ -74,7 +74,7 @@ expect_exit 0 "done: steps 4-6" -- "$PD2BW" train --plan "$TMP/p22.json" --steps
 same_losses "$TMP/whole.jsonl" "$TMP/mt.jsonl" && ok || fail "mpirun -> threads resume is not bit-identical"
 
 # 3. A rank fails at step 3 (an error, then a killed process): every process ends within 60 s, non-zero,
-#    and the checkpoint of step 2 resumes to the uninterrupted run's losses.
+#    the error names the checkpoint of step 2, and that checkpoint resumes to the uninterrupted run's losses.
 for action in throw kill; do
   ck="$TMP/fault-$action.ck"
   start=$(date +%s)
@@ -85,7 +85,9 @@ for action in throw kill; do
   [ $(($(date +%s) - start)) -lt 60 ] && ok || fail "fault $action: the job took 60 s or more to end"
   sleep 1
   if pgrep -f -- "$TMP/p22.json" >/dev/null; then fail "fault $action: pd2bw processes outlived the job"; else ok; fi
-  [ "$action" = kill ] || grep -q "rank 2: injected fault" "$TMP/err" && ok || fail "fault $action: no rank-prefixed error"
+  # The failed rank's own message says where to resume from.
+  [ "$action" = kill ] || grep -qF "rank 2: injected fault (PD2BW_FAULT=step:2:3); the last complete checkpoint is step 2 \
+in $ck; resume with --resume" "$TMP/err" && ok || { fail "fault $action: no rank-prefixed error naming the checkpoint"; head -5 "$TMP/err" >&2; }
   expect_exit 0 "done: steps 3-6" -- "$PD2BW" train --plan "$TMP/p22.json" --steps 6 --resume --checkpoint-dir "$ck" \
     --log "$TMP/fault-$action.resumed.jsonl"
   head -n 2 "$TMP/whole.jsonl" | cat - "$TMP/fault-$action.resumed.jsonl" >"$TMP/fault-$action.all.jsonl"

@@ -17,7 +17,7 @@ H1="${HOSTS[0]}"
 H2="${HOSTS[1]}"
 expect_exit 0 "" -- "$PD2BW" plan -q --profile "$SRC/schemas/examples/gpt-tiny.profile.json" --device-memory 4MiB \
   --reserve 0 --global-batch 32 --nodes 2 --gpus-per-node 2 --depth 2 --width 2 -o "$TMP/n22.json"
-TRAIN=("$PD2BW" train --plan "$TMP/n22.json" --steps 8 -q --checkpoint-every 2 --peer-timeout 5)
+TRAIN=("$PD2BW" train --plan "$TMP/n22.json" --steps 8 -q --checkpoint-every 2)
 expect_exit 0 "" -- "$PD2BW" train --plan "$TMP/n22.json" --steps 8 -q --log "$TMP/whole.jsonl"
 
 # rank_pid HOST R: the pid of rank R's process on HOST.
@@ -27,14 +27,14 @@ rank_pid() {
     tr '\0' '\n' 2>/dev/null <"/proc/$p/environ" | grep -qx "OMPI_COMM_WORLD_RANK=$2" && { echo "$p"; return; }
   done
 }
-# stopped_rank2 NAME: starts the job in the background ($job) with rank 2 stopping itself before step 6
-# (checkpoints of steps 2 and 4 are complete, rank 3 is in the middle of its step) and waits until it
-# has; sets $r2.
+# stopped_rank2 NAME PEER_TIMEOUT: starts the job in the background ($job) with rank 2 stopping itself
+# before step 6 (checkpoints of steps 2 and 4 are complete, rank 3 is in the middle of its step) and
+# waits until it has; sets $r2.
 stopped_rank2() {
   # In a subshell that reports nothing itself, so that ending mpirun by force below stays quiet.
   (
-    PD2BW_FAULT="step:2:5:stop" timeout 120 "${HOSTS_MPI[@]}" "${TRAIN[@]}" --checkpoint-dir "$TMP/$1.ck" \
-      --log "$TMP/$1.jsonl" >"$TMP/$1.out" 2>"$TMP/$1.err"
+    PD2BW_FAULT="step:2:5:stop" timeout 120 "${HOSTS_MPI[@]}" "${TRAIN[@]}" --peer-timeout "$2" \
+      --checkpoint-dir "$TMP/$1.ck" --log "$TMP/$1.jsonl" >"$TMP/$1.out" 2>"$TMP/$1.err"
     exit $?
   ) 2>/dev/null &
   job=$!
@@ -65,9 +65,11 @@ resumes() {
   same_step_losses "$TMP/whole.jsonl" "$TMP/$1.jsonl" 8 && ok || fail "$1: the resumed run's losses differ"
 }
 
-# 1. Host 2's processes are killed: mpirun sees its daemon go, ends the job and says so; rank 0 says
-#    where to resume from.
-if stopped_rank2 kill; then
+# 1. Host 2's processes are killed: mpirun sees its daemon go, ends the job and says so; a rank of host 1
+#    says where to resume from: rank 0 on mpirun's SIGTERM, or the rank whose MPI call failed first (the
+#    dead peer's connection reset). The watch waits 30 s here, so that it is mpirun that notices even on
+#    a busy machine (rank 2 has been silent since it stopped).
+if stopped_rank2 kill 30; then
   # shellcheck disable=SC2046  # one pid per word
   kill -9 $(hosts_pids "$H2")
   start=$(date +%s)
@@ -78,9 +80,8 @@ if stopped_rank2 kill; then
   [ "$took" -lt 30 ] && ok || fail "kill: the job took $took s to end after host 2 was killed"
   grep -qE "Remote daemon: .* on node $H2" "$TMP/kill.err" && ok ||
     fail "kill: mpirun did not name the lost host"
-  grep -qF "pd2bw: error: rank 0: ended by SIGTERM" "$TMP/kill.err" &&
-    grep -qF "the last complete checkpoint is step 4 in $TMP/kill.ck; resume with --resume" "$TMP/kill.err" && ok ||
-    { fail "kill: rank 0 did not say where to resume from"; sed 's/^/  | /' "$TMP/kill.err" | grep -v "^  | *$" | head -40 >&2; }
+  grep -qF "the last complete checkpoint is step 4 in $TMP/kill.ck; resume with --resume" "$TMP/kill.err" && ok ||
+    { fail "kill: no rank said where to resume from"; sed 's/^/  | /' "$TMP/kill.err" | grep -v "^  | *$" | head -40 >&2; }
   intact "$TMP/kill.ck" 4 && ok || fail "kill: the checkpoint of step 4 is not intact"
   resumes kill
 fi
@@ -89,7 +90,7 @@ fi
 #    OpenMPI cannot tell: pd2bw's watch names the silent ranks within --peer-timeout 5 and ends the
 #    ranks of host 1. mpirun itself then waits for host 2's daemon (OpenMPI 4.1 notices a silent
 #    daemon only when TCP gives up, minutes later), so the test ends it, as a user would.
-if stopped_rank2 cut; then
+if stopped_rank2 cut 5; then
   hosts_cut "$H2"
   kill -CONT "$r2"
   host1_ranks_end_within 30 && ok || fail "cut: the ranks of host 1 still run 30 s after the cut"

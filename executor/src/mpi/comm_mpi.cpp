@@ -162,6 +162,7 @@ class MpiComm final : public Comm {
     watch_.start(timeout_s, std::move(peers), std::move(names));
   }
   void set_stop_note(const std::string& note) override { watch_.set_note(note); }
+  std::string stop_note() const override { return watch_.note(); }
 
   // A peer that cannot be told to stop is stopped with the whole job.
   void abort(const std::string& why) override {

@@ -126,6 +126,11 @@ void PeerWatch::set_note(const std::string& note) {
   if (rank_ == 0) set_term_note(note);
 }
 
+std::string PeerWatch::note() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return note_;
+}
+
 // Takes in every heartbeat that has arrived; a goodbye ends the watch of its sender.
 void PeerWatch::drain(std::vector<double>& last_s, std::vector<char>& watched) {
   for (;;) {

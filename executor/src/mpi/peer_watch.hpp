@@ -40,6 +40,7 @@ class PeerWatch {
   void start(double timeout_s, std::vector<int64_t> peers, std::vector<std::string> names);
   // The sentence that ends the messages (where to resume from); replaced at every checkpoint.
   void set_note(const std::string& note);
+  std::string note() const;
 
  private:
   void run();
@@ -52,7 +53,7 @@ class PeerWatch {
   double timeout_s_ = 0;
   std::vector<int64_t> peers_;
   std::vector<std::string> names_;
-  std::mutex mutex_;  // note_, stop_
+  mutable std::mutex mutex_;  // note_, stop_
   std::condition_variable wake_;
   std::string note_;
   bool stop_ = false;

@@ -95,6 +95,7 @@ class NcclComm final : public Comm {
     watch_.start(timeout_s, std::move(peers), std::move(names));
   }
   void set_stop_note(const std::string& note) override { watch_.set_note(note); }
+  std::string stop_note() const override { return watch_.note(); }
 
   void abort(const std::string& why) override {
     for (auto& [key, pair] : pairs_) pair->comm.abort();

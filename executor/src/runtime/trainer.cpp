@@ -217,15 +217,21 @@ TrainResult run_process(const schemas::Plan& plan, const std::string& sha, const
   }
   const auto& rank = plan.ranks[static_cast<size_t>(group.rank())];
   std::optional<TrainResult> result;
+  std::unique_ptr<Comm> comm;
+  // A rank that fails on its own (a lost peer's connection, a full disk) says where to resume from too.
+  const auto noted = [&comm](const std::string& what) {
+    const std::string note = comm ? comm->stop_note() : std::string();
+    return note.empty() ? what : fmt::format("{}; {}", what, note);
+  };
   try {
-    const auto comm = group.make_comm(o.transport, rank.local_device);
+    comm = group.make_comm(o.transport, rank.local_device);
     result = train_rank<T>(*comm, p->setup);
   } catch (const JobStopped&) {
     throw;  // rank 0 has told every rank to stop
   } catch (const Error& e) {
-    throw RankFailure(e.what(), e.hint(), e.code());
+    throw RankFailure(noted(e.what()), e.hint(), e.code());
   } catch (const std::exception& e) {
-    throw RankFailure(fmt::format("internal error: {}", e.what()));
+    throw RankFailure(noted(fmt::format("internal error: {}", e.what())));
   }
   if (result) {
     p->describe(*result);

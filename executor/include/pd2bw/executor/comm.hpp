@@ -132,6 +132,8 @@ class Comm {
   virtual void watch_peers(double /*timeout_s*/, std::vector<int64_t> /*peers*/, std::vector<std::string> /*names*/) {}
   // The sentence that ends such a message (where to resume from); replaced at every checkpoint.
   virtual void set_stop_note(const std::string& /*note*/) {}
+  // The stop note set last (empty: none, or a transport that keeps none).
+  virtual std::string stop_note() const { return {}; }
 
  protected:
   // The transport's point-to-point; peer, tag (<= kMaxTag) and group checks are done by the callers.
