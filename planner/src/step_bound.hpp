@@ -124,28 +124,39 @@ class StepLowerBound {
   // The stages of `c` relaxed (step_bound_lanes.cpp): time(k, a, e) is stage k's compute per microbatch
   // holding layers [a, e), with its recompute where its memory needs it, priced with the model's smallest
   // boundary tensors; never above the real compute of any run containing [a, e); infinity when no such
-  // run fits in memory. O(d) to build, O(1) per call.
+  // run fits in memory. O(d) to build (a flag per stage: each stage is priced on its first call), O(1) per call.
+  struct Shared;  // below: what the copies of one bound share
   class Relaxed {
    public:
     // `extra_bytes` widens the device memory (fits_within).
     Relaxed(const StepLowerBound& bound, const Candidate& c, int64_t extra_bytes = 0);
+    Relaxed(const Relaxed&) = delete;
+    Relaxed& operator=(const Relaxed&) = delete;
+    ~Relaxed();  // hands its stage table back to the pool (Shared::stage_pool)
     // Not thread-safe: it remembers what it learnt of each stage's memory (one Relaxed per thread).
     double time(int64_t k, int64_t a, int64_t e) const;
 
    private:
+    friend class StepLowerBound;
     // What is known of a stage's runs from start `a`: its bytes without recompute fit up to end plain_ok
     // and not from plain_bad on (they only grow with the end), and so for its bytes with recompute.
     struct Known {
-      int64_t a = -1, plain_ok = -1, plain_bad = INT64_MAX, redo_ok = -1, redo_bad = INT64_MAX;
+      int64_t a, plain_ok, plain_bad, redo_ok, redo_bad;
     };
+    // Written field by field by stage() (a table of them is built for every candidate, so nothing is
+    // zeroed first; `known` holds `filled` slots).
     struct Stage {
-      int64_t fixed = 0;                        // boundary buffers and the reserve
-      int64_t in_flight = 0, ahead = 0, defer = 0;  // its stashes (split backward: ahead and defer)
-      // deferred_stash_term's (activations, deferred W's) at the B's it weighs, for the unsaturated sums
-      pipeline::DeferredShapes shapes;
-      mutable std::array<Known, 4> known;       // the last starts asked
-      mutable size_t older = 0;
+      Stage() {}  // NOLINT: leaves the fields to stage()
+      int64_t fixed;                        // boundary buffers and the reserve
+      int64_t in_flight, ahead, defer;      // its stashes (split backward: ahead and defer)
+      // No byte sum of its runs can reach 2^62, so plain integer sums equal the saturating ones.
+      bool small;
+      uint8_t filled, older;                // slots of `known` in use; the one filled longest ago
+      std::array<Known, 4> known;           // the last starts asked
     };
+    // Stage k, priced on its first call (a walk stops at the last layer or at its limit, often long
+    // before stage d - 1, so most candidates never price most of their stages).
+    Stage& stage(int64_t k) const;
     // Whether stage k's run [a, e) fits, with or without recompute, in limit_ bytes: remembered in `known`.
     bool fits(const Stage& st, Known& known, bool redo, int64_t a, int64_t e) const;
     const Candidate& c_;
@@ -153,11 +164,13 @@ class StepLowerBound {
     const std::vector<double>&cp_, &rp_;
     const std::vector<int64_t>&sp_, &pp_, &wp_;
     int64_t input_ = 0, limit_ = 0;
+    int64_t min_in_ = 0, min_out_ = 0, reserve_ = 0;  // the smallest boundary tensors; the reserve
     RecomputePolicy policy_;
     bool split_ = false;
-    // No byte sum of a run can reach 2^62 (so plain integer sums equal the saturating ones), checked once.
+    // The candidate's own terms are far from 2^63 (each stage adds its own, Stage::small).
     bool small_ = false;
-    std::vector<Stage> stages_;
+    mutable std::vector<std::optional<Stage>> stages_;
+    Shared* shared_ = nullptr;
   };
   // What rules_out and lanes_reach read of one candidate at every limit, built once for all the limits
   // refined() asks (step_bound_lanes.cpp), and lanes_reach's walks nearest to the limits asked: the
@@ -252,6 +265,10 @@ class StepLowerBound {
     std::set<std::tuple<Schedule, int64_t, int64_t, int64_t>> memory_short;
     std::mutex levels_mutex;
     std::map<std::tuple<int64_t, int64_t, int>, std::shared_ptr<const PlacementLevels>> levels;
+    // The stage tables of ended Relaxeds, which the next ones reuse: memory still in the cache, where a
+    // new table of a deep candidate's stages would miss on every line of it.
+    std::mutex stage_pool_mutex;
+    std::vector<std::vector<std::optional<Relaxed::Stage>>> stage_pool;
   };
   std::shared_ptr<Shared> shared_ = std::make_shared<Shared>();
 };

@@ -33,6 +33,10 @@
 
 namespace pd2bw::planner {
 
+namespace {
+constexpr int64_t kCounts = int64_t{1} << 20, kBig = int64_t{1} << 60;  // see Relaxed's small_
+}  // namespace
+
 StepLowerBound::Relaxed::Relaxed(const StepLowerBound& bound, const Candidate& c, int64_t extra_bytes)
     : c_(c),
       statics_(bound.model_.static_factors(c.schedule)),
@@ -46,25 +50,45 @@ StepLowerBound::Relaxed::Relaxed(const StepLowerBound& bound, const Candidate& c
   const auto bi = static_cast<size_t>(c.microbatch_index);
   input_ = bound.min_input_any_[bi];
   limit_ = saturating_add(bound.model_.memory_limit_bytes(), extra_bytes);
-  const int64_t reserve = bound.model_.constraints().reserve_bytes;
-  stages_.resize(static_cast<size_t>(std::max<int64_t>(c.depth, 0)));
-  for (int64_t k = 0; k < c.depth; ++k) {
-    auto& st = stages_[static_cast<size_t>(k)];
-    st.fixed = saturating_add(pipeline::comm_buffer_bytes(k, c.depth, bound.min_in_[bi], bound.min_out_[bi]), reserve);
-    if (split_)
-      std::tie(st.ahead, st.defer) = pipeline::split_shape(c.schedule, c.depth, k);
-    else
-      st.in_flight = CostModel::in_flight(c, k);
-    if (split_) st.shapes = pipeline::deferred_shapes(st.ahead, st.defer, c.microbatches);  // the B's it weighs
+  min_in_ = bound.min_in_[bi];
+  min_out_ = bound.min_out_[bi];
+  reserve_ = bound.model_.constraints().reserve_bytes;
+  shared_ = bound.shared_.get();
+  {
+    const std::lock_guard<std::mutex> lock(shared_->stage_pool_mutex);
+    if (!shared_->stage_pool.empty()) {
+      stages_ = std::move(shared_->stage_pool.back());
+      shared_->stage_pool.pop_back();
+    }
   }
+  stages_.assign(static_cast<size_t>(std::max<int64_t>(c.depth, 0)), std::nullopt);
   // Unsaturated sums are exact when every term is far from 2^63: bytes below 2^40 (bytes_small_), counts
   // below 2^20, and the static bytes and fixed buffers below 2^60.
-  constexpr int64_t kCounts = int64_t{1} << 20, kBig = int64_t{1} << 60;
   small_ = bound.bytes_small_[bi] != 0 && input_ >= 0 && input_ < (int64_t{1} << 40) && c.microbatches < kCounts &&
            c.depth < kCounts && statics_.total(pp_.back()) < kBig;
-  for (const auto& st : stages_)
-    small_ = small_ && st.fixed >= 0 && st.fixed < kBig && st.in_flight >= 0 && st.in_flight < kCounts &&
+}
+
+StepLowerBound::Relaxed::~Relaxed() {
+  constexpr size_t kPooled = 16;  // more than the threads that hold one at once
+  const std::lock_guard<std::mutex> lock(shared_->stage_pool_mutex);
+  if (stages_.capacity() > 0 && shared_->stage_pool.size() < kPooled) shared_->stage_pool.push_back(std::move(stages_));
+}
+
+StepLowerBound::Relaxed::Stage& StepLowerBound::Relaxed::stage(int64_t k) const {
+  auto& slot = stages_[static_cast<size_t>(k)];
+  if (slot) return *slot;
+  Stage& st = slot.emplace();
+  st.fixed = saturating_add(pipeline::comm_buffer_bytes(k, c_.depth, min_in_, min_out_), reserve_);
+  st.in_flight = st.ahead = st.defer = 0;
+  if (split_) {
+    std::tie(st.ahead, st.defer) = pipeline::split_shape(c_.schedule, c_.depth, k);
+  } else {
+    st.in_flight = CostModel::in_flight(c_, k);
+  }
+  st.filled = st.older = 0;
+  st.small = small_ && st.fixed >= 0 && st.fixed < kBig && st.in_flight >= 0 && st.in_flight < kCounts &&
              st.ahead >= 0 && st.ahead < kCounts && st.defer >= 0 && st.defer < kCounts;
+  return st;
 }
 
 bool StepLowerBound::Relaxed::fits(const Stage& st, Known& known, bool redo, int64_t a, int64_t e) const {
@@ -74,12 +98,13 @@ bool StepLowerBound::Relaxed::fits(const Stage& st, Known& known, bool redo, int
   if (e >= bad) return false;
   const auto ua = static_cast<size_t>(a), ue = static_cast<size_t>(e);
   const int64_t stash = sp_[ue] - sp_[ua];
-  if (small_) {  // the same sums without saturation, which no term can reach here
+  if (st.small) {  // the same sums without saturation, which no term can reach here
     int64_t term = 0;
     if (split_) {
       const int64_t activation = redo ? input_ : stash, grads = wp_[ue] - wp_[ua], kept = redo ? stash : 0;
-      for (size_t i = 0; i < st.shapes.count; ++i) {
-        const auto [act, deferred] = st.shapes.at[i];
+      const pipeline::DeferredShapes shapes = pipeline::deferred_shapes(st.ahead, st.defer, c_.microbatches);
+      for (size_t i = 0; i < shapes.count; ++i) {
+        const auto [act, deferred] = shapes.at[i];
         term = std::max(
             {term, act * activation + kept + deferred * grads, (act - 1) * activation + (deferred + 1) * grads});
       }
@@ -102,15 +127,18 @@ bool StepLowerBound::Relaxed::fits(const Stage& st, Known& known, bool redo, int
 // and auto without recompute when the plain stage fits; auto and always with it when the stage fits
 // recomputing; else no option fits.
 double StepLowerBound::Relaxed::time(int64_t k, int64_t a, int64_t e) const {
-  const auto& st = stages_[static_cast<size_t>(k)];
+  Stage& st = stage(k);
   Known* known = nullptr;
-  for (auto& slot : st.known)
-    if (slot.a == a) known = &slot;
-  if (known == nullptr) {  // the slot filled longest ago
-    known = &st.known[st.older];
-    st.older = (st.older + 1) % st.known.size();
-    *known = Known{};
-    known->a = a;
+  for (size_t i = 0; i < st.filled; ++i)
+    if (st.known[i].a == a) known = &st.known[i];
+  if (known == nullptr) {  // a free slot, else the one filled longest ago
+    if (st.filled < st.known.size()) {
+      known = &st.known[st.filled++];
+    } else {
+      known = &st.known[st.older];
+      st.older = static_cast<uint8_t>((st.older + 1) % st.known.size());
+    }
+    *known = Known{a, -1, INT64_MAX, -1, INT64_MAX};
   }
   const auto ua = static_cast<size_t>(a), ue = static_cast<size_t>(e);
   bool recompute = policy_ == RecomputePolicy::always;
