@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -156,6 +157,8 @@ CostModel::CostModel(const Profile& profile, const Cluster& cluster, const Const
   for (const auto& level : cluster_.levels) {
     span = checked_mul(span, level.size, "the cluster's device count");
     level_span_.push_back(span);
+    level_shift_.push_back(std::has_single_bit(static_cast<uint64_t>(span)) ? std::countr_zero(static_cast<uint64_t>(span))
+                                                                             : -1);
   }
   prepare_curves();
   const size_t n = profile_.layers.size();
@@ -346,8 +349,15 @@ double CostModel::compute_plain_capacity(size_t versions, size_t bi, int64_t f) 
 int64_t CostModel::memory_limit_bytes() const { return cluster_.device.memory_bytes; }
 
 int64_t CostModel::level_between(int64_t rank_a, int64_t rank_b) const {
-  for (size_t k = 0; k < level_span_.size(); ++k)
-    if (rank_a / level_span_[k] == rank_b / level_span_[k]) return static_cast<int64_t>(k);
+  // Ranks are never negative, so a power-of-two span's quotient is a shift (the division is most of
+  // this function's time otherwise).
+  const bool shifts = rank_a >= 0 && rank_b >= 0;
+  for (size_t k = 0; k < level_span_.size(); ++k) {
+    const int shift = level_shift_[k];
+    if (shifts && shift >= 0 ? (rank_a >> shift) == (rank_b >> shift)
+                             : rank_a / level_span_[k] == rank_b / level_span_[k])
+      return static_cast<int64_t>(k);
+  }
   return static_cast<int64_t>(level_span_.size()) - 1;
 }
 

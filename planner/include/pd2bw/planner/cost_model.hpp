@@ -266,6 +266,7 @@ class CostModel {
   Cluster cluster_;
   Constraints constraints_;
   std::vector<int64_t> level_span_;                 // devices per group at each level
+  std::vector<int> level_shift_;                    // log2 of each span, -1 where it is no power of two
   std::vector<LinkCurve> p2p_curves_, allreduce_curves_;  // per level; empty when not measured
   // Fills p2p_curves_ and allreduce_curves_ from the cluster; throws UsageError on a malformed curve or
   // an allreduce curve without allreduce_ranks >= 2 (clusters built in code skip the readers' checks).
