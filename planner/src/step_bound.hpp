@@ -196,6 +196,12 @@ class StepLowerBound {
     bool has_short = false, has_reach = false;
     double short_at = 0, reach_at = 0;
     std::vector<int64_t> short_ends, reach_ends, ends;  // per stage k, g_{k+1} (L once reached); ends: scratch
+    // The same for RuleWalks::zb_reaches' walks (its stage ends grow with t as well): the walk nearest
+    // below the limits asked that did not reach, and the one nearest above that did. A walk that stopped
+    // at stage k holds its start there for the later stages.
+    bool zb_has_short = false, zb_has_reach = false;
+    double zb_short_at = 0, zb_reach_at = 0;
+    std::vector<int64_t> zb_short_ends, zb_reach_ends, zb_ends;
     // rules_out's limit-free parts (filled on its first call): per stage the plain capacity at its in-flight
     // count and the sum of 2 in_fast over the later stages, stage 0's allreduce and update; flush's W(f).
     std::vector<double> plain, ins_after, runs;

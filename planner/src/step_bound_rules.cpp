@@ -64,7 +64,7 @@ void StepLowerBound::prepare_rules(Probe& p) const {
 class StepLowerBound::RuleWalks {
  public:
   RuleWalks(const StepLowerBound& bound, Probe& p, double at)
-      : c_(p.c), links_(p.links()), plain_(p.plain), ins_after_(p.ins_after),
+      : p_(p), c_(p.c), links_(p.links()), plain_(p.plain), ins_after_(p.ins_after),
         cp_(bound.model_.compute_prefix(p.c.microbatch_index)), wp_(bound.model_.weight_prefix(p.c.microbatch_index)),
         relaxed_(p.relaxed()) {
     const auto& model = bound.model_;
@@ -141,33 +141,57 @@ class StepLowerBound::RuleWalks {
     if (!(r_ < 1.0)) return true;
     auto y = [&](size_t e) { return split_ ? cp_[e] - wp_[e] : cp_[e]; };
     const double t = t0 - h0_, all_y = y(cp_.size() - 1);
+    // Each stage's end lies between the ends of the nearest walks below and above t0 (Probe): the
+    // searches below look between them only, and find the same ends.
+    const bool below = p_.zb_has_short && p_.zb_short_at <= t0, above = p_.zb_has_reach && t0 <= p_.zb_reach_at;
+    std::vector<int64_t>& ends = p_.zb_ends;
+    ends.assign(static_cast<size_t>(c_.depth), L_);
     double ins_before = 0.0;
     size_t a = 0;
-    int64_t held = 1;
-    for (int64_t k = 0; k < c_.depth; ++k) {
-      const auto& l = links_[static_cast<size_t>(k)];
+    int64_t held = 1, k = 0;
+    // Remembers this walk for the next ones (stages from `k` on hold the last start).
+    auto done = [&](bool reached) {
+      for (int64_t j = k; j < c_.depth; ++j) ends[static_cast<size_t>(j)] = reached ? L_ : static_cast<int64_t>(a);
+      const bool nearer = reached ? !p_.zb_has_reach || t0 < p_.zb_reach_at : !p_.zb_has_short || t0 > p_.zb_short_at;
+      if (nearer) {
+        (reached ? p_.zb_reach_ends : p_.zb_short_ends).swap(ends);
+        (reached ? p_.zb_has_reach : p_.zb_has_short) = true;
+        (reached ? p_.zb_reach_at : p_.zb_short_at) = t0;
+      }
+      return reached;
+    };
+    for (; k < c_.depth; ++k) {
+      const auto uk = static_cast<size_t>(k);
+      const auto& l = links_[uk];
+      const size_t lo = below ? std::max(a, static_cast<size_t>(p_.zb_short_ends[uk])) : a;
+      const size_t hi = above ? std::max(lo, static_cast<size_t>(p_.zb_reach_ends[uk])) : static_cast<size_t>(L_);
       const double after = split_ ? zb_trailing(c_, k) : 0.0;
       const double budget =
           (t + (m_ + 1.0) * excess_ - (1.0 - r_) * cp_[a] - ins_before - m_ * l.lane) / (m_ - after * r_);
       const double x = hold(k, budget);
-      if (x < 0.0 && k == 0) return false;  // as in flush_reaches: only a later stage may start past the real one
-      size_t e = x < 0.0 ? a : capped(k, a, x, budget, held);
+      if (x < 0.0 && k == 0) return done(false);  // as in flush_reaches: only a later stage may start past the real one
+      size_t e = x < 0.0 ? a : capped(k, a, x, budget, held, lo, hi);
       const double w = std::min(d_ - 1.0 - static_cast<double>(k), m_);
       if (c_.schedule != Schedule::zb_h2 && m_ >= w + 2.0) {  // zb-h2's longer warm-up bounds no round trip
         // flush: 2 Y_all - Y_{<k} >= busy + C - X_{<k}, as in flush_reaches
         const double slack = t - (split_ ? 2.0 * all_y : busy + all_y) + y(a) -
                              (2.0 * l.in_fast + 2.0 * ins_after_[static_cast<size_t>(k + 1)] + (m_ - 2.0 - w) * l.lane +
                               ins_before);
-        if (slack < -1e-12 * t) return false;
+        if (slack < -1e-12 * t) return done(false);
         if (m_ > w + 2.0)
-          e = furthest(a, e, y_sorted_, y(a) + std::max(0.0, slack) / (m_ - w - 2.0) * (1.0 + 1e-12) + 1e-12 * t, y);
+          e = furthest(y_sorted_ ? std::max(a, std::min(lo, e)) : a, e, y_sorted_,
+                       y(a) + std::max(0.0, slack) / (m_ - w - 2.0) * (1.0 + 1e-12) + 1e-12 * t, y);
       }
       held = std::max<int64_t>(1, static_cast<int64_t>(e - a));
       a = e;  // e == a is allowed: an empty stage only relaxes (the real split's next start is no further)
+      ends[uk] = static_cast<int64_t>(a);
       ins_before += 2.0 * l.in_fast;
-      if (a + 1 >= cp_.size()) return true;
+      if (a + 1 >= cp_.size()) {
+        ++k;
+        return done(true);
+      }
     }
-    return false;
+    return done(false);
   }
 
   // GPipe, on whole layers: T >= h_0 + sum_j u_j + (m - 1)(cf_k + cb_k) for every stage k, with the u's
@@ -182,7 +206,7 @@ class StepLowerBound::RuleWalks {
       const double budget = std::min(slot - 2.0 * l.in_fast, (t0 - l.latency) / m_ - l.lane);
       const double x = hold(k, budget);
       if (x < 0.0) return false;
-      const size_t e = capped(k, a, x, budget, held);
+      const size_t e = capped(k, a, x, budget, held, a, static_cast<size_t>(L_));
       held = std::max<int64_t>(1, static_cast<int64_t>(e - a));
       a = e;
       if (a + 1 >= cp_.size()) return true;
@@ -217,17 +241,21 @@ class StepLowerBound::RuleWalks {
   // only its compute. Both tests hold on a prefix of ends (the relaxed time is non-decreasing in the end),
   // so with a sorted prefix the time is tested within the compute's end only: the same end, fewer probes.
   // `held`: the layers of the stage before, where the search starts (the same end from any start).
-  size_t capped(int64_t k, size_t a, double x, double budget, int64_t held) const {
+  // `lo` and `hi` (a <= lo <= hi <= L): the end is known to lie between them (zb_reaches' nearest walks),
+  // so both searches start at lo and stop at hi, with the same end (gpipe: a and L).
+  size_t capped(int64_t k, size_t a, double x, double budget, int64_t held, size_t lo, size_t hi) const {
     const double most = budget * (1.0 + 1e-12), top = cp_[a] + x * (1.0 + 1e-12);
     const auto start = static_cast<int64_t>(a);
     auto fits = [&](int64_t e) { return relaxed_.time(k, start, e) <= most; };
     if (!cp_sorted_)
       return std::min(furthest(a, cp_.size() - 1, false, top, [&](size_t j) { return cp_[j]; }),
                       static_cast<size_t>(detail::gallop(start, L_, fits)));
-    const int64_t by_compute = detail::gallop(start, L_, [&](int64_t e) { return cp_[static_cast<size_t>(e)] <= top; });
-    return static_cast<size_t>(detail::gallop_from(start, by_compute, std::min(by_compute, start + held), fits));
+    const auto from = static_cast<int64_t>(lo), to = static_cast<int64_t>(hi);
+    const int64_t by_compute = detail::gallop(from, to, [&](int64_t e) { return cp_[static_cast<size_t>(e)] <= top; });
+    return static_cast<size_t>(detail::gallop_from(from, by_compute, std::min(by_compute, start + held), fits));
   }
 
+  Probe& p_;
   const Candidate& c_;
   const std::vector<StageLinks>& links_;
   const std::vector<double>&plain_, &ins_after_, &cp_, &wp_;
