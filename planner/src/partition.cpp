@@ -58,6 +58,7 @@ struct Solved {
   const detail::PreparedCandidate* pc = nullptr;
   Windows windows;
   std::optional<detail::SplitTables<Fold>> tables;
+  bool out_of_work = false;  // not built: it would have run out of work (solve's `has_split`)
 };
 
 template <class Fold>
@@ -108,9 +109,11 @@ auto least_prefix_redo(const CostModel& model, const detail::PreparedCandidate& 
   };
 }
 
+// `has_split`: a split with objective <= bound is known (so no row of the tables is left empty), and a
+// construction with more starts than max_work is not begun: it would run out of work all the same.
 template <class Fold>
 void solve(const CostModel& model, const detail::PreparedCandidate& prepared, double bound, Solved<Fold>& out,
-           int64_t max_work) {
+           int64_t max_work, bool has_split = false) {
   const Candidate& c = prepared.candidate;
   out.pc = &prepared;
   const int64_t static_cap = model.memory_limit_bytes() - model.constraints().reserve_bytes;
@@ -118,6 +121,10 @@ void solve(const CostModel& model, const detail::PreparedCandidate& prepared, do
   if (!w) return;
   out.windows = std::move(*w);
   const auto& win = out.windows;
+  if (has_split && detail::SplitTables<Fold>::starts(win.start_lo, win.start_hi) > max_work) {
+    out.out_of_work = true;
+    return;
+  }
   const auto& pc = prepared;
   const auto& cp = model.compute_prefix(c.microbatch_index);
   const double m = static_cast<double>(c.microbatches);
@@ -154,10 +161,15 @@ void solve(const CostModel& model, const detail::PreparedCandidate& prepared, do
 
 template <class Fold>
 Split optimum_below(const CostModel& model, const detail::PreparedCandidate& pc, double bound,
-                    int64_t max_work = INT64_MAX) {
+                    int64_t max_work = INT64_MAX, bool has_split = false) {
   Split out;
   Solved<Fold> solved;
-  solve<Fold>(model, pc, bound, solved, max_work);
+  solve<Fold>(model, pc, bound, solved, max_work, has_split);
+  if (solved.out_of_work) {
+    out.exhausted = true;
+    out.work = max_work + 1;
+    return out;
+  }
   if (!solved.tables) return out;
   out.exhausted = solved.tables->exhausted();
   out.work = solved.tables->work();
@@ -181,7 +193,8 @@ Split best_split_with(const CostModel& model, const Candidate& c, double upper_b
       !make_windows(model, pc, upper_bound_ms, static_cap, true, std::is_same_v<Fold, detail::TwoBwFold>))
     return {};
   Split greedy = greedy_of(model, pc, static_cap, upper_bound_ms);
-  Split out = optimum_below<Fold>(model, pc, std::min(upper_bound_ms, greedy.step_ms), max_work);
+  const bool has_split = greedy.feasible() && greedy.step_ms <= upper_bound_ms;  // the greedy split itself
+  Split out = optimum_below<Fold>(model, pc, std::min(upper_bound_ms, greedy.step_ms), max_work, has_split);
   const int64_t work = out.work;
   if (out.exhausted) {  // the cheapest split at hand: the greedy one, else the balanced one (whose dynamic
                         // program has no budget: only a search with the full kSplitWork pays for it)

@@ -50,7 +50,7 @@ class SplitTables {
       if (next) row.labels.reserve(next->labels.size() + next->labels.size() / 4 + 16);  // rows grow slowly
       for (int64_t a = row.lo; a <= row.hi; ++a) {
         if (++work_ > max_work) {  // each start costs a search for its window's end
-          exhausted_ = true;
+          exhaust(max_work);
           return;
         }
         scratch.clear();
@@ -71,7 +71,7 @@ class SplitTables {
           if (next && (e = next->first_filled(e)) > e_last) break;
           if (stage_floor(i, a, e) > limit) break;
           if (++work_ > max_work) {
-            exhausted_ = true;
+            exhaust(max_work);
             return;
           }
           const std::optional<StageTerms> s = price(i, a, e);
@@ -100,8 +100,16 @@ class SplitTables {
 
   // Whether the work budget ran out (then best() is nullptr and the tables must not be walked).
   bool exhausted() const { return exhausted_; }
-  // The work construction spent (starts visited, stages priced, states folded and compared).
+  // The work construction spent (starts visited, stages priced, states folded and compared): max_work + 1
+  // when the budget ran out, whatever the last fold added.
   int64_t work() const { return work_; }
+  // The starts the construction visits (each a unit of work) unless a row is left without states first:
+  // over max_work, a construction that leaves none empty (a split under the bound exists) runs out.
+  static int64_t starts(const std::vector<int64_t>& start_lo, const std::vector<int64_t>& start_hi) {
+    int64_t n = 0;
+    for (size_t i = 0; i < start_lo.size(); ++i) n += std::max<int64_t>(0, start_hi[i] - start_lo[i] + 1);
+    return n;
+  }
 
   // The best fold state of the whole split (stage 0 starting at layer 0), or nullptr when none is below
   // the bound. Ties (equal objectives) go to the lexicographically smallest state.
@@ -153,6 +161,11 @@ class SplitTables {
     }
     std::vector<uint32_t> filled;  // first_filled(a) - lo, for a in [lo, hi + 1]
   };
+
+  void exhaust(int64_t max_work) {
+    exhausted_ = true;
+    work_ = max_work + 1;
+  }
 
   static bool dominates(const State& a, const State& b) {
     for (int k = 0; k < Fold::K; ++k)

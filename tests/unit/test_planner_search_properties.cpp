@@ -229,3 +229,41 @@ TEST_CASE("a round's dynamic programs take the shared budget in the search's ord
     CHECK(spent <= budget);
   }
 }
+
+// A dynamic program whose windows hold more starts than its budget is not begun when a split under its
+// bound is known (each start costs a unit): it reports running out as one that ran would. So a budget of
+// the work an unbudgeted program spent must still find its split (the skip must never fire there), and
+// a smaller budget either finds the same split or runs out, reporting the budget and one unit.
+TEST_CASE("a split's program given the work an unbudgeted one spent finds the same split") {
+  pd2bw::testing::RandomInstanceOptions opt = pd2bw::testing::medium_instance_options();
+  opt.split_backward_p = 0.5;
+  int64_t checked = 0, ran_out = 0;
+  for (uint64_t seed = 8101; seed <= 8130; ++seed) {
+    const RandomInstance inst = make_random_instance(seed, opt);
+    INFO(inst.describe());
+    const CostModel model(inst.profile, inst.cluster, inst.constraints);
+    for (const auto& c : pd2bw::planner::enumerate_candidates(model)) {
+      if (c.chunks > 1) continue;
+      const pd2bw::planner::Split full = pd2bw::planner::best_split(model, c, kInfinity, INT64_MAX);
+      if (!full.feasible() || full.exhausted || full.work < 2) continue;
+      CAPTURE(c.depth);
+      CAPTURE(full.work);
+      const pd2bw::planner::Split enough = pd2bw::planner::best_split(model, c, kInfinity, full.work);
+      CHECK_FALSE(enough.exhausted);
+      CHECK(enough.bounds == full.bounds);
+      for (const int64_t budget : {full.work / 2, full.work / 8, int64_t{1}}) {
+        const pd2bw::planner::Split less = pd2bw::planner::best_split(model, c, kInfinity, budget);
+        if (less.exhausted) {
+          CHECK(less.work == budget + 1);
+          ++ran_out;
+        } else {
+          CHECK(less.bounds == full.bounds);
+        }
+      }
+      ++checked;
+    }
+  }
+  MESSAGE("programs checked: " << checked << ", budgets that ran out: " << ran_out);
+  CHECK(checked >= 200);
+  CHECK(ran_out > 0);
+}

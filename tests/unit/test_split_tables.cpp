@@ -108,6 +108,12 @@ struct Plain {
     set = kept;
   }
 
+  // A program that runs out of work reports the budget and one unit, whatever its last fold added.
+  void run_out(int64_t max_work) {
+    exhausted = true;
+    work = max_work + 1;
+  }
+
   Plain(const Instance& instance, double bound, int64_t max_work) : in(instance) {
     bound += 1e-9 * std::abs(bound);
     rows.resize(static_cast<size_t>(in.d));
@@ -115,7 +121,7 @@ struct Plain {
       const int64_t lo = in.start_lo[static_cast<size_t>(i)], hi = in.start_hi[static_cast<size_t>(i)];
       for (int64_t a = lo; a <= hi; ++a) {
         if (++work > max_work) {
-          exhausted = true;
+          run_out(max_work);
           return;
         }
         std::vector<Label> set;
@@ -126,7 +132,7 @@ struct Plain {
           if (in.floor(a, e) > limit) break;
           if (!last && at(i + 1, e).empty()) continue;
           if (++work > max_work) {
-            exhausted = true;
+            run_out(max_work);
             return;
           }
           const auto s = in.price(i, a, e);
