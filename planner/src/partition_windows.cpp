@@ -21,13 +21,14 @@ int64_t params_within(const StaticFactors& f, int64_t cap) {
 
 // The least per-microbatch p2p a stage of `pc` can have: each boundary it has moves at least the smallest
 // boundary tensor, twice, over the fastest of its levels.
-double least_p2p(const CostModel& model, int64_t bi, const detail::PreparedStage& st) {
-  auto least = [&](const std::vector<int64_t>& levels) {
+double least_p2p(const CostModel& model, const detail::PreparedCandidate& pc, const detail::PreparedStage& st) {
+  auto least = [&](Span levels) {
     double out = kInfinity;
-    for (int64_t lv : levels) out = std::min(out, model.least_boundary_p2p_ms(bi, lv));
-    return levels.empty() ? 0.0 : 2.0 * out;
+    for (uint32_t k = levels.first; k < levels.first + levels.count; ++k)
+      out = std::min(out, model.least_boundary_p2p_ms(pc.candidate.microbatch_index, pc.table_levels[k]));
+    return levels.count == 0 ? 0.0 : 2.0 * out;
   };
-  return least(st.in_levels) + least(st.out_levels);
+  return least(st.in) + least(st.out);
 }
 
 // Per stage, the most compute (fwd + bwd per microbatch) it can hold in a split whose objective is <= bound:
@@ -47,7 +48,7 @@ std::vector<double> stage_compute_caps(const CostModel& model, const detail::Pre
   for (int64_t i = 0; i < c.depth; ++i) {
     const auto& st = pc.stages[static_cast<size_t>(i)];
     const double latency = st.ar_level >= 0 ? model.allreduce_ms(0, c.width, st.ar_level) : 0.0;
-    double x = (bound - latency) / m - least_p2p(model, c.microbatch_index, st);
+    double x = (bound - latency) / m - least_p2p(model, pc, st);
     if (!lanes_only && c.schedule == Schedule::gpipe && c.microbatches > 1) x = std::min(x, (bound - all) / (m - 1.0));
     const double plain = std::min(x, model.plain_capacity_ms(c.schedule, c.microbatch_index, st.in_flight));
     const double redo = x / (1.0 + share);

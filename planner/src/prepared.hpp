@@ -12,16 +12,20 @@
 
 namespace pd2bw::planner::detail {
 
+// A run [first, first + count) of one of PreparedCandidate's pooled arrays.
+struct Span {
+  uint32_t first = 0, count = 0;
+};
+
 struct PreparedStage {
   int64_t ar_level = -1;  // level the stage's replicas span (-1: width 1)
   int64_t in_flight = 0;
   // The p2p tables (CostModel::output_p2p_ms) of the distinct levels the stage's input and output
-  // boundaries cross over its replicas (empty at the pipeline's ends), and the distinct (input, output)
-  // pairs the replicas use, as indices into them (-1 at an end). The slowest pair sets the stage's busy
-  // time; the fastest level of each boundary its part in the fill and drain.
-  std::vector<const double*> in_tables, out_tables;
-  std::vector<int64_t> in_levels, out_levels;  // the levels of those tables, in the same order
-  std::vector<std::pair<int, int>> patterns;
+  // boundaries cross over its replicas (empty at the pipeline's ends; runs of PreparedCandidate::tables,
+  // a stage's `in` the stage before's `out`), and the distinct (input, output) pairs the replicas use (a
+  // run of PreparedCandidate::patterns), as indices into them (-1 at an end). The slowest pair sets the
+  // stage's busy time; the fastest level of each boundary its part in the fill and drain.
+  Span in, out, patterns;
 };
 
 struct PreparedCandidate {
@@ -36,6 +40,10 @@ struct PreparedCandidate {
   const double* weight = nullptr;
   const int64_t* weight_stash = nullptr;
   std::vector<PreparedStage> stages;
+  // What the stages' spans index, pooled (a deep candidate would otherwise allocate five arrays a stage).
+  std::vector<const double*> tables;
+  std::vector<int64_t> table_levels;  // the level of each table
+  std::vector<std::pair<int, int>> patterns;
   bool split_backward() const { return schemas::splits_backward(candidate.schedule); }
 };
 
@@ -88,16 +96,22 @@ inline RecomputeChoice choose_recompute(RecomputePolicy policy, int64_t plain, i
 
 // The boundary transfers of layers [b, e) on stage `st`: the slowest replica's per-microbatch p2p time
 // (both directions of both boundaries) and the fastest replica's one-way time over each boundary.
-[[gnu::always_inline]] inline void price_links(const PreparedStage& st, size_t b, size_t e, QuickCost& q) {
+[[gnu::always_inline]] inline void price_links(const PreparedCandidate& pc, const PreparedStage& st, size_t b, size_t e,
+                                               QuickCost& q) {
   double in[8], out[8];  // clusters have a handful of levels; more than 8 distinct ones never occur
-  const size_t ni = std::min<size_t>(st.in_tables.size(), 8), no = std::min<size_t>(st.out_tables.size(), 8);
-  for (size_t k = 0; k < ni; ++k) in[k] = st.in_tables[k][b - 1];
-  for (size_t k = 0; k < no; ++k) out[k] = st.out_tables[k][e - 1];
+  const size_t ni = std::min<size_t>(st.in.count, 8), no = std::min<size_t>(st.out.count, 8);
+  const double* const* in_tables = pc.tables.data() + st.in.first;
+  const double* const* out_tables = pc.tables.data() + st.out.first;
+  for (size_t k = 0; k < ni; ++k) in[k] = in_tables[k][b - 1];
+  for (size_t k = 0; k < no; ++k) out[k] = out_tables[k][e - 1];
   q.in_ms = ni ? *std::min_element(in, in + ni) : 0.0;
   q.out_ms = no ? *std::min_element(out, out + no) : 0.0;
   double worst = 0.0;
-  for (const auto& [i, o] : st.patterns)
+  const auto* pattern = pc.patterns.data() + st.patterns.first;
+  for (size_t k = 0; k < st.patterns.count; ++k) {
+    const auto [i, o] = pattern[k];
     worst = std::max(worst, 2.0 * ((i >= 0 ? in[i] : 0.0) + (o >= 0 ? out[o] : 0.0)));
+  }
   q.p2p_ms = worst;
 }
 
@@ -124,7 +138,7 @@ inline RecomputeChoice choose_recompute(RecomputePolicy policy, int64_t plain, i
   q.param_bytes = pc.params[e] - pc.params[b];
   q.stash_one = pc.stash[e] - pc.stash[b];
   if (pc.split_backward()) q.weight_stash = pc.weight_stash[e] - pc.weight_stash[b];
-  price_links(st, b, e, q);
+  price_links(pc, st, b, e, q);
   q.comm_bytes = pipeline::comm_buffer_bytes(stage, c.depth, q.in_bytes, q.out_bytes);
   // pipeline::stage_memory's total, without building the breakdown.
   const int64_t base = saturating_add(pc.statics.total(q.param_bytes), saturating_add(q.comm_bytes, pc.reserve_bytes));

@@ -8,20 +8,24 @@ namespace pd2bw::planner::detail {
 
 namespace {
 
-// The distinct levels in `levels`, as p2p tables, and each entry's index among them.
-std::vector<int> distinct_tables(const CostModel& model, int64_t bi, const std::vector<int64_t>& levels,
-                                 std::vector<const double*>& tables, std::vector<int64_t>& seen) {
-  std::vector<int> index;
-  for (int64_t lv : levels) {
-    auto it = std::find(seen.begin(), seen.end(), lv);
-    if (it == seen.end()) {
-      seen.push_back(lv);
-      tables.push_back(model.output_p2p_ms(bi, lv).data());
-      it = seen.end() - 1;
+// Appends to pc's pools the distinct levels of stage i's output boundary over its replicas (as p2p
+// tables) and sets `index` to each replica's among them; returns their span.
+Span distinct_out_tables(const CostModel& model, PreparedCandidate& pc, int64_t i, std::vector<int>& index) {
+  const Candidate& c = pc.candidate;
+  const auto first = static_cast<uint32_t>(pc.tables.size());
+  index.clear();
+  for (int64_t r = 0; r < c.width; ++r) {
+    const int64_t lv = model.level_between(CostModel::rank_of(c, i, r), CostModel::rank_of(c, i + 1, r));
+    const auto begin = pc.table_levels.begin() + first;
+    auto it = std::find(begin, pc.table_levels.end(), lv);
+    if (it == pc.table_levels.end()) {
+      pc.table_levels.push_back(lv);
+      pc.tables.push_back(model.output_p2p_ms(c.microbatch_index, lv).data());
+      it = pc.table_levels.end() - 1;
     }
-    index.push_back(static_cast<int>(it - seen.begin()));
+    index.push_back(static_cast<int>(it - pc.table_levels.begin() - first));
   }
-  return index;
+  return {first, static_cast<uint32_t>(pc.tables.size() - first)};
 }
 
 }  // namespace
@@ -53,23 +57,22 @@ PreparedCandidate prepare_memory(const CostModel& model, const Candidate& c) {
 
 PreparedCandidate prepare(const CostModel& model, const Candidate& c) {
   PreparedCandidate pc = prepare_memory(model, c);
-  std::vector<int> in_index;  // per replica, into the stage's in_tables
+  std::vector<int> in_index, out_index;  // per replica, into the stage's input / output tables
   for (int64_t i = 0; i < c.depth; ++i) {
     auto& st = pc.stages[static_cast<size_t>(i)];
     if (c.width > 1) st.ar_level = model.allreduce_level(c, i);
-    std::vector<int> out_index;
-    if (i + 1 < c.depth)
-      out_index = distinct_tables(model, c.microbatch_index, model.boundary_levels(c, i), st.out_tables, st.out_levels);
+    if (i + 1 < c.depth) st.out = distinct_out_tables(model, pc, i, out_index);
+    st.patterns.first = static_cast<uint32_t>(pc.patterns.size());
     for (int64_t r = 0; r < c.width; ++r) {
       const std::pair<int, int> p{i > 0 ? in_index[static_cast<size_t>(r)] : -1,
                                   i + 1 < c.depth ? out_index[static_cast<size_t>(r)] : -1};
-      if (std::find(st.patterns.begin(), st.patterns.end(), p) == st.patterns.end()) st.patterns.push_back(p);
+      if (std::find(pc.patterns.begin() + st.patterns.first, pc.patterns.end(), p) == pc.patterns.end())
+        pc.patterns.push_back(p);
     }
+    st.patterns.count = static_cast<uint32_t>(pc.patterns.size() - st.patterns.first);
     if (i + 1 < c.depth) {  // the next stage's input tables are this stage's output tables
-      auto& next = pc.stages[static_cast<size_t>(i + 1)];
-      next.in_tables = st.out_tables;
-      next.in_levels = st.out_levels;
-      in_index = out_index;
+      pc.stages[static_cast<size_t>(i + 1)].in = st.out;
+      in_index.swap(out_index);
     }
   }
   return pc;
