@@ -159,12 +159,15 @@ class StepLowerBound {
     Stage& stage(int64_t k) const;
     // Whether stage k's run [a, e) fits, with or without recompute, in limit_ bytes: remembered in `known`.
     bool fits(const Stage& st, Known& known, bool redo, int64_t a, int64_t e) const;
+    int64_t plain_statics(int64_t params) const;
     const Candidate& c_;
     const StaticFactors& statics_;
     const std::vector<double>&cp_, &rp_;
     const std::vector<int64_t>&sp_, &pp_, &wp_;
     int64_t input_ = 0, limit_ = 0;
     int64_t min_in_ = 0, min_out_ = 0, reserve_ = 0;  // the smallest boundary tensors; the reserve
+    int unit_shift_ = -1;                             // log2 of the compute dtype's bytes (-1: no power of 2)
+    int64_t state_terms_ = 0;                         // master, gradients and moments: elements per parameter
     RecomputePolicy policy_;
     bool split_ = false;
     // The candidate's own terms are far from 2^63 (each stage adds its own, Stage::small).

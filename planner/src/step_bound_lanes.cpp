@@ -19,6 +19,7 @@
 // whose real lane is <= T, so its relaxed lane is too and g_{k+1} >= a_{k+1}. Hence the walk reaches L;
 // when it does not, no split has all lanes <= T.
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <mutex>
 #include <tuple>
@@ -66,6 +67,9 @@ StepLowerBound::Relaxed::Relaxed(const StepLowerBound& bound, const Candidate& c
   // below 2^20, and the static bytes and fixed buffers below 2^60.
   small_ = bound.bytes_small_[bi] != 0 && input_ >= 0 && input_ < (int64_t{1} << 40) && c.microbatches < kCounts &&
            c.depth < kCounts && statics_.total(pp_.back()) < kBig;
+  const auto unit = static_cast<uint64_t>(statics_.compute_bytes);
+  unit_shift_ = unit > 0 && std::has_single_bit(unit) ? std::countr_zero(unit) : -1;
+  state_terms_ = (statics_.master() ? 1 : 0) + 1 + statics_.moments;
 }
 
 StepLowerBound::Relaxed::~Relaxed() {
@@ -111,7 +115,7 @@ bool StepLowerBound::Relaxed::fits(const Stage& st, Known& known, bool redo, int
     } else {
       term = redo ? st.in_flight * input_ + stash : st.in_flight * stash;
     }
-    const bool in = statics_.total(pp_[ue] - pp_[ua]) + st.fixed + term <= limit_;
+    const bool in = plain_statics(pp_[ue] - pp_[ua]) + st.fixed + term <= limit_;
     (in ? ok : bad) = e;
     return in;
   }
@@ -121,6 +125,13 @@ bool StepLowerBound::Relaxed::fits(const Stage& st, Known& known, bool redo, int
   const bool in = saturating_add(saturating_add(statics_.total(pp_[ue] - pp_[ua]), st.fixed), term) <= limit_;
   (in ? ok : bad) = e;
   return in;
+}
+
+// statics_.total(params) for params >= 0 below the whole model's (small_): nothing saturates, and a
+// compute dtype of 2^k bytes divides by a shift.
+int64_t StepLowerBound::Relaxed::plain_statics(int64_t params) const {
+  const int64_t units = unit_shift_ >= 0 ? params >> unit_shift_ : params / statics_.compute_bytes;
+  return statics_.versions * params + state_terms_ * (units * statics_.state_bytes);
 }
 
 // detail::choose_recompute on the stage's two byte counts, each asked only when the choice needs it: never
