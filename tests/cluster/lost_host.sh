@@ -67,8 +67,9 @@ resumes() {
 
 # 1. Host 2's processes are killed: mpirun sees its daemon go, ends the job and says so; a rank of host 1
 #    says where to resume from: rank 0 on mpirun's SIGTERM, or the rank whose MPI call failed first (the
-#    dead peer's connection reset). The watch waits 30 s here, so that it is mpirun that notices even on
-#    a busy machine (rank 2 has been silent since it stopped).
+#    dead peer's connection reset; tests/cli/train_lost_rank.sh, over shared memory, holds rank 0 to its
+#    SIGTERM note). The watch waits 30 s here, so that it is mpirun that notices even on a busy machine
+#    (rank 2 has been silent since it stopped).
 if stopped_rank2 kill 30; then
   # shellcheck disable=SC2046  # one pid per word
   kill -9 $(hosts_pids "$H2")
