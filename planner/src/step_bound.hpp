@@ -154,8 +154,8 @@ class StepLowerBound {
       uint8_t filled, older;                // slots of `known` in use; the one filled longest ago
       std::array<Known, 4> known;           // the last starts asked
     };
-    // Stage k, priced on its first call (a walk stops at the last layer or at its limit, often long
-    // before stage d - 1, so most candidates never price most of their stages).
+    // Stage k, priced on its first call. Most walks do reach most stages; what this saves is zeroing a
+    // whole record per stage up front in a table that was cold (the table now comes from the pool).
     Stage& stage(int64_t k) const;
     // Whether stage k's run [a, e) fits, with or without recompute, in limit_ bytes: remembered in `known`.
     bool fits(const Stage& st, Known& known, bool redo, int64_t a, int64_t e) const;
