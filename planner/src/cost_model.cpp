@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <array>
-#include <bit>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -157,8 +156,7 @@ CostModel::CostModel(const Profile& profile, const Cluster& cluster, const Const
   for (const auto& level : cluster_.levels) {
     span = checked_mul(span, level.size, "the cluster's device count");
     level_span_.push_back(span);
-    level_shift_.push_back(std::has_single_bit(static_cast<uint64_t>(span)) ? std::countr_zero(static_cast<uint64_t>(span))
-                                                                             : -1);
+    level_shift_.push_back(exact_log2(static_cast<uint64_t>(span)));
   }
   prepare_curves();
   const size_t n = profile_.layers.size();

@@ -195,16 +195,29 @@ class StepLowerBound {
     std::optional<Relaxed> relaxed_;
 
    public:
-    // No walk at t < short_at reaches the last layer, every walk at t >= reach_at does (when known).
-    bool has_short = false, has_reach = false;
-    double short_at = 0, reach_at = 0;
-    std::vector<int64_t> short_ends, reach_ends, ends;  // per stage k, g_{k+1} (L once reached); ends: scratch
-    // The same for RuleWalks::zb_reaches' walks (its stage ends grow with t as well): the walk nearest
-    // below the limits asked that did not reach, and the one nearest above that did. A walk that stopped
-    // at stage k holds its start there for the later stages.
-    bool zb_has_short = false, zb_has_reach = false;
-    double zb_short_at = 0, zb_reach_at = 0;
-    std::vector<int64_t> zb_short_ends, zb_reach_ends, zb_ends;
+    // The walks nearest to the limits asked on either side: one that did not reach the last layer (below)
+    // and one that did (above), each with its stage ends (per stage k, g_{k+1}; L once reached, and a walk
+    // that stopped at stage k holds its start there for the later stages). A walk's ends only grow with
+    // its limit, so a walk between the two ends each stage between theirs.
+    struct WalkBrackets {
+      bool has_short = false, has_reach = false;
+      double short_at = 0, reach_at = 0;  // the limits from which on each decides (below: under it)
+      std::vector<int64_t> short_ends, reach_ends;
+      std::vector<int64_t> ends;  // the walk in progress
+      // Whether a walk that decides from `at` on is nearer than the one kept on its side.
+      bool nearer(bool reached, double at) const {
+        return reached ? !has_reach || at < reach_at : !has_short || at > short_at;
+      }
+      // Keeps the walk in progress (`ends`) on its side, deciding from `at` on.
+      void remember(bool reached, double at) {
+        (reached ? reach_ends : short_ends).swap(ends);
+        (reached ? has_reach : has_short) = true;
+        (reached ? reach_at : short_at) = at;
+      }
+    };
+    // lanes_reach's: no walk at t < short_at reaches, every walk at t >= reach_at does (the interval each
+    // walk decides, lanes_reach's comment). RuleWalks::zb_reaches': the limits of the walks themselves.
+    WalkBrackets lanes, zb;
     // rules_out's limit-free parts (filled on its first call): per stage the plain capacity at its in-flight
     // count and the sum of 2 in_fast over the later stages, stage 0's allreduce and update; flush's W(f).
     std::vector<double> plain, ins_after, runs;

@@ -19,7 +19,6 @@
 // whose real lane is <= T, so its relaxed lane is too and g_{k+1} >= a_{k+1}. Hence the walk reaches L;
 // when it does not, no split has all lanes <= T.
 #include <algorithm>
-#include <bit>
 #include <cstdint>
 #include <mutex>
 #include <tuple>
@@ -27,6 +26,7 @@
 #include <vector>
 
 #include "bisect.hpp"
+#include "pd2bw/checked.hpp"
 #include "pd2bw/pipeline/memory.hpp"
 #include "pd2bw/planner/partition.hpp"
 #include "prepared.hpp"
@@ -67,8 +67,7 @@ StepLowerBound::Relaxed::Relaxed(const StepLowerBound& bound, const Candidate& c
   // below 2^20, and the static bytes and fixed buffers below 2^60.
   small_ = bound.bytes_small_[bi] != 0 && input_ >= 0 && input_ < (int64_t{1} << 40) && c.microbatches < kCounts &&
            c.depth < kCounts && statics_.total(pp_.back()) < kBig;
-  const auto unit = static_cast<uint64_t>(statics_.compute_bytes);
-  unit_shift_ = unit > 0 && std::has_single_bit(unit) ? std::countr_zero(unit) : -1;
+  unit_shift_ = exact_log2(static_cast<uint64_t>(std::max<int64_t>(statics_.compute_bytes, 0)));
   state_terms_ = (statics_.master() ? 1 : 0) + 1 + statics_.moments;
 }
 
@@ -182,7 +181,7 @@ bool StepLowerBound::lanes_reach(const Candidate& c, double t) const {
   return lanes_reach(p, t);
 }
 
-// The walk at t within the ends of the walks at p.short_at < t (which did not reach) and p.reach_at > t:
+// The walk at t within the ends of the walks (Probe::lanes) at short_at < t (which did not reach) and reach_at > t:
 // g_{k+1}(short_at) <= g_{k+1}(t) <= g_{k+1}(reach_at), so each stage's end is searched between them, and
 // where they meet it is known without a probe. The ends are the same as a walk's from scratch.
 //
@@ -195,8 +194,9 @@ bool StepLowerBound::lanes_reach(const Candidate& c, double t) const {
 bool StepLowerBound::lanes_reach(Probe& p, double t) const {
   const Candidate& c = p.c;
   if (c.chunks > 1 || c.depth < 1) return true;
-  if (p.has_short && t < p.short_at) return false;
-  if (p.has_reach && t >= p.reach_at) return true;
+  auto& walks = p.lanes;
+  if (walks.has_short && t < walks.short_at) return false;
+  if (walks.has_reach && t >= walks.reach_at) return true;
   const bool at_infinity = !(t < kInfinity);
   // Candidates that differ only past memory_microbatches share their answer at infinity.
   const auto key = std::make_tuple(c.schedule, c.microbatch_index, c.depth, CostModel::memory_microbatches(c));
@@ -212,9 +212,8 @@ bool StepLowerBound::lanes_reach(Probe& p, double t) const {
       short_of_memory = true;
     }
     if (short_of_memory) {
-      p.has_short = true;
-      p.short_at = kInfinity;
-      p.short_ends.assign(static_cast<size_t>(c.depth), 0);
+      walks.ends.assign(static_cast<size_t>(c.depth), 0);
+      walks.remember(false, kInfinity);
       return false;
     }
   }
@@ -225,7 +224,7 @@ bool StepLowerBound::lanes_reach(Probe& p, double t) const {
   const int64_t L = model_.num_layers();
   const double m = static_cast<double>(c.microbatches);
   const auto d = static_cast<size_t>(c.depth);
-  p.ends.assign(d, L);
+  walks.ends.assign(d, L);
   int64_t a = 0;
   double need = -kInfinity, next = kInfinity;  // max_k n_k and min_k x_k so far
   int64_t held = 1;                            // the layers of the stage before (at least 1)
@@ -236,8 +235,8 @@ bool StepLowerBound::lanes_reach(Probe& p, double t) const {
     const auto& l = links[k];
     const int64_t ar_level = levels.ar_level[k];
     const auto ua = static_cast<size_t>(a);
-    const int64_t low = p.has_short ? std::max(a, p.short_ends[k]) : a;
-    const int64_t high = p.has_reach ? std::max(low, std::min(L, p.reach_ends[k])) : L;
+    const int64_t low = walks.has_short ? std::max(a, walks.short_ends[k]) : a;
+    const int64_t high = walks.has_reach ? std::max(low, std::min(L, walks.reach_ends[k])) : L;
     const int64_t start = a;
     // Stage k's lane over [start, e), or a lower bound on it where that is above t (infinity: no memory).
     auto lane = [&](int64_t e) {
@@ -264,17 +263,15 @@ bool StepLowerBound::lanes_reach(Probe& p, double t) const {
     };
     // A walk just below one that reached mostly ends its stages where that one did, and a stage mostly
     // holds as many layers as the one before: the search starts there.
-    const int64_t guess = p.has_reach ? high : std::min(high, low + held);
+    const int64_t guess = walks.has_reach ? high : std::min(high, low + held);
     a = low >= high ? low : detail::gallop_from(low, high, guess, ok);
     held = std::max<int64_t>(1, a - start);
-    p.ends[k] = a;
+    walks.ends[k] = a;
     if (a > start) need = std::max(need, in_e == a ? in_v : lane(a));
     if (a < L) next = std::min(next, out_e == a + 1 ? out_v : lane(a + 1));
   }
   const bool reached = a >= L;  // at infinity it does: memory_reaches said so
-  (reached ? p.reach_ends : p.short_ends).swap(p.ends);
-  (reached ? p.has_reach : p.has_short) = true;
-  (reached ? p.reach_at : p.short_at) = reached ? std::min(t, need) : std::max(t, next);
+  walks.remember(reached, reached ? std::min(t, need) : std::max(t, next));
   return reached;
 }
 

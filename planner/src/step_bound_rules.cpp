@@ -143,8 +143,9 @@ class StepLowerBound::RuleWalks {
     const double t = t0 - h0_, all_y = y(cp_.size() - 1);
     // Each stage's end lies between the ends of the nearest walks below and above t0 (Probe): the
     // searches below look between them only, and find the same ends.
-    const bool below = p_.zb_has_short && p_.zb_short_at <= t0, above = p_.zb_has_reach && t0 <= p_.zb_reach_at;
-    std::vector<int64_t>& ends = p_.zb_ends;
+    auto& walks = p_.zb;
+    const bool below = walks.has_short && walks.short_at <= t0, above = walks.has_reach && t0 <= walks.reach_at;
+    std::vector<int64_t>& ends = walks.ends;
     ends.assign(static_cast<size_t>(c_.depth), L_);
     double ins_before = 0.0;
     size_t a = 0;
@@ -152,19 +153,14 @@ class StepLowerBound::RuleWalks {
     // Remembers this walk for the next ones (stages from `k` on hold the last start).
     auto done = [&](bool reached) {
       for (int64_t j = k; j < c_.depth; ++j) ends[static_cast<size_t>(j)] = reached ? L_ : static_cast<int64_t>(a);
-      const bool nearer = reached ? !p_.zb_has_reach || t0 < p_.zb_reach_at : !p_.zb_has_short || t0 > p_.zb_short_at;
-      if (nearer) {
-        (reached ? p_.zb_reach_ends : p_.zb_short_ends).swap(ends);
-        (reached ? p_.zb_has_reach : p_.zb_has_short) = true;
-        (reached ? p_.zb_reach_at : p_.zb_short_at) = t0;
-      }
+      if (walks.nearer(reached, t0)) walks.remember(reached, t0);
       return reached;
     };
     for (; k < c_.depth; ++k) {
       const auto uk = static_cast<size_t>(k);
       const auto& l = links_[uk];
-      const size_t lo = below ? std::max(a, static_cast<size_t>(p_.zb_short_ends[uk])) : a;
-      const size_t hi = above ? std::max(lo, static_cast<size_t>(p_.zb_reach_ends[uk])) : static_cast<size_t>(L_);
+      const size_t lo = below ? std::max(a, static_cast<size_t>(walks.short_ends[uk])) : a;
+      const size_t hi = above ? std::max(lo, static_cast<size_t>(walks.reach_ends[uk])) : static_cast<size_t>(L_);
       const double after = split_ ? zb_trailing(c_, k) : 0.0;
       const double budget =
           (t + (m_ + 1.0) * excess_ - (1.0 - r_) * cp_[a] - ins_before - m_ * l.lane) / (m_ - after * r_);
@@ -270,7 +266,7 @@ bool StepLowerBound::rules_out(Probe& p, double limit) const {
   const Candidate& c = p.c;
   if (c.depth < 2 || !(limit < kInfinity) || c.chunks > 1) return false;
   const double at = limit * (1.0 + 1e-9);  // rounding must not rule out a split at the limit itself
-  if (p.has_short && at < p.short_at) return true;  // the lanes' walk is known not to reach (below)
+  if (p.lanes.has_short && at < p.lanes.short_at) return true;  // the lanes' walk is known not to reach (below)
   if (p.plain.empty()) prepare_rules(p);
   const RuleWalks walks(*this, p, at);
   const bool flush = c.schedule == Schedule::flush && c.microbatches > 1;

@@ -31,8 +31,8 @@ struct StepLowerBoundProbeTest {
       auto fresh = [&](double t) { return rules ? bound.rules_out(c, t) : !bound.lanes_reach(c, t); };
       StepLowerBound::Probe p(bound, c);
       auto probed = [&](double t) {
-        const bool known = (p.has_short && t * (rules ? 1.0 + 1e-9 : 1.0) < p.short_at) ||
-                           (!rules && p.has_reach && t >= p.reach_at);
+        const bool known = (p.lanes.has_short && t * (rules ? 1.0 + 1e-9 : 1.0) < p.lanes.short_at) ||
+                           (!rules && p.lanes.has_reach && t >= p.lanes.reach_at);
         ++asked;
         if (known) ++decided;
         return rules ? bound.rules_out(p, t) : !bound.lanes_reach(p, t);

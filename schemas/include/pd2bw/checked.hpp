@@ -4,6 +4,7 @@
 // result against a limit: a size that does not fit in 64 bits does not fit in any device either).
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -45,5 +46,9 @@ constexpr int64_t saturating_mul(int64_t a, int64_t b) {
   int64_t out = 0;
   return __builtin_mul_overflow(a, b, &out) ? INT64_MAX : out;
 }
+
+// log2(n) when n is a power of two, else -1: a hot loop divides by such an n with a shift (n >> k is
+// n / 2^k for n >= 0).
+constexpr int exact_log2(uint64_t n) { return std::has_single_bit(n) ? std::countr_zero(n) : -1; }
 
 }  // namespace pd2bw
