@@ -31,8 +31,8 @@ ChunkPricer::ChunkPricer(const CostModel& model, const Candidate& c) : model_(mo
   walks_ = model.position_walks(c);
   for (int64_t p = 0; p < d; ++p) ar_level_.push_back(c.width > 1 ? model.allreduce_level(c, p) : -1);
   peaks_.resize(static_cast<size_t>(2 * d));
-  held_key_.resize(static_cast<size_t>(d));
-  held_value_.resize(static_cast<size_t>(d));
+  held_slots_.resize(static_cast<size_t>(n));
+  held_older_.assign(static_cast<size_t>(n), 0);
   // Replicas whose chunks' boundaries cross the same levels move as much: one of each kind is priced.
   kinds_.resize(static_cast<size_t>(d));
   for (int64_t p = 0; p < d; ++p) {
@@ -156,46 +156,73 @@ std::pair<int64_t, double> ChunkPricer::busiest_replica(int64_t position, const 
 }
 
 double ChunkPricer::objective(const std::vector<int64_t>& bounds, const std::vector<double>& lanes,
-                              const std::vector<char>& recompute) const {
+                              const std::vector<char>& recompute, double cutoff,
+                              const std::vector<double>* held) const {
   double most = 0.0;
   for (double lane : lanes) most = std::max(most, lane);
-  if (c_.schedule != Schedule::interleaved || !(most < kInfinity)) return most;
-  const auto d = static_cast<size_t>(c_.depth);
-  auto& work = cycle_work_;
-  auto& h = cycle_h_;
+  if (!(most < cutoff)) return most;
+  const auto d = static_cast<size_t>(c_.depth), n = static_cast<size_t>(chunks_total());
+  const double m = static_cast<double>(c_.microbatches);
+  const bool apart = pc_.split_backward();
+  // Chunk k's forward and backward as its StageCost has them (compute_ms less weight_ms).
+  auto chunk_u = [&](size_t k) {
+    const int64_t b = bounds[k], e = bounds[k + 1];
+    double x = (pc_.compute[e] - pc_.compute[b]) + (recompute[static_cast<size_t>(pos_[k])] ? pc_.redo[e] - pc_.redo[b] : 0.0);
+    if (apart) x -= pc_.weight[e] - pc_.weight[b];
+    return x;
+  };
   auto& u = cycle_u_;
-  work.resize(d);
-  h.resize(d);
-  u.resize(d);
-  for (size_t p = 0; p < d; ++p) {
-    h[p] = held_time(p, bounds);
-    work[p] = lanes[p] - h[p];
-    const int64_t b = bounds[p], e = bounds[p + 1];  // chunk p: the rank's first
-    u[p] = (pc_.compute[e] - pc_.compute[b]) + (recompute[p] ? pc_.redo[e] - pc_.redo[b] : 0.0);
+  u.resize(n);
+  if (c_.schedule == Schedule::interleaved) {  // its cycle first: it mostly binds, and then decides alone
+    auto& work = cycle_work_;
+    auto& h = cycle_h_;
+    work.resize(d);
+    h.resize(d);
+    for (size_t p = 0; p < d; ++p) {
+      h[p] = held ? (*held)[p] : held_time(p, bounds);
+      work[p] = lanes[p] - h[p];
+      u[p] = chunk_u(p);  // each rank's first chunk (no W apart)
+    }
+    most = std::max(most, interleaved_cycle(work, h, u));
+    if (!(most < cutoff)) return most;
   }
-  return std::max(most, interleaved_cycle(work, h, u));
+  // The climb through the last chunk without recompute, in O(1), a part of the climb that often decides.
+  const double h0 = held ? held->front() : held_time(0, bounds);
+  if (cutoff < kInfinity) {
+    auto upto = [&](int64_t layer) {
+      const auto k = static_cast<size_t>(layer);
+      return apart ? pc_.compute[k] - pc_.weight[k] : pc_.compute[k];
+    };
+    const int64_t b = bounds[n - 1], L = bounds[n];
+    const double quick = h0 + upto(b) + m * (upto(L) - upto(b));
+    if (!(quick < cutoff)) return std::max(most, quick);
+  }
+  for (size_t k = c_.schedule == Schedule::interleaved ? d : 0; k < n; ++k) u[k] = chunk_u(k);
+  return std::max(most, chunked_climb(u, h0, m));
 }
 
 double ChunkPricer::held_time(size_t p, const std::vector<int64_t>& bounds) const {
-  const auto& held = held_[p];
-  auto& key = held_key_[p];
-  bool same = key.size() == 2 * held.size();
-  for (size_t j = 0; same && j < held.size(); ++j) {
-    const auto k = static_cast<size_t>(held[j]);
-    same = key[2 * j] == bounds[k] && key[2 * j + 1] == bounds[k + 1];
-  }
-  if (same) return held_value_[p];
-  const int64_t lv = ar_level_[p];
   double h = 0.0;
-  key.clear();
-  for (int64_t k : held) {
-    const int64_t b = bounds[static_cast<size_t>(k)], e = bounds[static_cast<size_t>(k + 1)];
-    h += pc_.update[e] - pc_.update[b];
-    if (lv >= 0) h += model_.allreduce_ms(pc_.statics.grads(pc_.params[e] - pc_.params[b]), c_.width, lv);
-    key.push_back(b);
-    key.push_back(e);
+  for (int64_t k : held_[p]) {
+    const auto K = static_cast<size_t>(k);
+    h += chunk_held(K, bounds[K], bounds[K + 1], ar_level_[p]);
   }
-  return held_value_[p] = h;
+  return h;
+}
+
+double ChunkPricer::chunk_held(size_t k, int64_t b, int64_t e, int64_t lv) const {
+  auto& slots = held_slots_[k];
+  for (uint8_t i = 0; i < 2; ++i)
+    if (slots[i].begin == b && slots[i].end == e) {
+      held_older_[k] = static_cast<uint8_t>(1 - i);
+      return slots[i].ms;
+    }
+  const double allreduce =
+      lv >= 0 ? model_.allreduce_ms(pc_.statics.grads(pc_.params[e] - pc_.params[b]), c_.width, lv) : 0.0;
+  HeldSlot& slot = slots[held_older_[k]];
+  held_older_[k] = static_cast<uint8_t>(1 - held_older_[k]);
+  slot = {b, e, allreduce + (pc_.update[e] - pc_.update[b])};  // as StageCost's allreduce_ms + update_ms
+  return slot.ms;
 }
 
 PositionPrice ChunkPricer::price_position(int64_t position, const std::vector<int64_t>& bounds) const {

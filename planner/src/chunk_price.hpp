@@ -4,6 +4,7 @@
 // the stash walk of pipeline/stash.hpp over its chunks, the reserve once). Private to the planner.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <utility>
@@ -43,10 +44,16 @@ class ChunkPricer {
   // price_position's lane_ms alone (infinity when the rank does not fit), without building its StageCosts:
   // the split walk's inner step. Not thread-safe (scratch buffers); one walk per pricer.
   double position_lane(int64_t position, const std::vector<int64_t>& bounds, bool* recompute = nullptr) const;
-  // The split's objective from its ranks' lanes and recompute choices: the busiest lane and, for
-  // interleaved, its cycle (objective.hpp: interleaved_cycle).
+  // The split's objective from its ranks' lanes and recompute choices: the busiest lane, the climb
+  // (objective.hpp: chunked_climb) and, for interleaved, its cycle (interleaved_cycle). Below `cutoff` the
+  // result is the objective; a result at or above it only says that the objective is too (a cheaper part
+  // of it may stand in: a caller looking for a split below the cutoff learns all it needs). `held`, when
+  // given, is held_time of every position (a caller that re-prices a few ranks keeps it up to date).
   double objective(const std::vector<int64_t>& bounds, const std::vector<double>& lanes,
-                   const std::vector<char>& recompute) const;
+                   const std::vector<char>& recompute, double cutoff = kInfinity,
+                   const std::vector<double>* held = nullptr) const;
+  // Rank `position`'s allreduces and updates under `bounds`, summed as step_objective sums its chunks'.
+  double held_time(size_t position, const std::vector<int64_t>& bounds) const;
   // One StageCost per chunk, in model order; Split-wide objective = max over positions of lane_ms.
   std::vector<StageCost> price(const std::vector<int64_t>& bounds, double* objective) const;
 
@@ -74,11 +81,17 @@ class ChunkPricer {
   mutable std::vector<pipeline::ChunkStashBytes> plain_bytes_, redo_bytes_;  // scratch
   // Per position, without and with recompute: its stash peaks, each priced from the last bytes priced.
   mutable std::vector<pipeline::StashPeaks> peaks_;
-  // interleaved's cycle: per position its chunks' allreduce + update (held_time), kept with the chunk
-  // bounds it was summed at, and scratch.
-  double held_time(size_t position, const std::vector<int64_t>& bounds) const;
-  mutable std::vector<std::vector<int64_t>> held_key_;
-  mutable std::vector<double> held_value_, cycle_work_, cycle_h_, cycle_u_;
+  // held_time's terms and the objective's scratch.
+  // A chunk's allreduce + update, remembered for its last two (begin, end): a refinement's tries move one
+  // bound and mostly move it back.
+  struct HeldSlot {
+    int64_t begin = -1, end = -1;
+    double ms = 0;
+  };
+  double chunk_held(size_t chunk, int64_t begin, int64_t end, int64_t level) const;
+  mutable std::vector<std::array<HeldSlot, 2>> held_slots_;
+  mutable std::vector<uint8_t> held_older_;  // per chunk: the slot filled longer ago
+  mutable std::vector<double> cycle_work_, cycle_h_, cycle_u_;
 };
 
 // The most partial splits one chunked search may walk: the walk is exact but exponential in the chunks

@@ -158,14 +158,16 @@ Split refined(const ChunkPricer& pricer, Split s) {
   constexpr int kMoves = 2048;
   const auto n = static_cast<size_t>(pricer.chunks_total());
   const auto d = static_cast<size_t>(pricer.positions());
-  std::vector<double> lanes(d);
+  std::vector<double> lanes(d), held(d);
   std::vector<char> redo(d);
-  const auto price_at = [&](const std::vector<int64_t>& bounds, size_t p, std::vector<double>& l, std::vector<char>& r) {
+  const auto price_at = [&](const std::vector<int64_t>& bounds, size_t p, std::vector<double>& l, std::vector<char>& r,
+                            std::vector<double>& h) {
     bool rc = false;
     l[p] = pricer.position_lane(static_cast<int64_t>(p), bounds, &rc);
     r[p] = rc ? 1 : 0;
+    h[p] = pricer.held_time(p, bounds);
   };
-  for (size_t p = 0; p < d; ++p) price_at(s.bounds, p, lanes, redo);
+  for (size_t p = 0; p < d; ++p) price_at(s.bounds, p, lanes, redo, held);
   int tries = 0;
   for (bool moved = true; moved && tries < kMoves;) {
     moved = false;
@@ -177,16 +179,18 @@ Split refined(const ChunkPricer& pricer, Split s) {
         ++tries;
         auto l = lanes;
         auto r = redo;
+        auto h = held;
         const auto a = static_cast<size_t>(pricer.position_of(static_cast<int64_t>(k) - 1));
         const auto b = static_cast<size_t>(pricer.position_of(static_cast<int64_t>(k)));
-        price_at(bounds, a, l, r);
-        if (b != a) price_at(bounds, b, l, r);
-        const double objective = pricer.objective(bounds, l, r);
+        price_at(bounds, a, l, r, h);
+        if (b != a) price_at(bounds, b, l, r, h);
+        const double objective = pricer.objective(bounds, l, r, s.step_ms, &h);
         if (objective < s.step_ms) {
           s.bounds = std::move(bounds);
           s.step_ms = objective;
           lanes = std::move(l);
           redo = std::move(r);
+          held = std::move(h);
           moved = true;
         }
       }

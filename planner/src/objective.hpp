@@ -222,6 +222,27 @@ inline double interleaved_cycle(const std::vector<double>& work, const std::vect
   return best;
 }
 
+// The chunked schedules' climb through the model (interleaved, zb-v; chunk_price.cpp). The rank holding
+// chunk c runs its forwards in microbatch order, its backwards likewise, and each backward after its own
+// forward, so between microbatch 0's forward of chunk c and microbatch m - 1's backward of it (with that
+// backward's recompute) it runs the other m - 1 of each. From rank 0's update of one step, microbatch 0's
+// forward climbs chunks 0..c, chunk c's rank runs those 2 (m - 1) ops, the last microbatch's backward comes
+// back down chunks c..0, and rank 0 then allreduces and updates:
+//   S >= sum_{j < c} u_j + m u_c + h_0,
+// u_j chunk j's forward plus the backward on the way down (its B alone with a split backward: its W's may
+// wait), with the recompute where its rank recomputes; h_0 rank 0's allreduces and update. Transfers are
+// left out (the bound stays below the replay). It binds where the microbatches are few for the chunks:
+// with m < d v the pipeline never fills, and one microbatch's trip through the whole model is a large
+// share of the step. O(d v).
+inline double chunked_climb(const std::vector<double>& u, double h0, double m) {
+  double below = 0.0, best = 0.0;
+  for (double x : u) {
+    best = std::max(best, below + m * x);
+    below += x;
+  }
+  return h0 + best;
+}
+
 // Whether a fold's sums hold the backward less its W (the split-backward schedules').
 template <class Fold>
 inline constexpr bool kSplitFold = std::is_same_v<Fold, ZbH1Fold> || std::is_same_v<Fold, ZbH2Fold>;

@@ -302,9 +302,13 @@ double StepLowerBound::operator()(const Candidate& c) {
   const int64_t total_static = model_.static_bytes(c.schedule, 0, model_.num_layers());
   if (max_layer_static_[static_cast<size_t>(c.schedule)] > cap_bytes_ || total_static > saturating_mul(cap_bytes_, c.depth))
     return kInfinity;
-  // A chunked rank's layers are not one run, and its chunks keep different counts: only the average holds
-  // here; refined() adds chunked_bound, each rank's memory floor (step_bound_chunked.cpp).
-  if (c.chunks > 1) return average_bound(c, 0.0) * (1.0 - 1e-9);
+  // A chunked rank's layers are not one run, and its chunks keep different counts: only the average and
+  // one microbatch's climb through the model hold here; refined() adds chunked_bound, each rank's memory
+  // floor (step_bound_chunked.cpp).
+  if (c.chunks > 1)
+    return std::max(average_bound(c, 0.0),
+                    chunked_climb_floor(c) + static_cast<double>(c.chunks) * least_allreduce_ms(c.width)) *
+           (1.0 - 1e-9);
   // Some stage holds at least ceil(L / d) layers, and so at least the least compute of that many in a row.
   const int64_t most = (model_.num_layers() + c.depth - 1) / c.depth;
   const double crowded = static_cast<double>(c.microbatches) * least_window_ms(static_cast<size_t>(c.microbatch_index), most);

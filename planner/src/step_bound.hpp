@@ -63,8 +63,9 @@ class StepLowerBound {
 
   // For a chunked candidate (interleaved, zb-v; 0 for the others): the busiest rank's lane when each rank
   // holds at most the layers its memory floor allows (chunk_floor.hpp), priced at the largest layers and
-  // with the recompute it forces (step_bound_chunked.cpp, with the proof); infinity when the floors prove
-  // that no split fits. refined() returns it for them. O(L + d (v + log L)) plus a bisection of O(d) steps for
+  // with the recompute it forces (step_bound_chunked.cpp, with the proof), or the climb of one microbatch
+  // through the model (chunked_climb_floor) where that is more; infinity when the floors prove that no
+  // split fits. refined() returns it for them. O(L + d (v + log L)) plus a bisection of O(d) steps for
   // the first candidate of a schedule, depth, chunk count, walked m and microbatch size; O(levels) after.
   double chunked_bound(const Candidate& c);
 
@@ -116,6 +117,13 @@ class StepLowerBound {
   // memoised by schedule, depth, chunks, walked microbatches (pipeline::walk_microbatches) and microbatch index.
   double chunked_least_x(const Candidate& c);
   std::map<std::tuple<Schedule, int64_t, int64_t, int64_t, int64_t>, double> chunked_least_x_;
+  // The chunked candidates' climb through the model (objective.hpp: chunked_climb) on any split, less rank
+  // 0's allreduces and update: max over layers l of U(l + 1) + (m - 1) u_l (step_bound_chunked.cpp).
+  // Memoised by microbatch index, m and whether W is apart; O(L) for a new one.
+  double chunked_climb_floor(const Candidate& c);
+  std::map<std::tuple<int64_t, int64_t, bool>, double> chunked_climb_;
+  // The least allreduce of nothing across `width` replicas at any level (0 for one replica).
+  double least_allreduce_ms(int64_t width) const;
   // The least fwd + bwd of k consecutive layers at microbatch index bi (memoised).
   double least_window_ms(size_t bi, int64_t k);
   // Sum of plain_capacity over f = 1..n, each term clipped to [low, high].

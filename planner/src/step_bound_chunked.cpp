@@ -63,14 +63,38 @@ double StepLowerBound::chunked_bound(const Candidate& c) {
   const double x = it->second;
   if (!(x < kInfinity)) return kInfinity;
   const int64_t L = model_.num_layers();
-  double q = kInfinity, a = kInfinity;
-  for (size_t lv = 0; lv < model_.cluster().levels.size(); ++lv) {
+  double q = kInfinity;
+  for (size_t lv = 0; lv < model_.cluster().levels.size(); ++lv)
     q = std::min(q, 2.0 * model_.least_boundary_p2p_ms(c.microbatch_index, static_cast<int64_t>(lv)));
-    a = std::min(a, model_.allreduce_ms(0, c.width, static_cast<int64_t>(lv)));
-  }
   if (c.depth < 2 || L < 2) q = 0.0;
+  const double m = static_cast<double>(c.microbatches), a = least_allreduce_ms(c.width);
+  // Rounding never lifts it above a cost.
+  return (std::max(m * (x + q), chunked_climb_floor(c)) + static_cast<double>(c.chunks) * a) * (1.0 - 1e-9);
+}
+
+double StepLowerBound::least_allreduce_ms(int64_t width) const {
+  double a = kInfinity;
+  for (size_t lv = 0; lv < model_.cluster().levels.size(); ++lv)
+    a = std::min(a, model_.allreduce_ms(0, width, static_cast<int64_t>(lv)));
+  return a < kInfinity ? a : 0.0;
+}
+
+// The climb on any split. Chunk c holding layer l ends at or past l + 1 and holds at least l, so with the
+// per-layer u (forward and backward, less W with a split backward) and U its prefix sums, its climb
+// sum_{j < c} u_j + m u_c = U(end_c) + (m - 1) u_c >= U(l + 1) + (m - 1) u_l: recompute only adds, and so do
+// rank 0's allreduces and update (the caller adds its v allreduces of at least least_allreduce_ms).
+double StepLowerBound::chunked_climb_floor(const Candidate& c) {
+  const bool apart = pipeline::splits_backward(c.schedule);
+  auto [it, fresh] = chunked_climb_.try_emplace({c.microbatch_index, c.microbatches, apart}, 0.0);
+  if (!fresh) return it->second;
+  const auto& cp = model_.compute_prefix(c.microbatch_index);
+  const std::vector<double> none(apart ? 0 : cp.size(), 0.0);  // no W apart: nothing to take off
+  const auto& wp = apart ? model_.weight_prefix(c.microbatch_index) : none;
   const double m = static_cast<double>(c.microbatches);
-  return (m * (x + q) + static_cast<double>(c.chunks) * a) * (1.0 - 1e-9);  // rounding never lifts it above a cost
+  double best = 0.0;
+  for (size_t l = 0; l + 1 < cp.size(); ++l)
+    best = std::max(best, (cp[l + 1] - wp[l + 1]) + (m - 1.0) * ((cp[l + 1] - cp[l]) - (wp[l + 1] - wp[l])));
+  return it->second = best;
 }
 
 double StepLowerBound::chunked_least_x(const Candidate& c) {

@@ -81,7 +81,9 @@ void for_each_candidate(const planner::CostModel& model, Visit&& visit, bool one
 // flush's with the backward less its W (weight_ms) in u and cb, part_k at least m t_k - n_k W_k and the
 // double round trip's middle (m - 2 - w) (t_k - W_k), and n_i W_i added at the turn, n_i = min(i + 1, m).
 // zb-h2's is zb-h1's without the round trips (part_k = m t_k - n_k W_k), with n_i = min(2 i + 1, m); a chunked candidate's (interleaved, zb-v: `st` has a StageCost per
-// chunk) is the largest, over ranks, of the step_ms of the chunks the rank holds, added up.
+// chunk) is the largest, over ranks, of the step_ms of the chunks the rank holds, added up, and over
+// chunks k, of m (compute - W)_k + sum_{j < k} (compute - W)_j plus rank 0's allreduces and updates (the
+// climb); interleaved also has its cycle.
 inline double reference_objective(const planner::Candidate& c, const std::vector<planner::StageCost>& st) {
   const auto d = st.size();
   const double m = static_cast<double>(c.microbatches);
@@ -94,6 +96,21 @@ inline double reference_objective(const planner::Candidate& c, const std::vector
   }
   if (c.chunks > 1) {
     double best = *std::max_element(ranks.begin(), ranks.end());
+    // The climb: from rank 0's update, microbatch 0's forward up chunks 0..k, m of chunk k's forward and
+    // backward (its B: compute less W), the last backward back down to chunk 0, rank 0's allreduces and
+    // updates.
+    double held = 0;
+    for (size_t k = 0; k < d; ++k)
+      if (schemas::chunk_position(c.schedule, c.depth, static_cast<int64_t>(k)) == 0)
+        held += st[k].allreduce_ms + st[k].update_ms;
+    // (Summed as the planner sums it, so that equal climbs of different splits tie exactly: with m = 1
+    // the climb is the whole model whatever the split.)
+    double below = 0, climb = 0;
+    for (size_t k = 0; k < d; ++k) {
+      climb = std::max(climb, below + m * (st[k].compute_ms - st[k].weight_ms));
+      below += st[k].compute_ms - st[k].weight_ms;
+    }
+    best = std::max(best, held + climb);
     if (c.schedule != schemas::Schedule::interleaved) return best;
     // Interleaved: over ranks i <= k, rank k's work (its lane less its allreduces and updates) plus the
     // forward and backward of chunks i..k-1 (each rank's first) plus rank i's allreduces and updates.
