@@ -96,6 +96,7 @@ StepLowerBound::StepLowerBound(const CostModel& model) : model_(model), forced_r
     for (auto& per_b : *v) per_b.assign(p.microbatch_sizes.size(), std::vector<double>{0.0});
   least_window_.resize(p.microbatch_sizes.size());
   top_layers_.resize(p.microbatch_sizes.size());
+  least_redo_layers_.resize(p.microbatch_sizes.size());
 }
 
 void StepLowerBound::add_layer_extremes(size_t bi) {
@@ -307,7 +308,8 @@ double StepLowerBound::operator()(const Candidate& c) {
   // floor (step_bound_chunked.cpp).
   if (c.chunks > 1)
     return std::max(average_bound(c, 0.0),
-                    chunked_climb_floor(c) + static_cast<double>(c.chunks) * least_allreduce_ms(c.width)) *
+                    chunked_climb_floor(c, model_.constraints().recompute == RecomputePolicy::always ? model_.num_layers() : 0) +
+                        static_cast<double>(c.chunks) * least_allreduce_ms(c.width)) *
            (1.0 - 1e-9);
   // Some stage holds at least ceil(L / d) layers, and so at least the least compute of that many in a row.
   const int64_t most = (model_.num_layers() + c.depth - 1) / c.depth;

@@ -115,13 +115,23 @@ class StepLowerBound {
   std::vector<std::vector<double>> top_layers_;
   // chunked_bound's x*, the least compute per microbatch of the busiest rank (infinity: no split fits),
   // memoised by schedule, depth, chunks, walked microbatches (pipeline::walk_microbatches) and microbatch index.
-  double chunked_least_x(const Candidate& c);
-  std::map<std::tuple<Schedule, int64_t, int64_t, int64_t, int64_t>, double> chunked_least_x_;
+  // With it, how many layers the ranks that recompute hold at least on every split: those past the plain
+  // options' caps (L when no rank has a plain option).
+  struct ChunkedLeast {
+    double x = 0;
+    int64_t redone = 0;
+  };
+  ChunkedLeast chunked_least_x(const Candidate& c);
+  std::map<std::tuple<Schedule, int64_t, int64_t, int64_t, int64_t>, ChunkedLeast> chunked_least_x_;
   // The chunked candidates' climb through the model (objective.hpp: chunked_climb) on any split, less rank
-  // 0's allreduces and update: max over layers l of U(l + 1) + (m - 1) u_l (step_bound_chunked.cpp).
-  // Memoised by microbatch index, m and whether W is apart; O(L) for a new one.
-  double chunked_climb_floor(const Candidate& c);
-  std::map<std::tuple<int64_t, int64_t, bool>, double> chunked_climb_;
+  // 0's allreduces and update, when at least `redone` layers sit on recomputing ranks
+  // (step_bound_chunked.cpp, with the proof). Memoised by microbatch index, m, whether W is apart and
+  // `redone`; O(L) for a new one.
+  double chunked_climb_floor(const Candidate& c, int64_t redone);
+  std::map<std::tuple<int64_t, int64_t, bool, int64_t>, double> chunked_climb_;
+  // Per microbatch index: the sums of the n smallest per-layer recomputes, n = 0..L (memoised).
+  const std::vector<double>& least_redo_layers(size_t bi);
+  std::vector<std::vector<double>> least_redo_layers_;
   // The least allreduce of nothing across `width` replicas at any level (0 for one replica).
   double least_allreduce_ms(int64_t width) const;
   // The least fwd + bwd of k consecutive layers at microbatch index bi (memoised).

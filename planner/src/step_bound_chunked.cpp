@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "chunk_floor.hpp"
+#include "pd2bw/checked.hpp"
 #include "pd2bw/pipeline/stash.hpp"
 #include "step_bound.hpp"
 
@@ -60,7 +61,7 @@ double StepLowerBound::chunked_bound(const Candidate& c) {
                                    pipeline::walk_microbatches(c.schedule, c.depth, c.microbatches), c.microbatch_index);
   auto it = chunked_least_x_.find(key);
   if (it == chunked_least_x_.end()) it = chunked_least_x_.emplace(key, chunked_least_x(c)).first;
-  const double x = it->second;
+  const double x = it->second.x;
   if (!(x < kInfinity)) return kInfinity;
   const int64_t L = model_.num_layers();
   double q = kInfinity;
@@ -69,7 +70,8 @@ double StepLowerBound::chunked_bound(const Candidate& c) {
   if (c.depth < 2 || L < 2) q = 0.0;
   const double m = static_cast<double>(c.microbatches), a = least_allreduce_ms(c.width);
   // Rounding never lifts it above a cost.
-  return (std::max(m * (x + q), chunked_climb_floor(c)) + static_cast<double>(c.chunks) * a) * (1.0 - 1e-9);
+  const double climb = chunked_climb_floor(c, it->second.redone);
+  return (std::max(m * (x + q), climb) + static_cast<double>(c.chunks) * a) * (1.0 - 1e-9);
 }
 
 double StepLowerBound::least_allreduce_ms(int64_t width) const {
@@ -79,27 +81,51 @@ double StepLowerBound::least_allreduce_ms(int64_t width) const {
   return a < kInfinity ? a : 0.0;
 }
 
+const std::vector<double>& StepLowerBound::least_redo_layers(size_t bi) {
+  auto& least = least_redo_layers_[bi];
+  if (least.empty()) {
+    const auto& rp = model_.redo_prefix(static_cast<int64_t>(bi));
+    std::vector<double> per_layer;
+    for (size_t j = 0; j + 1 < rp.size(); ++j) per_layer.push_back(rp[j + 1] - rp[j]);
+    std::sort(per_layer.begin(), per_layer.end());
+    least.push_back(0.0);
+    for (double x : per_layer) least.push_back(least.back() + x);
+  }
+  return least;
+}
+
 // The climb on any split. Chunk c holding layer l ends at or past l + 1 and holds at least l, so with the
 // per-layer u (forward and backward, less W with a split backward) and U its prefix sums, its climb
-// sum_{j < c} u_j + m u_c = U(end_c) + (m - 1) u_c >= U(l + 1) + (m - 1) u_l: recompute only adds, and so do
-// rank 0's allreduces and update (the caller adds its v allreduces of at least least_allreduce_ms).
-double StepLowerBound::chunked_climb_floor(const Candidate& c) {
+// sum_{j < c} u_j + m u_c = U(end_c) + (m - 1) u_c >= U(l + 1) + (m - 1) u_l; recompute only adds, and so do
+// rank 0's allreduces and update (the caller adds its v allreduces of at least least_allreduce_ms). The
+// climb through the last chunk passes every chunk, so it adds the recompute of every layer on a
+// recomputing rank: at least the `redone` smallest. With every layer redone (redone = L) every u has its
+// recompute, at every l.
+double StepLowerBound::chunked_climb_floor(const Candidate& c, int64_t redone) {
   const bool apart = pipeline::splits_backward(c.schedule);
-  auto [it, fresh] = chunked_climb_.try_emplace({c.microbatch_index, c.microbatches, apart}, 0.0);
+  const int64_t L = model_.num_layers();
+  redone = std::clamp<int64_t>(redone, 0, L);
+  auto [it, fresh] = chunked_climb_.try_emplace({c.microbatch_index, c.microbatches, apart, redone}, 0.0);
   if (!fresh) return it->second;
   const auto& cp = model_.compute_prefix(c.microbatch_index);
-  const std::vector<double> none(apart ? 0 : cp.size(), 0.0);  // no W apart: nothing to take off
+  const std::vector<double> none(cp.size(), 0.0);  // nothing to add or take off
   const auto& wp = apart ? model_.weight_prefix(c.microbatch_index) : none;
+  const auto& rp = redone == L ? model_.redo_prefix(c.microbatch_index) : none;
   const double m = static_cast<double>(c.microbatches);
+  auto u = [&](size_t l) { return ((cp[l + 1] - cp[l]) + (rp[l + 1] - rp[l])) - (wp[l + 1] - wp[l]); };
   double best = 0.0;
-  for (size_t l = 0; l + 1 < cp.size(); ++l)
-    best = std::max(best, (cp[l + 1] - wp[l + 1]) + (m - 1.0) * ((cp[l + 1] - cp[l]) - (wp[l + 1] - wp[l])));
+  for (size_t l = 0; l + 1 < cp.size(); ++l) best = std::max(best, ((cp[l + 1] + rp[l + 1]) - wp[l + 1]) + (m - 1.0) * u(l));
+  if (redone > 0 && redone < L) {  // through the last chunk, which holds the last layer
+    const auto last = static_cast<size_t>(L - 1);
+    const double redo = least_redo_layers(static_cast<size_t>(c.microbatch_index))[static_cast<size_t>(redone)];
+    best = std::max(best, (cp.back() - wp.back()) + redo + (m - 1.0) * u(last));
+  }
   return it->second = best;
 }
 
-double StepLowerBound::chunked_least_x(const Candidate& c) {
+StepLowerBound::ChunkedLeast StepLowerBound::chunked_least_x(const Candidate& c) {
   const auto caps = detail::chunked_rank_capacities(model_, c);
-  if (caps.empty()) return 0.0;
+  if (caps.empty()) return {};
   const auto bi = static_cast<size_t>(c.microbatch_index);
   const auto& top = top_layers(bi);
   const int64_t L = model_.num_layers(), v = c.chunks;
@@ -108,13 +134,15 @@ double StepLowerBound::chunked_least_x(const Candidate& c) {
   // Per rank the most compute each option can hold (-1: not open to it).
   std::vector<double> plain, redo;
   double most = 0.0;
+  int64_t plain_layers = 0;  // the most layers the ranks that keep their stashes can hold
   for (const auto& cap : caps) {
     plain.push_back(policy != RecomputePolicy::always && cap.plain >= v ? top[static_cast<size_t>(std::min(cap.plain, L))] : -1.0);
     redo.push_back(policy != RecomputePolicy::never && cap.redo >= v ? top[static_cast<size_t>(std::min(cap.redo, L))] : -1.0);
-    if (plain.back() < 0.0 && redo.back() < 0.0) return kInfinity;
+    if (plain.back() < 0.0 && redo.back() < 0.0) return {kInfinity, 0};
     most += std::max(plain.back(), redo.back());
+    if (plain.back() >= 0.0) plain_layers = saturating_add(plain_layers, std::min(cap.plain, L));
   }
-  if (most < total * (1.0 - 1e-9)) return kInfinity;  // the ranks cannot hold every layer
+  if (most < total * (1.0 - 1e-9)) return {kInfinity, 0};  // the ranks cannot hold every layer
   auto hold = [&](double x) {
     double sum = 0.0;
     for (size_t p = 0; p < plain.size(); ++p)
@@ -130,7 +158,7 @@ double StepLowerBound::chunked_least_x(const Candidate& c) {
     (hold(mid) < need ? lo : hi) = mid;
   }
   const int64_t crowd = (L + c.depth - 1) / c.depth;
-  return std::max(lo, total - top[static_cast<size_t>(L - crowd)]);
+  return {std::max(lo, total - top[static_cast<size_t>(L - crowd)]), std::max<int64_t>(0, L - plain_layers)};
 }
 
 }  // namespace pd2bw::planner

@@ -18,6 +18,7 @@
 #include "pd2bw/planner/cost_model.hpp"
 #include "pd2bw/planner/partition.hpp"
 #include "pd2bw/planner/search.hpp"
+#include "chunk_floor.hpp"
 #include "planner_test_util.hpp"
 #include "random_instances.hpp"
 #include "step_bound.hpp"
@@ -109,6 +110,9 @@ namespace {
 // above the even share of compute (memory or crowding binds), or it proves little.
 struct ChunkedTally {
   int64_t checked = 0, tight = 0, above_share = 0;
+  int64_t redone = 0, redone_binds = 0, redone_tight = 0;  // layers forced onto recomputing ranks; their
+                                                          // climb is the bound; within 1% of the optimum
+  double closest = 0;
 };
 
 void check_chunked(const RandomInstance& inst, ChunkedTally& tally) {
@@ -132,6 +136,38 @@ void check_chunked(const RandomInstance& inst, ChunkedTally& tally) {
       ++tally.tight;
       if (own > 1.02 * share) ++tally.above_share;
     }
+    // The climb through the last chunk when the plain options' caps leave layers to recomputing ranks: the
+    // whole model (B for zb-v), the least recompute of that many layers, m - 1 more of the last layer, and
+    // rank 0's v allreduces.
+    const int64_t L = model.num_layers();
+    int64_t plain = 0;
+    for (const auto& cap : pd2bw::planner::detail::chunked_rank_capacities(model, c))
+      if (cap.plain >= c.chunks && model.constraints().recompute != pd2bw::planner::RecomputePolicy::always)
+        plain += std::min(cap.plain, L);
+    if (plain > 0 && plain < L) {
+      const auto& cp = model.compute_prefix(c.microbatch_index);
+      const auto& rp = model.redo_prefix(c.microbatch_index);
+      const bool apart = c.schedule == Schedule::zb_v;
+      const std::vector<double> none(cp.size(), 0.0);
+      const auto& wp = apart ? model.weight_prefix(c.microbatch_index) : none;
+      std::vector<double> redo;
+      for (int64_t l = 0; l < L; ++l) redo.push_back(rp[static_cast<size_t>(l + 1)] - rp[static_cast<size_t>(l)]);
+      std::sort(redo.begin(), redo.end());
+      double expected = cp.back() - wp.back();
+      for (int64_t l = 0; l < L - plain; ++l) expected += redo[static_cast<size_t>(l)];
+      const auto last = static_cast<size_t>(L - 1);
+      expected += (static_cast<double>(c.microbatches) - 1.0) * ((cp[last + 1] - cp[last]) - (wp[last + 1] - wp[last]));
+      double a = kInfinity;
+      for (size_t lv = 0; lv < model.cluster().levels.size(); ++lv)
+        a = std::min(a, model.allreduce_ms(0, c.width, static_cast<int64_t>(lv)));
+      expected += static_cast<double>(c.chunks) * a;
+      CHECK(own >= expected * (1.0 - 1e-6));
+      if (own <= expected * (1.0 + 1e-6)) ++tally.redone_binds;
+
+      ++tally.redone;
+      tally.closest = std::max(tally.closest, own / opt);
+      if (own >= 0.99 * opt) ++tally.redone_tight;
+    }
   }
 }
 
@@ -149,9 +185,45 @@ TEST_CASE("the chunked candidates' memory bound never passes their exact optimum
     check_chunked(inst, tally);
   }
   MESSAGE("chunked candidates checked " << tally.checked << ", within 3% of the optimum " << tally.tight
-                                        << ", of which above the even share of compute " << tally.above_share);
+                                        << ", of which above the even share of compute " << tally.above_share
+                                        << "; with layers forced onto recomputing ranks " << tally.redone
+                                        << ", bound by their climb " << tally.redone_binds << ", within 1% "
+                                        << tally.redone_tight << ", closest " << tally.closest);
   CHECK(tally.checked >= 2000);
   CHECK(tally.above_share >= tally.checked / 80);
+}
+
+TEST_CASE("the chunked climb with the recompute that memory forces never passes the exact optimum, and binds") {
+  // zb-v with few microbatches per step (one microbatch's trip through the model is most of the step) and
+  // memory from tight to ample: where the plain options' caps leave layers to recomputing ranks, the
+  // climb through the last chunk carries their recompute, and it is the bound.
+  ChunkedTally tally;
+  pd2bw::testing::RandomInstanceOptions opt;
+  opt.split_backward_p = 1.0;
+  opt.min_layers = 6;
+  opt.max_layers = 12;
+  for (uint64_t seed = 9801; seed <= 11800; ++seed) {
+    RandomInstance inst = make_random_instance(seed, opt);
+    inst.constraints.schedule = Schedule::zb_v;
+    inst.constraints.global_batch = 2 * inst.profile.microbatch_sizes.front();  // m = 2 at width 1
+    for (auto& layer : inst.profile.layers) {  // activations, not parameters, fill the memory
+      layer.param_bytes /= 256;
+      for (auto& t : layer.per_microbatch) t.stash_bytes *= 8;
+    }
+    for (auto& t : inst.profile.layers.back().per_microbatch)  // a head heavier than any block
+      for (double* ms : {&t.fwd_ms, &t.bwd_ms, &t.bwd_input_ms, &t.bwd_weight_ms, &t.recompute_ms}) *ms *= 6.0;
+    const int64_t ample = inst.cluster.device.memory_bytes;
+    for (double scale : {1.0, 0.5, 0.3, 0.2, 0.15, 0.1, 0.07}) {
+      const int64_t reserve = inst.constraints.reserve_bytes;
+      inst.cluster.device.memory_bytes = inst.profile.device.memory_bytes =
+          reserve + static_cast<int64_t>(scale * static_cast<double>(ample - reserve));
+      check_chunked(inst, tally);
+    }
+  }
+  MESSAGE("zb-v candidates checked " << tally.checked << "; with layers forced onto recomputing ranks " << tally.redone
+                                     << ", bound by their climb " << tally.redone_binds << ", within 1% of the optimum "
+                                     << tally.redone_tight << ", closest " << tally.closest);
+  CHECK(tally.redone_binds >= 3);
 }
 
 TEST_CASE("the whole-layer walks stay sound where a later stage starts past the real split's") {
