@@ -40,17 +40,32 @@
 
 namespace pd2bw::planner {
 
+namespace {
+
+// The sums of the n largest (or smallest) per-layer terms of a prefix-sum table, n = 0..L.
+std::vector<double> sorted_layer_sums(const std::vector<double>& prefix, bool largest_first) {
+  std::vector<double> per_layer, sums{0.0};
+  for (size_t j = 0; j + 1 < prefix.size(); ++j) per_layer.push_back(prefix[j + 1] - prefix[j]);
+  if (largest_first)
+    std::sort(per_layer.begin(), per_layer.end(), std::greater<>());
+  else
+    std::sort(per_layer.begin(), per_layer.end());
+  for (double x : per_layer) sums.push_back(sums.back() + x);
+  return sums;
+}
+
+}  // namespace
+
 const std::vector<double>& StepLowerBound::top_layers(size_t bi) {
   auto& top = top_layers_[bi];
-  if (top.empty()) {
-    const auto& cp = model_.compute_prefix(static_cast<int64_t>(bi));
-    std::vector<double> per_layer;
-    for (size_t j = 0; j + 1 < cp.size(); ++j) per_layer.push_back(cp[j + 1] - cp[j]);
-    std::sort(per_layer.begin(), per_layer.end(), std::greater<>());
-    top.push_back(0.0);
-    for (double x : per_layer) top.push_back(top.back() + x);
-  }
+  if (top.empty()) top = sorted_layer_sums(model_.compute_prefix(static_cast<int64_t>(bi)), true);
   return top;
+}
+
+const std::vector<double>& StepLowerBound::least_redo_layers(size_t bi) {
+  auto& least = least_redo_layers_[bi];
+  if (least.empty()) least = sorted_layer_sums(model_.redo_prefix(static_cast<int64_t>(bi)), false);
+  return least;
 }
 
 double StepLowerBound::chunked_bound(const Candidate& c) {
@@ -79,19 +94,6 @@ double StepLowerBound::least_allreduce_ms(int64_t width) const {
   for (size_t lv = 0; lv < model_.cluster().levels.size(); ++lv)
     a = std::min(a, model_.allreduce_ms(0, width, static_cast<int64_t>(lv)));
   return a < kInfinity ? a : 0.0;
-}
-
-const std::vector<double>& StepLowerBound::least_redo_layers(size_t bi) {
-  auto& least = least_redo_layers_[bi];
-  if (least.empty()) {
-    const auto& rp = model_.redo_prefix(static_cast<int64_t>(bi));
-    std::vector<double> per_layer;
-    for (size_t j = 0; j + 1 < rp.size(); ++j) per_layer.push_back(rp[j + 1] - rp[j]);
-    std::sort(per_layer.begin(), per_layer.end());
-    least.push_back(0.0);
-    for (double x : per_layer) least.push_back(least.back() + x);
-  }
-  return least;
 }
 
 // The climb on any split. Chunk c holding layer l ends at or past l + 1 and holds at least l, so with the
