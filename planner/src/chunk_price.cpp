@@ -167,7 +167,8 @@ double ChunkPricer::objective(const std::vector<int64_t>& bounds, const std::vec
   // Chunk k's forward and backward as its StageCost has them (compute_ms less weight_ms).
   auto chunk_u = [&](size_t k) {
     const int64_t b = bounds[k], e = bounds[k + 1];
-    double x = (pc_.compute[e] - pc_.compute[b]) + (recompute[static_cast<size_t>(pos_[k])] ? pc_.redo[e] - pc_.redo[b] : 0.0);
+    const bool redo = recompute[static_cast<size_t>(pos_[k])] != 0;
+    double x = (pc_.compute[e] - pc_.compute[b]) + (redo ? pc_.redo[e] - pc_.redo[b] : 0.0);
     if (apart) x -= pc_.weight[e] - pc_.weight[b];
     return x;
   };

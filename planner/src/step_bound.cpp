@@ -306,11 +306,11 @@ double StepLowerBound::operator()(const Candidate& c) {
   // A chunked rank's layers are not one run, and its chunks keep different counts: only the average and
   // one microbatch's climb through the model hold here; refined() adds chunked_bound, each rank's memory
   // floor (step_bound_chunked.cpp).
-  if (c.chunks > 1)
-    return std::max(average_bound(c, 0.0),
-                    chunked_climb_floor(c, model_.constraints().recompute == RecomputePolicy::always ? model_.num_layers() : 0) +
-                        static_cast<double>(c.chunks) * least_allreduce_ms(c.width)) *
-           (1.0 - 1e-9);
+  if (c.chunks > 1) {
+    const int64_t redone = model_.constraints().recompute == RecomputePolicy::always ? model_.num_layers() : 0;
+    const double climb = chunked_climb_floor(c, redone) + static_cast<double>(c.chunks) * least_allreduce_ms(c.width);
+    return std::max(average_bound(c, 0.0), climb) * (1.0 - 1e-9);
+  }
   // Some stage holds at least ceil(L / d) layers, and so at least the least compute of that many in a row.
   const int64_t most = (model_.num_layers() + c.depth - 1) / c.depth;
   const double crowded = static_cast<double>(c.microbatches) * least_window_ms(static_cast<size_t>(c.microbatch_index), most);

@@ -116,7 +116,8 @@ double StepLowerBound::chunked_climb_floor(const Candidate& c, int64_t redone) {
   const double m = static_cast<double>(c.microbatches);
   auto u = [&](size_t l) { return ((cp[l + 1] - cp[l]) + (rp[l + 1] - rp[l])) - (wp[l + 1] - wp[l]); };
   double best = 0.0;
-  for (size_t l = 0; l + 1 < cp.size(); ++l) best = std::max(best, ((cp[l + 1] + rp[l + 1]) - wp[l + 1]) + (m - 1.0) * u(l));
+  for (size_t l = 0; l + 1 < cp.size(); ++l)
+    best = std::max(best, ((cp[l + 1] + rp[l + 1]) - wp[l + 1]) + (m - 1.0) * u(l));
   if (redone > 0 && redone < L) {  // through the last chunk, which holds the last layer
     const auto last = static_cast<size_t>(L - 1);
     const double redo = least_redo_layers(static_cast<size_t>(c.microbatch_index))[static_cast<size_t>(redone)];

@@ -212,7 +212,8 @@ TEST_CASE("the search's objective never exceeds the replay, and is the replay fo
       const auto d = static_cast<size_t>(c.depth);
       std::vector<double> ranks(d, 0.0), h(d, 0.0), u;
       for (size_t k = 0; k < st.size(); ++k) {
-        const auto p = static_cast<size_t>(pd2bw::pipeline::chunk_position(c.schedule, c.depth, static_cast<int64_t>(k)));
+        const auto p =
+            static_cast<size_t>(pd2bw::pipeline::chunk_position(c.schedule, c.depth, static_cast<int64_t>(k)));
         ranks[p] += st[k].step_ms;
         h[p] += st[k].allreduce_ms + st[k].update_ms;
         u.push_back(st[k].compute_ms - st[k].weight_ms);
