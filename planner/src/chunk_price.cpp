@@ -31,8 +31,7 @@ ChunkPricer::ChunkPricer(const CostModel& model, const Candidate& c) : model_(mo
   walks_ = model.position_walks(c);
   for (int64_t p = 0; p < d; ++p) ar_level_.push_back(c.width > 1 ? model.allreduce_level(c, p) : -1);
   peaks_.resize(static_cast<size_t>(2 * d));
-  held_slots_.resize(static_cast<size_t>(n));
-  held_older_.assign(static_cast<size_t>(n), 0);
+  held_cache_.resize(static_cast<size_t>(n));
   // Replicas whose chunks' boundaries cross the same levels move as much: one of each kind is priced.
   kinds_.resize(static_cast<size_t>(d));
   for (int64_t p = 0; p < d; ++p) {
@@ -212,16 +211,16 @@ double ChunkPricer::held_time(size_t p, const std::vector<int64_t>& bounds) cons
 }
 
 double ChunkPricer::chunk_held(size_t k, int64_t b, int64_t e, int64_t lv) const {
-  auto& slots = held_slots_[k];
+  HeldCache& cache = held_cache_[k];
   for (uint8_t i = 0; i < 2; ++i)
-    if (slots[i].begin == b && slots[i].end == e) {
-      held_older_[k] = static_cast<uint8_t>(1 - i);
-      return slots[i].ms;
+    if (cache.slots[i].begin == b && cache.slots[i].end == e) {
+      cache.older = static_cast<uint8_t>(1 - i);
+      return cache.slots[i].ms;
     }
   const double allreduce =
       lv >= 0 ? model_.allreduce_ms(pc_.statics.grads(pc_.params[e] - pc_.params[b]), c_.width, lv) : 0.0;
-  HeldSlot& slot = slots[held_older_[k]];
-  held_older_[k] = static_cast<uint8_t>(1 - held_older_[k]);
+  HeldCache::Slot& slot = cache.slots[cache.older];
+  cache.older = static_cast<uint8_t>(1 - cache.older);
   slot = {b, e, allreduce + (pc_.update[e] - pc_.update[b])};  // as StageCost's allreduce_ms + update_ms
   return slot.ms;
 }

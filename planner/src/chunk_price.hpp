@@ -81,16 +81,19 @@ class ChunkPricer {
   mutable std::vector<pipeline::ChunkStashBytes> plain_bytes_, redo_bytes_;  // scratch
   // Per position, without and with recompute: its stash peaks, each priced from the last bytes priced.
   mutable std::vector<pipeline::StashPeaks> peaks_;
-  // held_time's terms and the objective's scratch.
-  // A chunk's allreduce + update, remembered for its last two (begin, end): a refinement's tries move one
-  // bound and mostly move it back.
-  struct HeldSlot {
-    int64_t begin = -1, end = -1;
-    double ms = 0;
+  // held_time's terms: per chunk its allreduce + update at its last two (begin, end), since a refinement's
+  // tries move one bound and mostly move it back.
+  struct HeldCache {
+    struct Slot {
+      int64_t begin = -1, end = -1;
+      double ms = 0;
+    };
+    std::array<Slot, 2> slots;
+    uint8_t older = 0;  // the slot filled longer ago
   };
   double chunk_held(size_t chunk, int64_t begin, int64_t end, int64_t level) const;
-  mutable std::vector<std::array<HeldSlot, 2>> held_slots_;
-  mutable std::vector<uint8_t> held_older_;  // per chunk: the slot filled longer ago
+  mutable std::vector<HeldCache> held_cache_;  // per chunk
+  // The objective's scratch.
   mutable std::vector<double> cycle_work_, cycle_h_, cycle_u_;
 };
 
