@@ -156,10 +156,13 @@ schemas::Plan build_plan(const CostModel& model, const SearchResult& result,
   for (size_t i = 1; i < result.ranked.size(); ++i) {
     const auto& e = result.ranked[i];
     const auto& ec = e.candidate;
+    const auto bound = e.unreplayed       ? schemas::StepBound::lower
+                       : e.representative ? schemas::StepBound::upper
+                                          : schemas::StepBound::none;
     plan.alternatives.push_back({ec.schedule, ec.microbatch, ec.microbatches, ec.depth, ec.width,
                                  ec.placement, e.step_ms,
                                  static_cast<double>(plan.global_batch) / (e.step_ms / 1e3),
-                                 why_lost(win, e), ec.chunks});
+                                 why_lost(win, e), ec.chunks, bound});
   }
   return plan;
 }

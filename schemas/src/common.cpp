@@ -45,6 +45,9 @@ constexpr std::pair<std::string_view, Placement> kPlacements[] = {
     {"replicas-inner", Placement::replicas_inner}, {"stages-inner", Placement::stages_inner}};
 constexpr std::pair<std::string_view, Optimizer> kOptimizers[] = {{"adamw", Optimizer::adamw},
                                                                   {"sgd", Optimizer::sgd}};
+// `none` is written as no key at all, so it has no word a file may hold.
+constexpr std::pair<std::string_view, StepBound> kStepBounds[] = {{"lower", StepBound::lower},
+                                                                  {"upper", StepBound::upper}};
 
 template <class E, std::size_t N>
 std::string_view word_of(E value, const std::pair<std::string_view, E> (&table)[N]) {
@@ -77,6 +80,12 @@ std::string_view to_string(Placement p) {
 }
 Placement parse_placement(std::string_view s, std::string_view pointer) {
   return parse_word(s, pointer, kPlacements, "placement");
+}
+std::string_view to_string(StepBound b) {
+  return b == StepBound::none ? "none" : word_of(b, kStepBounds);
+}
+StepBound parse_step_bound(std::string_view s, std::string_view pointer) {
+  return parse_word(s, pointer, kStepBounds, "step bound");
 }
 std::string_view to_string(Optimizer o) {
   return word_of(o, kOptimizers);

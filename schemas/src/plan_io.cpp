@@ -83,7 +83,7 @@ Predictions read_predictions(const ObjectReader& parent) {
 Alternative read_alternative(const Json& value, const std::string& pointer) {
   const ObjectReader r(value, pointer,
                        {"schedule", "microbatch_size", "microbatches_per_step", "depth", "width", "chunks_per_rank",
-                        "placement", "step_ms", "samples_per_s", "why"});
+                        "placement", "step_ms", "samples_per_s", "why", "step_bound"});
   Alternative a;
   a.schedule = parse_schedule(r.string("schedule"), r.at("schedule"));
   a.microbatch_size = r.integer("microbatch_size", Min::positive);
@@ -95,6 +95,7 @@ Alternative read_alternative(const Json& value, const std::string& pointer) {
   a.step_ms = r.number("step_ms", Min::positive);
   a.samples_per_s = r.number("samples_per_s", Min::non_negative);
   a.why = r.string("why");
+  if (r.has("step_bound")) a.step_bound = parse_step_bound(r.string("step_bound"), r.at("step_bound"));  // 1.6
   return a;
 }
 
@@ -163,18 +164,24 @@ OrderedJson alternative_json(const Alternative& a) {
   o["step_ms"] = a.step_ms;
   o["samples_per_s"] = a.samples_per_s;
   o["why"] = a.why;
+  if (a.step_bound != StepBound::none) o["step_bound"] = to_string(a.step_bound);
   return o;
 }
 
-// The lowest schema version with every key and value of the plan: 1.3 for chunks_per_rank and the
-// schedules interleaved, zb-h2 and zb-v, 1.2 for zb-h1, 1.0 otherwise (the plan's and its alternatives').
+// The lowest schema version with every key and value of the plan: 1.6 for an alternative's step_bound, 1.3
+// for chunks_per_rank and the schedules interleaved, zb-h2 and zb-v, 1.2 for zb-h1, 1.0 otherwise (the
+// plan's and its alternatives').
 const char* plan_version(const Plan& plan) {
   const auto minor = [](Schedule s, int64_t chunks) {
     if (chunks != 1 || s == Schedule::interleaved || s == Schedule::zb_h2 || s == Schedule::zb_v) return 3;
     return s == Schedule::zb_h1 ? 2 : 0;
   };
   int most = minor(plan.schedule, plan.chunks_per_rank);
-  for (const Alternative& a : plan.alternatives) most = std::max(most, minor(a.schedule, a.chunks_per_rank));
+  for (const Alternative& a : plan.alternatives) {
+    most = std::max(most, minor(a.schedule, a.chunks_per_rank));
+    if (a.step_bound != StepBound::none) most = 6;
+  }
+  if (most == 6) return kSchemaVersionStepBound;
   if (most == 3) return kSchemaVersionChunks;
   return most == 2 ? kSchemaVersionSplitBackward : kSchemaVersion;
 }

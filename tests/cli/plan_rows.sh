@@ -3,8 +3,10 @@
 # block repeated to 2,000 layers, on 4,096 GPUs), with every schedule and with gpipe pinned: the kept
 # alternatives (--top) all have rows; a row not replayed says so, and either is at least as slow as the
 # winner by its objective (too large to replay for the list) or says that the replay budget left it out
-# and by how much its objective is below the winner; every row's percentage agrees with its step; and the
-# line naming the schedules without a row names exactly those.
+# and by how much its objective is below the winner; every row's percentage agrees with its step; a row
+# not replayed is marked as a lower bound in the file (step_bound), a representative as an upper bound,
+# and no other row is; both plan files pass `pd2bw validate` (a lower bound below the winner's step is
+# no contradiction); and the line naming the schedules without a row names exactly those.
 source "$(dirname "$0")/lib.bash"
 PY="${PD2BW_PYTHON:-/usr/bin/python3}"
 repeated_profile 1998 "$TMP/p.json"
@@ -26,6 +28,9 @@ if len(same) < 3:
 for a in rows:
     pct = 100.0 * (a["step_ms"] / win - 1.0)
     why = a["why"]
+    bound = "lower" if "not replayed" in why else "upper" if "an upper bound" in why else None
+    if a.get("step_bound") != bound:
+        errors.append(f"row {a['step_ms']} ms: step_bound {a.get('step_bound')}, its text says {bound}")
     if "not replayed (the replay budget ran out" in why:
         m = re.search(r"is ([0-9.]+)% below the winner's step", why)
         if not m or pct >= 0 or abs(float(m.group(1)) + pct) > 0.051:
@@ -57,6 +62,7 @@ check_rows "$TMP/all.json" "$TMP/all.log" 2bw flush gpipe zb-h1 interleaved zb-h
 expect_exit 0 "alternatives that lost" -- "$PD2BW" plan "${ARGS[@]}" --schedule gpipe --top 3 -o "$TMP/gpipe.json"
 cp "$TMP/err" "$TMP/gpipe.log"
 check_rows "$TMP/gpipe.json" "$TMP/gpipe.log" gpipe && ok || fail "the alternatives at 4,096 GPUs, gpipe (above)"
+expect_exit 0 "" -- "$PD2BW" validate "$TMP/gpipe.json"
 grep -q "the replay budget ran out" "$TMP/gpipe.json" && ok ||
   fail "no gpipe row left out by the replay budget (the case no longer tests that path)"
 finish

@@ -24,7 +24,8 @@ struct PlanFinding {
 // step_ms is at least m x (compute + p2p) + allreduce; the predicted step is at least the busiest stage's
 // step_ms, bottleneck_stage names that stage, samples_per_s and tokens_per_s follow from step_ms,
 // binding_memory is the dominant term of the stage closest to its limit, and no alternative is faster
-// than the plan (parse_plan checks the idle fractions). Empty when all hold.
+// than the plan but one whose step_ms is a lower bound (step_bound "lower": not replayed) (parse_plan
+// checks the idle fractions). Empty when all hold.
 std::vector<PlanFinding> check_plan_numbers(const schemas::Plan& plan);
 
 // The plan's stages and predictions recomputed from `profile` (the cost model prices each stage with the

@@ -15,7 +15,8 @@ inline constexpr const char* kSchemaVersion = "1.0.0";
 // The minors: 1.1 added the optional GPU keys of a profile's device; 1.2 the optional split backward of a
 // profile's layer timings (bwd_input_ms, bwd_weight_ms, bwd_weight_stash_bytes) and the plan schedule
 // "zb-h1"; 1.3 the plan schedules "interleaved", "zb-h2" and "zb-v" and the plan's (and its
-// alternatives') "chunks_per_rank"; 1.4 a profile's optional "runtime_calibration"; 1.5 its optional "split". A file is stamped
+// alternatives') "chunks_per_rank"; 1.4 a profile's optional "runtime_calibration"; 1.5 its optional "split"; 1.6 a
+// plan alternative's optional "step_bound". A file is stamped
 // with the lowest version that has every key (and value) it holds, so files without the newer keys stay
 // 1.0.0. Readers take every minor of their major.
 inline constexpr const char* kSchemaVersionGpuDevice = "1.1.0";
@@ -23,6 +24,7 @@ inline constexpr const char* kSchemaVersionSplitBackward = "1.2.0";
 inline constexpr const char* kSchemaVersionChunks = "1.3.0";
 inline constexpr const char* kSchemaVersionRuntime = "1.4.0";
 inline constexpr const char* kSchemaVersionRuntimeSplit = "1.5.0";
+inline constexpr const char* kSchemaVersionStepBound = "1.6.0";
 
 // Element type of compute tensors (weights, activations). Master weights and gradients are fp32.
 enum class DType { fp32, bf16, fp16 };

@@ -64,6 +64,12 @@ inline int64_t placement_rank(Placement p, int64_t depth, int64_t width, int64_t
 }
 Placement parse_placement(std::string_view s, std::string_view pointer);
 
+// What an alternative's step_ms is when not a replayed step ("lower", "upper"; absent: none).
+enum class StepBound { none, lower, upper };
+std::string_view to_string(StepBound b);
+// Throws SchemaError naming `pointer` unless `s` is "lower" or "upper".
+StepBound parse_step_bound(std::string_view s, std::string_view pointer);
+
 enum class Optimizer { adamw, sgd };            // sgd means SGD with momentum
 std::string_view to_string(Optimizer o);       // "adamw", "sgd"
 Optimizer parse_optimizer(std::string_view s, std::string_view pointer);
@@ -134,6 +140,10 @@ struct Alternative {
   double samples_per_s = 0;
   std::string why;
   int64_t chunks_per_rank = 1;  // its v (as Plan::chunks_per_rank); last, so older initialisers still compile
+  // What step_ms is when the alternative was not replayed: none (a replayed step), a lower bound on its
+  // replay (its objective; it may be below the plan's step: the planner left it out of its replays and
+  // counts it in the proven gap) or an upper bound on its schedule's best plan (a representative).
+  StepBound step_bound = StepBound::none;
 };
 
 struct Plan {
@@ -169,8 +179,9 @@ struct Plan {
 // to report: planner/plan_audit.) Throws SchemaError with the JSON pointer of the first problem.
 Plan parse_plan(std::string_view json_text);
 // The plan's text: "chunks_per_rank" (the plan's, an alternative's) only when > 1, so plans of one chunk
-// per rank are written as before; schema_version 1.3.0 when the plan or an alternative uses interleaved,
-// zb-h2, zb-v or v > 1, else 1.2.0 when one uses zb-h1, else 1.0.0.
+// per rank are written as before; an alternative's "step_bound" only when it is a bound. schema_version
+// 1.6.0 when an alternative's step is a bound, else 1.3.0 when the plan or an alternative uses
+// interleaved, zb-h2, zb-v or v > 1, else 1.2.0 when one uses zb-h1, else 1.0.0.
 std::string dump_plan(const Plan& plan);
 
 }  // namespace pd2bw::schemas
