@@ -35,8 +35,10 @@
 // ZB-H2's fold has the same cycle with n_k = min(2 k + 1, m) (its W's deferred by 2 k) and no round
 // trips, so the same recursion with those n_k bounds it (looser, as more W's trail).
 //
-// Crowding: d stages over L layers put ceil(L / d) layers on some stage, so its busy time is at least m
-// times the least fwd + bwd of that many consecutive layers.
+// Crowding: d stages over L layers put ceil(L / d) layers on some stage, so its busy time m (x + p2p) +
+// allreduce + update is at least m times the least fwd + bwd of that many consecutive layers plus the least
+// p2p of a stage with a neighbour, plus the allreduce of the fewest gradients of that many at the fastest
+// level and their least update (each term only grows with a layer more, so each is at least its least).
 //
 // Capacity: at step time T a stage's compute c (fwd + bwd per microbatch) obeys m (c + p2p) + allreduce
 // <= T, so c <= x = (T - allreduce) / m - p2p with the least p2p and allreduce any stage has. A stage
@@ -63,6 +65,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <tuple>
 
@@ -287,16 +290,40 @@ double StepLowerBound::zb_cycle_bound(const Candidate& c, double transfers) {
   return bound;
 }
 
-double StepLowerBound::least_window_ms(size_t bi, int64_t k) {
-  auto& memo = least_window_[bi];
-  if (memo.empty()) memo.assign(static_cast<size_t>(model_.num_layers()) + 1, -1.0);
-  double& v = memo[static_cast<size_t>(k)];
-  if (v < 0.0) {
-    const auto& cp = model_.compute_prefix(static_cast<int64_t>(bi));
-    v = kInfinity;
-    for (size_t j = 0; j + static_cast<size_t>(k) < cp.size(); ++j) v = std::min(v, cp[j + static_cast<size_t>(k)] - cp[j]);
+namespace {
+
+// The least prefix[j + k] - prefix[j] over j (1 <= k < prefix.size()), memoised by k in `memo` (-1: not yet).
+template <class T>
+T least_window(std::vector<T>& memo, const std::vector<T>& prefix, int64_t k) {
+  if (memo.empty()) memo.assign(prefix.size(), T(-1));
+  T& v = memo[static_cast<size_t>(k)];
+  if (v < T(0)) {
+    v = std::numeric_limits<T>::max();
+    for (size_t j = 0; j + static_cast<size_t>(k) < prefix.size(); ++j)
+      v = std::min(v, prefix[j + static_cast<size_t>(k)] - prefix[j]);
   }
   return v;
+}
+
+}  // namespace
+
+double StepLowerBound::least_window_ms(size_t bi, int64_t k) {
+  return least_window(least_window_[bi], model_.compute_prefix(static_cast<int64_t>(bi)), k);
+}
+
+double StepLowerBound::crowded_bound(const Candidate& c) {
+  const int64_t most = (model_.num_layers() + c.depth - 1) / c.depth;
+  const auto bi = static_cast<size_t>(c.microbatch_index);
+  const double m = static_cast<double>(c.microbatches);
+  const LinkLevels lvl = fastest_levels(model_, c);
+  const double p2p = c.depth > 1 ? 2.0 * model_.p2p_ms(std::min(min_out_[bi], min_in_[bi]), lvl.boundary) : 0.0;
+  const int64_t grads = model_.static_factors(c.schedule).grads(least_window(least_params_, model_.param_prefix(), most));
+  double allreduce = kInfinity;
+  for (size_t lv = 0; lv < model_.cluster().levels.size(); ++lv)
+    allreduce = std::min(allreduce, model_.allreduce_ms(grads, c.width, static_cast<int64_t>(lv)));
+  if (!(allreduce < kInfinity)) allreduce = 0.0;
+  const double update = least_window(least_update_, model_.update_prefix(), most);
+  return m * (least_window_ms(bi, most) + p2p) + allreduce + update;
 }
 
 double StepLowerBound::operator()(const Candidate& c) {
@@ -311,9 +338,7 @@ double StepLowerBound::operator()(const Candidate& c) {
     const double climb = chunked_climb_floor(c, redone) + static_cast<double>(c.chunks) * least_allreduce_ms(c.width);
     return std::max(average_bound(c, 0.0), climb) * (1.0 - 1e-9);
   }
-  // Some stage holds at least ceil(L / d) layers, and so at least the least compute of that many in a row.
-  const int64_t most = (model_.num_layers() + c.depth - 1) / c.depth;
-  const double crowded = static_cast<double>(c.microbatches) * least_window_ms(static_cast<size_t>(c.microbatch_index), most);
+  const double crowded = crowded_bound(c);
   const double redo = forced_redo_(c);
   const double fill = c.schedule == Schedule::flush   ? fill_bound(c, redo)
                      : c.schedule == Schedule::zb_h1 || c.schedule == Schedule::zb_h2 ? zb_cycle_bound(c, 0.0)
@@ -347,6 +372,10 @@ double StepLowerBound::refined(const Candidate& c, double from, double ceiling) 
   if (c.chunks > 1) return chunked_bound(c);  // whatever from and ceiling: O(levels) once memoised
   double out = 0.0, transfers = 0.0;
   Probe p(*this, c);
+  // Deep stashes can leave no whole-layer split in memory (at 4,096 GPUs most zb-h1 candidates under the
+  // ceiling): one walk of memory alone per depth and stash shape (memoised) says so for every limit, and
+  // the search then drops the candidate.
+  if (!memory_fits(p)) return kInfinity;
   if (c.schedule == Schedule::zb_h1 && zb_round_trip_stage(c) < c.depth) {
     // The round trips below stage k cross its input boundary twice and each boundary below it four
     // times, and the stages above it pass their inputs twice (on the fastest replica of each boundary).
@@ -362,7 +391,6 @@ double StepLowerBound::refined(const Candidate& c, double from, double ceiling) 
     if (!(lo < hi)) return out;
     if (out_at(hi)) return hi;  // most candidates under a ceiling: one test
   } else {  // no ceiling: double until a split may fit
-    if (!lanes_reach(p, kInfinity)) return kInfinity;  // no whole-layer split fits in memory
     hi = std::max(2.0 * lo, 1e-3);
     for (int i = 0; i < 64 && out_at(hi); ++i) {
       lo = hi;

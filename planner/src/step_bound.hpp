@@ -39,8 +39,9 @@ class StepLowerBound {
   // larger of the two is a lower bound. It adds zb-h1's round trips with the links each stage's replicas
   // really cross (O(d x w) for the first candidate of a depth, width and placement) and the whole-layer
   // lanes bound (lanes_bound), bisected between `from` and `ceiling`: when the lanes reach at neither,
-  // the result is `ceiling` (about O(d log L) for that answer, 20 times that for a bisection). For the
-  // chunked candidates (interleaved, zb-v) it is chunked_bound, whatever `from` and `ceiling`.
+  // the result is `ceiling` (about O(d log L) for that answer, 20 times that for a bisection), and infinity
+  // when no whole-layer split fits in memory at all (memory_fits). For the chunked candidates
+  // (interleaved, zb-v) it is chunked_bound, whatever `from` and `ceiling`.
   bool refinable(const Candidate& c) const;
   double refined(const Candidate& c, double from = 0.0, double ceiling = kInfinity);
   // True only if refined(c, from, ceiling) > t for every from and every ceiling >= t (1 + kAboveMargin): one
@@ -56,6 +57,9 @@ class StepLowerBound {
   // (step_bound_lanes.cpp, with the proof). False rules out every split of `c` at t; at t = infinity,
   // false says that no split fits in memory. O(d log L).
   bool lanes_reach(const Candidate& c, double t) const;
+  // lanes_reach(c, infinity): whether some split of whole layers can fit in memory at all (false proves
+  // that none does). Memoised for the candidates that share what it reads; thread-safe.
+  bool memory_fits(const Candidate& c) const;
   // Whether d stages of whole layers, relaxed as lanes_reach prices them, can each fit in the device
   // memory plus `over_bytes` (in the option the recompute policy takes): false proves that every split of
   // `c` has a stage more than `over_bytes` over the memory (least_overage_split). O(d log L).
@@ -136,6 +140,11 @@ class StepLowerBound {
   double least_allreduce_ms(int64_t width) const;
   // The least fwd + bwd of k consecutive layers at microbatch index bi (memoised).
   double least_window_ms(size_t bi, int64_t k);
+  // The lane of the stage holding the most layers: some stage holds a run of at least ceil(L / d), and
+  // its lane m (t + p2p) + allreduce + update is at least the sum of each term's least over any run of
+  // that many (each term only grows with a layer more): the least compute, the least transfers of a stage
+  // with a neighbour (d > 1), the allreduce of the least gradients at any level, the least update.
+  double crowded_bound(const Candidate& c);
   // Sum of plain_capacity over f = 1..n, each term clipped to [low, high].
   double clipped_prefix(bool two_versions, size_t bi, int64_t n, double low, double high);
 
@@ -202,7 +211,7 @@ class StepLowerBound {
     Probe(const StepLowerBound& owner, const Candidate& cand) : bound(owner), c(cand) {}
     const StepLowerBound& bound;
     const Candidate& c;
-    // Built on first use (a walk answered from memory_short_ needs neither).
+    // Built on first use (a walk answered by memory_fits' memo needs neither).
     const PlacementLevels& levels();
     const std::vector<StageLinks>& links();
     const Relaxed& relaxed();
@@ -243,6 +252,7 @@ class StepLowerBound {
   };
   bool lanes_reach(Probe& p, double t) const;
   bool memory_reaches(const Relaxed& relaxed, int64_t depth) const;
+  bool memory_fits(Probe& p) const;
   bool rules_out(Probe& p, double limit) const;
   // rules_out's tests of one candidate at one limit (step_bound_rules.cpp): the stages' capacities and
   // the whole-layer walks of flush, zb-h1 / zb-h2 and gpipe.
@@ -293,16 +303,19 @@ class StepLowerBound {
   // plain_capacity by f (index 0 unused) and its prefix sums, [versions][bi], grown on demand.
   std::array<std::vector<std::vector<double>>, 2> capacity_vals_, capacity_sums_;
   std::vector<std::vector<double>> least_window_;  // [bi][k], -1 until computed
+  std::vector<int64_t> least_params_;              // [k]: the fewest parameter bytes of k layers in a row (-1: not yet)
+  std::vector<double> least_update_;               // [k]: the least update of k layers in a row (-1: not yet)
   ForcedRedo forced_redo_;
   // The thread-safe memos, shared by a bound and its copies.
   struct Shared {
     std::mutex runs_mutex;
     std::map<std::pair<Schedule, size_t>, std::vector<double>> plain_runs;  // [f - 1]
-    // (schedule, microbatch index, depth, CostModel::memory_microbatches) whose relaxed stages cannot hold
-    // every layer at any limit (lanes_reach at infinity is false): its walk reads nothing else of a candidate
-    // (not its width or placement, nor m past that), so the candidates that share them ask it once.
-    std::mutex memory_short_mutex;
-    std::set<std::tuple<Schedule, int64_t, int64_t, int64_t>> memory_short;
+    // Per (schedule, microbatch index, depth, CostModel::memory_microbatches): whether its relaxed stages
+    // can hold every layer at some limit (lanes_reach at infinity, memory_fits): the walk reads nothing
+    // else of a candidate (not its width or placement, nor m past that), so the candidates that share
+    // them ask it once.
+    std::mutex memory_mutex;
+    std::map<std::tuple<Schedule, int64_t, int64_t, int64_t>, bool> memory_fits;
     std::mutex levels_mutex;
     std::map<std::tuple<int64_t, int64_t, int>, std::shared_ptr<const PlacementLevels>> levels;
     // The stage tables of ended Relaxeds, which the next ones reuse: memory still in the cache, where a

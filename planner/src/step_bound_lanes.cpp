@@ -198,24 +198,10 @@ bool StepLowerBound::lanes_reach(Probe& p, double t) const {
   if (walks.has_short && t < walks.short_at) return false;
   if (walks.has_reach && t >= walks.reach_at) return true;
   const bool at_infinity = !(t < kInfinity);
-  // Candidates that differ only past memory_microbatches share their answer at infinity.
-  const auto key = std::make_tuple(c.schedule, c.microbatch_index, c.depth, CostModel::memory_microbatches(c));
-  if (at_infinity) {  // only memory can stop the walk, and the links are not needed to see whether it does
-    bool short_of_memory = false;
-    {
-      const std::lock_guard<std::mutex> lock(shared_->memory_short_mutex);
-      short_of_memory = shared_->memory_short.count(key) > 0;
-    }
-    if (!short_of_memory && !memory_reaches(p.relaxed(), c.depth)) {
-      const std::lock_guard<std::mutex> lock(shared_->memory_short_mutex);
-      shared_->memory_short.insert(key);
-      short_of_memory = true;
-    }
-    if (short_of_memory) {
-      walks.ends.assign(static_cast<size_t>(c.depth), 0);
-      walks.remember(false, kInfinity);
-      return false;
-    }
+  if (at_infinity && !memory_fits(p)) {  // only memory can stop the walk: the links are not needed
+    walks.ends.assign(static_cast<size_t>(c.depth), 0);
+    walks.remember(false, kInfinity);
+    return false;
   }
   const auto& statics = model_.static_factors(c.schedule);
   const auto& pp = model_.param_prefix();
@@ -281,6 +267,26 @@ bool StepLowerBound::lanes_reach(Probe& p, double t) const {
 bool StepLowerBound::fits_within(const Candidate& c, int64_t over_bytes) const {
   if (c.chunks > 1 || c.depth < 1) return true;
   return memory_reaches(Relaxed(*this, c, over_bytes), c.depth);
+}
+
+bool StepLowerBound::memory_fits(const Candidate& c) const {
+  if (c.chunks > 1 || c.depth < 1) return true;
+  Probe p(*this, c);
+  return memory_fits(p);
+}
+
+bool StepLowerBound::memory_fits(Probe& p) const {
+  const Candidate& c = p.c;
+  // Candidates that differ only past memory_microbatches share the answer.
+  const auto key = std::make_tuple(c.schedule, c.microbatch_index, c.depth, CostModel::memory_microbatches(c));
+  {
+    const std::lock_guard<std::mutex> lock(shared_->memory_mutex);
+    if (const auto it = shared_->memory_fits.find(key); it != shared_->memory_fits.end()) return it->second;
+  }
+  const bool fits = memory_reaches(p.relaxed(), c.depth);
+  const std::lock_guard<std::mutex> lock(shared_->memory_mutex);
+  shared_->memory_fits.emplace(key, fits);
+  return fits;
 }
 
 // The walk with memory alone: each of the `depth` stages ends at the furthest layer its relaxed run fits

@@ -297,3 +297,40 @@ TEST_CASE("least_redo_ms is the cheapest fractional recompute of a compute, with
   }
   CHECK(checked >= 1000);
 }
+
+TEST_CASE("memory_fits rules out only candidates with no split in memory, the same with its memo shared") {
+  // One bound answers every candidate of an instance, so its memo (by schedule, microbatch size, depth and
+  // the microbatches memory reads) is shared across widths, placements and microbatch counts; a fresh
+  // bound per candidate must agree, and no candidate with a split that fits (the exact search's) may be
+  // ruled out, nor refined below infinity when it is ruled out. It must bite: a share of the candidates
+  // with no split in memory is ruled out by it.
+  int64_t checked = 0, none_fits = 0, ruled = 0;
+  for (uint64_t seed = 1; seed <= 150; ++seed) {
+    const RandomInstance inst = make_random_instance(seed, pd2bw::testing::medium_instance_options());
+    INFO(inst.describe());
+    const CostModel model(inst.profile, inst.cluster, inst.constraints);
+    StepLowerBound shared(model);
+    for (const Candidate& c : pd2bw::planner::enumerate_candidates(model)) {
+      if (c.chunks > 1) continue;
+      INFO(std::string(schedule_name(c.schedule)) << " b=" << c.microbatch << " d=" << c.depth << " w=" << c.width
+                                     << " m=" << c.microbatches);
+      const bool fits = shared.memory_fits(c);
+      CHECK(fits == StepLowerBound(model).memory_fits(c));
+      CHECK(fits == shared.lanes_reach(c, kInfinity));
+      const Split best = pd2bw::planner::best_split(model, c, kInfinity, INT64_MAX);
+      if (best.exhausted) continue;
+      ++checked;
+      if (best.feasible()) CHECK(fits);
+      if (best.feasible() || shared(c) == kInfinity) continue;
+      ++none_fits;  // the cheap bound does not see it
+      if (fits) continue;
+      ++ruled;
+      CHECK(shared.refined(c, shared(c), 2.0 * shared(c)) == kInfinity);
+    }
+  }
+  MESSAGE("candidates " << checked << "; with no split in memory that the cheap bound misses " << none_fits
+                        << ", of which memory_fits rules out " << ruled);
+  CHECK(checked >= 5000);
+  CHECK(ruled >= none_fits / 2);
+  CHECK(ruled >= 500);
+}
