@@ -245,6 +245,9 @@ class StepLowerBound {
     // lanes_reach's: no walk at t < short_at reaches, every walk at t >= reach_at does (the interval each
     // walk decides, lanes_reach's comment). RuleWalks::zb_reaches': the limits of the walks themselves.
     WalkBrackets lanes, zb;
+    // The whole-layer walk of rules_out that last ruled a limit out (0 lanes, 1 flush's, 2 the cycles', 3
+    // gpipe's): the next test starts with it.
+    int last_out = 0;
     // rules_out's limit-free parts (filled on its first call): per stage the plain capacity at its in-flight
     // count and the sum of 2 in_fast over the later stages, stage 0's allreduce and update; flush's W(f).
     std::vector<double> plain, ins_after, runs;
@@ -253,6 +256,7 @@ class StepLowerBound {
   bool lanes_reach(Probe& p, double t) const;
   bool memory_reaches(const Relaxed& relaxed, int64_t depth) const;
   bool memory_fits(Probe& p) const;
+  static constexpr int kRuleWalks = 4;  // rules_out's whole-layer walks (Probe::last_out)
   bool rules_out(Probe& p, double limit) const;
   // rules_out's tests of one candidate at one limit (step_bound_rules.cpp): the stages' capacities and
   // the whole-layer walks of flush, zb-h1 / zb-h2 and gpipe.
