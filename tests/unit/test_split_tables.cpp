@@ -1,6 +1,7 @@
 // The split tables (planner/src/split_tables.hpp) against the plain form of the same dynamic program: per
 // start, every folded state compared with the kept ones one by one (a dominated one dropped, equal ones
-// resolved by the same preference), the same work counted. Small integer stage times make equal and
+// resolved by the same preference), the same work counted, and a budgeted program stopped where its
+// first rows project past its budget. Small integer stage times make equal and
 // dominated states common. Every row's states, their order and what they extend, the work and whether
 // it ran out must be the same, for each fold, under loose and tight bounds and budgets. Also HiSweep
 // (partition_internal.hpp) against Windows::hi, which it stands in for.
@@ -49,12 +50,15 @@ struct Instance {
   double floor(int64_t a, int64_t e) const { return m * (work[static_cast<size_t>(e)] - work[static_cast<size_t>(a)]); }
 };
 
-Instance make_instance(uint64_t seed) {
+// `deep`: 17 to 24 stages over 40 to 59 layers, where a budget's projection (kProjectedRows of d rows)
+// can stop a program before its budget runs out.
+Instance make_instance(uint64_t seed, bool deep = false) {
   std::mt19937_64 g(seed);
   Instance in;
   in.seed = seed;
-  in.L = 6 + static_cast<int64_t>(g() % 20);
-  in.d = 1 + static_cast<int64_t>(g() % static_cast<uint64_t>(std::min<int64_t>(in.L, 7)));
+  in.L = deep ? 40 + static_cast<int64_t>(g() % 20) : 6 + static_cast<int64_t>(g() % 20);
+  in.d = deep ? 17 + static_cast<int64_t>(g() % 8)
+              : 1 + static_cast<int64_t>(g() % static_cast<uint64_t>(std::min<int64_t>(in.L, 7)));
   in.max_len = 1 + (in.L + in.d - 1) / in.d + static_cast<int64_t>(g() % 4);
   in.m = static_cast<double>(1 + g() % 6);
   in.work.assign(static_cast<size_t>(in.L + 1), 0.0);
@@ -76,8 +80,8 @@ struct Plain {
   };
   std::vector<std::vector<std::vector<Label>>> rows;  // [stage][start - start_lo]
   const Instance& in;
-  int64_t work = 0;
-  bool exhausted = false;
+  int64_t work = 0, priced = 0;                // and the stages priced (Instance::price calls)
+  bool exhausted = false, projected = false;  // ran out; of which stopped by the projection
 
   static bool below(const State& a, const State& b) {
     for (int k = 0; k < Fold::K; ++k)
@@ -136,6 +140,7 @@ struct Plain {
             return;
           }
           const auto s = in.price(i, a, e);
+          ++priced;
           if (!s) continue;
           if (last) {
             add(i, set, {Fold::prepend(Fold::empty(), *s, in.m), static_cast<int32_t>(e), -1});
@@ -155,6 +160,16 @@ struct Plain {
       if (std::all_of(rows[static_cast<size_t>(i)].begin(), rows[static_cast<size_t>(i)].end(),
                       [](const auto& r) { return r.empty(); }))
         return;
+      // A budgeted program whose rows so far, spread over all d, project past kProjectedFactor budgets.
+      using Tables = detail::SplitTables<Fold>;
+      const int64_t built = in.d - i;
+      if (i > 0 && max_work != INT64_MAX && built >= Tables::kProjectedRows &&
+          static_cast<double>(work) * static_cast<double>(in.d) >
+              Tables::kProjectedFactor * static_cast<double>(max_work) * static_cast<double>(built)) {
+        run_out(max_work);
+        projected = true;
+        return;
+      }
     }
   }
 };
@@ -163,12 +178,17 @@ struct Plain {
 template <class Fold>
 double compare(const Instance& in, double bound, int64_t max_work) {
   const Plain<Fold> want(in, bound, max_work);
+  int64_t priced = 0;  // where construction stopped, when it ran out
   const detail::SplitTables<Fold> got(
       in.L, in.d, in.m, bound, in.start_lo, in.start_hi, [&](int64_t i, int64_t a) { return in.hi(i, a); },
-      [&](int64_t i, int64_t a, int64_t e) { return in.price(i, a, e); },
+      [&](int64_t i, int64_t a, int64_t e) {
+        ++priced;
+        return in.price(i, a, e);
+      },
       [&](int64_t, int64_t a, int64_t e) { return in.floor(a, e); },
       [&](int64_t, int64_t a) { return in.work[static_cast<size_t>(a)]; }, max_work);
   CHECK(got.work() == want.work);
+  CHECK(priced == want.priced);
   REQUIRE(got.exhausted() == want.exhausted);
   if (want.exhausted) return pd2bw::planner::kInfinity;
   bool reached = true;
@@ -191,7 +211,7 @@ double compare(const Instance& in, double bound, int64_t max_work) {
 }
 
 template <class Fold>
-void compare_all(int64_t& compared, int64_t& tight) {
+void compare_all(int64_t& compared, int64_t& tight, int64_t& projected) {
   for (uint64_t seed = 1; seed <= 150; ++seed) {
     const Instance in = make_instance(seed);
     CAPTURE(seed);
@@ -204,20 +224,34 @@ void compare_all(int64_t& compared, int64_t& tight) {
     for (const int64_t budget : {loose.work / 3, loose.work - 1, loose.work}) compare<Fold>(in, best, budget);
     ++tight;
   }
+  for (uint64_t seed = 1; seed <= 30; ++seed) {  // deep: budgets the projection may cut short
+    const Instance in = make_instance(seed, true);
+    CAPTURE(seed);
+    const Plain<Fold> loose(in, pd2bw::planner::kInfinity, INT64_MAX);
+    for (const int64_t budget : {loose.work / 2, loose.work / 4, loose.work / 8, loose.work / 16}) {
+      compare<Fold>(in, pd2bw::planner::kInfinity, budget);
+      if (Plain<Fold>(in, pd2bw::planner::kInfinity, budget).projected) ++projected;
+    }
+    // A budget the program needs, or twice that, is never cut short by the projection here.
+    for (const int64_t budget : {loose.work, 2 * loose.work})
+      CHECK_FALSE(Plain<Fold>(in, pd2bw::planner::kInfinity, budget).exhausted);
+  }
 }
 
 }  // namespace
 
 TEST_CASE("the split tables keep the plain dynamic program's states, order, work and budget, for every fold") {
-  int64_t compared = 0, tight = 0;
-  compare_all<detail::FlushFold>(compared, tight);
-  compare_all<detail::GpipeFold>(compared, tight);
-  compare_all<detail::ZbH1Fold>(compared, tight);
-  compare_all<detail::ZbH2Fold>(compared, tight);
-  compare_all<detail::TwoBwFold>(compared, tight);
-  MESSAGE("compared " << compared << " instances, " << tight << " under tight bounds and budgets");
+  int64_t compared = 0, tight = 0, projected = 0;
+  compare_all<detail::FlushFold>(compared, tight, projected);
+  compare_all<detail::GpipeFold>(compared, tight, projected);
+  compare_all<detail::ZbH1Fold>(compared, tight, projected);
+  compare_all<detail::ZbH2Fold>(compared, tight, projected);
+  compare_all<detail::TwoBwFold>(compared, tight, projected);
+  MESSAGE("compared " << compared << " instances, " << tight << " under tight bounds and budgets; " << projected
+                      << " deep programs stopped by their projection");
   CHECK(compared == 750);
   CHECK(tight >= 500);
+  CHECK(projected >= 25);
 }
 
 TEST_CASE("HiSweep gives Windows::hi for starts in increasing order, and after a restart") {
