@@ -167,7 +167,7 @@ Split optimum_below(const CostModel& model, const detail::PreparedCandidate& pc,
   solve<Fold>(model, pc, bound, solved, max_work, has_split);
   if (solved.out_of_work) {
     out.exhausted = true;
-    out.work = max_work + 1;
+    out.work = detail::SplitTables<Fold>::work_past(max_work);
     return out;
   }
   if (!solved.tables) return out;

@@ -115,9 +115,11 @@ class SplitTables {
 
   // Whether the work budget ran out (then best() is nullptr and the tables must not be walked).
   bool exhausted() const { return exhausted_; }
-  // The work construction spent (starts visited, stages priced, states folded and compared): max_work + 1
-  // when the budget ran out, whatever the last fold added.
+  // The work construction spent (starts visited, stages priced, states folded and compared): work_past
+  // (max_work) when the budget ran out, whatever the last fold added.
   int64_t work() const { return work_; }
+  // What a program that runs out of `max_work` reports as its work (one unit past it), built or not.
+  static int64_t work_past(int64_t max_work) { return max_work + 1; }
   // The starts the construction visits (each a unit of work) unless a row is left without states first:
   // over max_work, a construction that leaves none empty (a split under the bound exists) runs out.
   static int64_t starts(const std::vector<int64_t>& start_lo, const std::vector<int64_t>& start_hi) {
@@ -185,7 +187,7 @@ class SplitTables {
 
   void exhaust(int64_t max_work) {
     exhausted_ = true;
-    work_ = max_work + 1;
+    work_ = work_past(max_work);
   }
 
   static bool dominates(const State& a, const State& b) {
