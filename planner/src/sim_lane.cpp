@@ -8,19 +8,6 @@ namespace pd2bw::planner {
 
 namespace {
 
-Busy category(OpKind k) {
-  switch (k) {
-    case OpKind::forward:
-    case OpKind::backward:
-    case OpKind::backward_input:
-    case OpKind::backward_weight:
-    case OpKind::recompute: return Busy::compute;
-    case OpKind::allreduce: return Busy::allreduce;
-    case OpKind::update: return Busy::update;
-    default: return Busy::p2p;
-  }
-}
-
 // The j-th of the v chunks position `stage` holds, in model order: the inverse of schemas::chunk_position
 // (the V for zb-v, the loop otherwise), without building chunks_at's list.
 int64_t held_chunk(const ScheduleSpec& spec, int64_t stage, int64_t j) {
@@ -52,7 +39,9 @@ SimLane::SimLane(int64_t stage_, int64_t replica_, const SimInput& in, LaneMeasu
     update_ms_ += st.update_ms;
   }
   period_ops_ = spec.microbatches * per_microbatch + (spec.width > 1 ? spec.chunks : 0) + 1;
-  last_period_end_ms_.assign(static_cast<size_t>(period_ops_), 0.0);
+  ring_ = std::make_unique_for_overwrite<double[]>(static_cast<size_t>(period_ops_) + kPrefetch);
+  cursor_ = ring_.get();
+  ring_end_ = cursor_ + period_ops_;
   // 2bw's first step also runs the warm-up forwards of the stream; past them every step's ops line up.
   if (spec.kind == Schedule::two_bw)
     warmup_ops_ = std::min(spec.depth - stage_ - 1, spec.microbatches * spec.steps) * ((stage_ > 0) + 1 + (stage_ < last));
@@ -67,10 +56,7 @@ int64_t SimLane::last_reading_step(int64_t v) const {
   return kind_ == Schedule::two_bw && v == 0 ? 0 : -1;  // v = 0 is read by step 0 in any case
 }
 
-void SimLane::add_memory(double at_ms, int64_t delta) {
-  bytes += delta;
-  peak_bytes = std::max(peak_bytes, bytes);
-  if (!measure_.curve) return;
+void SimLane::add_curve_point(double at_ms) {
   if (!memory_curve.empty() && memory_curve.back().first == at_ms)
     memory_curve.back().second = bytes;
   else
@@ -88,59 +74,16 @@ void SimLane::free_dead_versions(double at_ms, int64_t newest) {
   }
 }
 
-void SimLane::finish(double start_ms, double end_ms) {
-  const Op& o = op();
-  if (o.step == measure_.step) busy_ms[static_cast<size_t>(category(o.kind))] += end_ms - start_ms;
-  switch (o.kind) {
-    case OpKind::forward:
-      add_memory(start_ms, chunk(o).stash_bytes);
-      peak_in_flight = std::max(peak_in_flight, ++in_flight);
-      break;
-    case OpKind::recompute: add_memory(start_ms, chunk(o).recompute_stash_bytes); break;
-    case OpKind::backward:
-    case OpKind::backward_input: {
-      // B keeps what its W needs (split backward) and frees the rest of the stash with the backward's end.
-      const SimStage& st = chunk(o);
-      const int64_t kept = o.kind == OpKind::backward_input ? st.weight_grad_bytes : 0;
-      add_memory(end_ms, kept - st.stash_bytes - (st.recompute ? st.recompute_stash_bytes : 0));
-      --in_flight;
-      if (o.microbatch == microbatches_ - 1) read_steps_done_ = o.step;
-      break;
-    }
-    case OpKind::backward_weight: add_memory(end_ms, -chunk(o).weight_grad_bytes); break;
-    case OpKind::update:
-      // The new version takes the buffer of a version nobody reads any more (freed first at the same
-      // instant), so 2BW holds two buffers and flush / gpipe update in place.
-      free_dead_versions(start_ms, o.version);
-      live_.push_back(o.version);
-      add_memory(start_ms, weights_bytes_);
-      max_live_versions = std::max<int64_t>(max_live_versions, static_cast<int64_t>(live_.size()));
-      if (update_end_ms.size() <= static_cast<size_t>(o.step)) update_end_ms.resize(static_cast<size_t>(o.step) + 1, 0.0);
-      update_end_ms[static_cast<size_t>(o.step)] = end_ms;
-      stopped_ = measure_.stop_after && o.step == measure_.step;
-      break;
-    default: break;
-  }
-  const bool last_read =
-      (o.kind == OpKind::backward || o.kind == OpKind::backward_input) && o.microbatch == microbatches_ - 1;
-  if (pc >= warmup_ops_) {
-    double& counterpart = last_period_end_ms_[static_cast<size_t>(slot_)];
-    if (++slot_ == period_ops_) slot_ = 0;
-    // The lanes take turns, so the next slots have mostly left the cache by this lane's next turn.
-    if (slot_ + 8 < period_ops_) __builtin_prefetch(&last_period_end_ms_[static_cast<size_t>(slot_ + 8)], 1);
-    if (pc >= warmup_ops_ + period_ops_ && (updates_done_ == measure_.step || updates_done_ + 1 == measure_.step)) {
-      const size_t k = updates_done_ == measure_.step ? 1 : 0;
-      const double increment = end_ms - counterpart;
-      max_increment_ms[k] = increments_measured[k] ? std::max(max_increment_ms[k], increment) : increment;
-      increments_measured[k] = true;
-    }
-    counterpart = end_ms;
-  }
-  if (o.kind == OpKind::update) ++updates_done_;
-  clock_ms = end_ms;
-  ++pc;
-  ops_.next();  // `o` refers into the stream: used up above
-  if (last_read && !live_.empty()) free_dead_versions(end_ms, live_.back());
+void SimLane::finish_update(const Op& o, double start_ms, double end_ms) {
+  // The new version takes the buffer of a version nobody reads any more (freed first at the same
+  // instant), so 2BW holds two buffers and flush / gpipe update in place.
+  free_dead_versions(start_ms, o.version);
+  live_.push_back(o.version);
+  add_memory(start_ms, weights_bytes_);
+  max_live_versions = std::max<int64_t>(max_live_versions, static_cast<int64_t>(live_.size()));
+  if (update_end_ms.size() <= static_cast<size_t>(o.step)) update_end_ms.resize(static_cast<size_t>(o.step) + 1, 0.0);
+  update_end_ms[static_cast<size_t>(o.step)] = end_ms;
+  stopped_ = measure_.stop_after && o.step == measure_.step;
 }
 
 int64_t steady_step(const ScheduleSpec& spec) {

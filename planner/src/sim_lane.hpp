@@ -4,8 +4,10 @@
 // v = 1); each op is charged to its own chunk's terms. Private to the planner.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "pd2bw/planner/simulator.hpp"
@@ -30,12 +32,51 @@ class SimLane {
   SimLane(int64_t stage, int64_t replica, const SimInput& in, LaneMeasure measure);
 
   bool done() const { return stopped_ || ops_.done(); }
+  // Whether ops remain, short of done(): only an update stops a lane early, so a replay tests done()
+  // after updates and this before every op.
+  bool running() const { return !ops_.done(); }
   const Op& op() const { return ops_.op(); }
   // The chunk op() computes or moves for (requires op().chunk >= 0).
   const SimStage& chunk(const Op& o) const { return own_ ? *own_ : stages_[static_cast<size_t>(o.chunk)]; }
-  double update_ms() const { return update_ms_; }  // the rank's update: all its chunks
-  // Completes the current op over [start, end) and moves to the next.
-  void finish(double start_ms, double end_ms);
+  const SimStage& own_chunk() const { return *own_; }  // the one chunk, when v = 1
+  double update_ms() const { return update_ms_; }      // the rank's update: all its chunks
+  // Completes op(), of kind K, over [start, end) and moves to the next; `st` is its chunk for the
+  // compute kinds (unused otherwise). Inline and by kind: the replay calls it once per op, from a switch
+  // on the kind, so the bookkeeping of each kind is straight-line code with the lane's fields at hand;
+  // the rare parts (the update, freeing versions, the memory curve) stay out of line.
+  template <OpKind K>
+  [[gnu::always_inline]] void finish(double start_ms, double end_ms, const SimStage* st = nullptr) {
+    const Op& o = op();
+    if (o.step == measure_.step) busy_ms[static_cast<size_t>(category(K))] += end_ms - start_ms;
+    if constexpr (K == OpKind::forward) {
+      add_memory(start_ms, st->stash_bytes);
+      peak_in_flight = std::max(peak_in_flight, ++in_flight);
+    } else if constexpr (K == OpKind::recompute) {
+      add_memory(start_ms, st->recompute_stash_bytes);
+    } else if constexpr (K == OpKind::backward || K == OpKind::backward_input) {
+      // B keeps what its W needs (split backward) and frees the rest of the stash with the backward's end.
+      const int64_t kept = K == OpKind::backward_input ? st->weight_grad_bytes : 0;
+      add_memory(end_ms, kept - st->stash_bytes - (st->recompute ? st->recompute_stash_bytes : 0));
+      --in_flight;
+      // The step's last backward is the last op to read its weights: versions nobody reads go.
+      if (o.microbatch == microbatches_ - 1) {
+        read_steps_done_ = o.step;
+        if (!live_.empty()) free_dead_versions(end_ms, live_.back());
+      }
+    } else if constexpr (K == OpKind::backward_weight) {
+      add_memory(end_ms, -st->weight_grad_bytes);
+    } else if constexpr (K == OpKind::update) {
+      finish_update(o, start_ms, end_ms);
+    }
+    if (pc >= warmup_ops_) measure_increment(end_ms);
+    if constexpr (K == OpKind::update) {
+      ++updates_done_;
+      refresh_measuring();
+    }
+    clock_ms = end_ms;
+    ++pc;
+    ops_.next();  // `o` refers into the stream: used up above
+  }
 
   int64_t stage, replica;
   int64_t pc = 0;  // ops completed
@@ -52,9 +93,53 @@ class SimLane {
   std::array<bool, 2> increments_measured{};
 
  private:
+  static constexpr Busy category(OpKind k) {
+    switch (k) {
+      case OpKind::forward:
+      case OpKind::backward:
+      case OpKind::backward_input:
+      case OpKind::backward_weight:
+      case OpKind::recompute: return Busy::compute;
+      case OpKind::allreduce: return Busy::allreduce;
+      case OpKind::update: return Busy::update;
+      default: return Busy::p2p;
+    }
+  }
+  void finish_update(const Op& o, double start_ms, double end_ms);
+  // The op's end against its counterpart's a period earlier (pc >= warmup_ops_): the end is kept in the
+  // ring for the next period, and the increment counts when the op is in a measured step.
+  [[gnu::always_inline]] void measure_increment(double end_ms) {
+    double* slot = cursor_;
+    if (measuring_ >= 0) {
+      const auto k = static_cast<size_t>(measuring_);
+      const double increment = end_ms - *slot;
+      max_increment_ms[k] = increments_measured[k] ? std::max(max_increment_ms[k], increment) : increment;
+      increments_measured[k] = true;
+    }
+    *slot = end_ms;
+    // The lanes take turns, so the next slots have mostly left the cache by this lane's next turn (the
+    // ring has kPrefetch slots to spare past its end).
+    __builtin_prefetch(slot + kPrefetch, 1);
+    if (++cursor_ == ring_end_) {
+      cursor_ = ring_.get();
+      wrapped_ = true;
+      refresh_measuring();
+    }
+  }
+  // Which increment the next op counts in: [1] in the measured step, [0] in the one before, once a period
+  // of counterparts is in the ring; -1: none. Changes only when the ring wraps and at updates.
+  void refresh_measuring() {
+    const int64_t u = updates_done_, s = measure_.step;
+    measuring_ = !wrapped_ ? -1 : u == s ? 1 : u + 1 == s ? 0 : -1;
+  }
   void free_dead_versions(double at_ms, int64_t newest);
   // Changes are made in time order, frees before allocations at the same instant.
-  void add_memory(double at_ms, int64_t delta);
+  [[gnu::always_inline]] void add_memory(double at_ms, int64_t delta) {
+    bytes += delta;
+    peak_bytes = std::max(peak_bytes, bytes);
+    if (measure_.curve) add_curve_point(at_ms);
+  }
+  void add_curve_point(double at_ms);
 
   // The last step reading version v in the replay (-1: none); it is dead once that step's last backward,
   // its last op reading weights, is done.
@@ -72,10 +157,15 @@ class SimLane {
   std::vector<int64_t> live_;     // versions held
   int64_t period_ops_ = 1;        // ops between two updates once the pipe is full
   int64_t warmup_ops_ = 0;        // 2bw's warm-up forwards at the start of the stream
-  int64_t slot_ = 0;              // (pc - warmup_ops_) modulo period_ops_
   bool stopped_ = false;
   int64_t updates_done_ = 0;
-  std::vector<double> last_period_end_ms_;  // end time of the op period_ops_ ago, by stream index mod period
+  // The end time of the op period_ops_ ago, by stream index (from warmup_ops_ on) modulo the period, at
+  // cursor_. Left uninitialised: a slot is read only a period after its first write (wrapped_).
+  static constexpr size_t kPrefetch = 8;
+  std::unique_ptr<double[]> ring_;
+  double *cursor_ = nullptr, *ring_end_ = nullptr;
+  bool wrapped_ = false;
+  int measuring_ = -1;  // refresh_measuring()
 };
 
 // The steady step simulate() measures: the last for flush and gpipe, the one before it for 2bw (the

@@ -19,13 +19,16 @@ namespace pd2bw::planner {
 
 namespace {
 
+// A message names its microbatch by its index in the stream of all steps' microbatches (step m + k): 16
+// bytes, so a queue of a whole step's activations (gpipe) takes less of the cache.
 struct Message {
   double start_ms;
-  int64_t step, microbatch;
+  int64_t index;
 };
 
 // A first-in first-out queue of messages in a ring that doubles when full (a channel holds at most a
-// warm-up's worth of messages, so it stays small and is never reallocated in steady state).
+// step's worth of messages, so it stays small and is never reallocated in steady state), and the lane
+// blocked receiving on it (-1: none), kept with it as both are read together.
 class Channel {
  public:
   bool empty() const { return head_ == tail_; }
@@ -35,6 +38,7 @@ class Channel {
     if (tail_ - head_ == ring_.size()) grow();
     ring_[tail_++ & (ring_.size() - 1)] = m;
   }
+  int64_t waiter = -1;
 
  private:
   void grow() {
@@ -54,10 +58,10 @@ class Engine {
       : in_(in), replicas_(std::move(replicas)), keep_(keep), boundary_ms_(in.boundary_ms) {
     const int64_t d = in.spec.depth, n = static_cast<int64_t>(replicas_.size());
     const int64_t chunks = d * in.spec.chunks;
+    lanes_.reserve(static_cast<size_t>(d * n));
     for (int64_t i = 0; i < d; ++i)
       for (int64_t r = 0; r < n; ++r) lanes_.emplace_back(i, replicas_[static_cast<size_t>(r)], in, measure);
     channels_.resize(static_cast<size_t>(2 * chunks * n));
-    waiter_.assign(channels_.size(), -1);
     ar_ready_.assign(static_cast<size_t>(chunks), {});
     for (int64_t c = 0; c + 1 < chunks; ++c)  // a hand-over inside one rank (zb-v's turn) costs nothing
       if (pipeline::chunk_position(in.spec.kind, d, c) == pipeline::chunk_position(in.spec.kind, d, c + 1))
@@ -82,48 +86,46 @@ class Engine {
   std::vector<SimEvent>& events() { return events_; }
 
  private:
-  // Channel of activations (grad = false) or gradients crossing the boundary between chunk `left` and
-  // chunk `left + 1`.
-  int64_t channel(int64_t left, int64_t slot, bool grad) const {
-    return (left * static_cast<int64_t>(replicas_.size()) + slot) * 2 + (grad ? 1 : 0);
-  }
-  double boundary(const SimLane& lane, int64_t left) const {
-    return boundary_ms_[static_cast<size_t>(lane.replica)][static_cast<size_t>(left)];
-  }
-
-  void record(SimLane& lane, double start, double end) {
-    if (!keep_) return lane.finish(start, end);
+  template <OpKind K>
+  [[gnu::always_inline]] void record(SimLane& lane, double start, double end, const SimStage* st = nullptr) {
+    if (!keep_) return lane.finish<K>(start, end, st);
     const Op op = lane.op();  // a copy: finish() moves the stream on, which may refill the op's slot
-    lane.finish(start, end);
+    lane.finish<K>(start, end, st);
     events_.push_back({lane.stage, lane.replica, op.chunk, op.kind, op.step, op.microbatch, op.version, start, end});
   }
 
-  void send(int64_t ch, const SimLane& lane, std::vector<int64_t>& work) {
-    channels_[static_cast<size_t>(ch)].push({lane.clock_ms, lane.op().step, lane.op().microbatch});
-    int64_t& waiter = waiter_[static_cast<size_t>(ch)];
-    if (waiter >= 0) {
-      work.push_back(waiter);
-      waiter = -1;
+  int64_t index(const Op& op) const { return op.step * in_.spec.microbatches + op.microbatch; }
+
+  [[gnu::always_inline]] void send(int64_t ch, const SimLane& lane, std::vector<int64_t>& work) {
+    Channel& q = channels_[static_cast<size_t>(ch)];
+    q.push({lane.clock_ms, index(lane.op())});
+    if (q.waiter >= 0) {
+      work.push_back(q.waiter);
+      q.waiter = -1;
     }
   }
 
-  // Returns false when the lane must wait.
-  bool receive(int64_t l, int64_t ch, double transfer_ms) {
-    auto& q = channels_[static_cast<size_t>(ch)];
-    SimLane& lane = lanes_[static_cast<size_t>(l)];
+  // The start of lane l's receive on `ch` (its clock, or the message's send if later), taking the
+  // message; returns false, with the lane waiting on `ch`, when nothing is queued.
+  [[gnu::always_inline]] bool receive(int64_t l, const SimLane& lane, int64_t ch, double& start) {
+    Channel& q = channels_[static_cast<size_t>(ch)];
     if (q.empty()) {
-      waiter_[static_cast<size_t>(ch)] = l;
+      q.waiter = l;
       return false;
     }
     const Message msg = q.front();
     q.pop();
-    if (msg.step != lane.op().step || msg.microbatch != lane.op().microbatch)
-      throw Error(fmt::format("schedule mismatch: stage {} expected step {} microbatch {} but got step {} "
-                              "microbatch {}", lane.stage, lane.op().step, lane.op().microbatch, msg.step,
-                              msg.microbatch));
-    const double start = std::max(lane.clock_ms, msg.start_ms);
-    record(lane, start, start + transfer_ms);
+    if (msg.index != index(lane.op())) [[unlikely]]
+      mismatch(lane, msg);
+    start = std::max(lane.clock_ms, msg.start_ms);
     return true;
+  }
+
+  [[noreturn]] void mismatch(const SimLane& lane, const Message& msg) const {
+    const int64_t m = in_.spec.microbatches;
+    throw Error(fmt::format("schedule mismatch: stage {} expected step {} microbatch {} but got step {} "
+                            "microbatch {}", lane.stage, lane.op().step, lane.op().microbatch, msg.index / m,
+                            msg.index % m));
   }
 
   bool allreduce(int64_t l, std::vector<int64_t>& work) {
@@ -136,7 +138,7 @@ class Engine {
     for (int64_t g : group) start = std::max(start, lanes_[static_cast<size_t>(g)].clock_ms);
     const double dur = in_.stages[static_cast<size_t>(chunk)].allreduce_ms;
     for (int64_t g : group) {
-      record(lanes_[static_cast<size_t>(g)], start, start + dur);
+      record<OpKind::allreduce>(lanes_[static_cast<size_t>(g)], start, start + dur);
       if (g != l) work.push_back(g);
     }
     group.clear();
@@ -144,45 +146,59 @@ class Engine {
   }
 
   void advance(int64_t l, std::vector<int64_t>& work) {
+    if (in_.spec.chunks == 1)
+      advance<true>(l, work);
+    else
+      advance<false>(l, work);
+  }
+
+  // Runs lane l until it is done or waits: each op's start and duration by its kind, and the lane's
+  // bookkeeping for that kind. Single (v = 1): every op's chunk is the lane's stage (the replay is
+  // measurably faster for not reading it).
+  template <bool Single>
+  void advance(int64_t l, std::vector<int64_t>& work) {
     SimLane& lane = lanes_[static_cast<size_t>(l)];
     const int64_t slot = l % static_cast<int64_t>(replicas_.size());
-    const bool single = in_.spec.chunks == 1;  // then every op's chunk is the lane's stage (and the
-                                               // replay measurably faster for not reading it)
-    while (!lane.done()) {
+    const double* links = boundary_ms_[static_cast<size_t>(lane.replica)].data();
+    // What stays fixed for the lane is read once: the calls the loop makes (refills of the op stream)
+    // keep the compiler from hoisting it. The activations (+ 0) and gradients (+ 1) crossing the
+    // boundary between chunks `left` and `left + 1` of the lane's replica slot go on channel
+    // left * across + at.
+    const SimStage* own = Single ? &lane.own_chunk() : nullptr;
+    const int64_t stage = lane.stage, across = 2 * static_cast<int64_t>(replicas_.size()), at = 2 * slot;
+    while (lane.running()) {
       const Op& op = lane.op();
-      const double t = lane.clock_ms;
-      const int64_t c = single ? lane.stage : op.chunk;  // -1 only for the update
+      double t = lane.clock_ms;
+      const SimStage* st = Single ? own : op.chunk >= 0 ? &lane.chunk(op) : nullptr;
+      const int64_t c = Single ? stage : op.chunk;  // -1 only for the update
+      int64_t ch = 0, left = c;  // a message's channel and the boundary it crosses
       switch (op.kind) {
-        case OpKind::forward: record(lane, t, t + lane.chunk(op).forward_ms); break;
-        case OpKind::backward: record(lane, t, t + lane.chunk(op).backward_ms); break;
-        case OpKind::recompute: record(lane, t, t + lane.chunk(op).recompute_ms); break;
-        case OpKind::update: record(lane, t, t + lane.update_ms()); break;
-        case OpKind::send_activation: {
-          send(channel(c, slot, false), lane, work);
-          record(lane, t, t + boundary(lane, c));
-          break;
-        }
-        case OpKind::send_gradient: {
-          send(channel(c - 1, slot, true), lane, work);
-          record(lane, t, t + boundary(lane, c - 1));
-          break;
-        }
-        case OpKind::recv_activation:
-          if (!receive(l, channel(c - 1, slot, false), boundary(lane, c - 1))) return;
-          break;
-        case OpKind::recv_gradient:
-          if (!receive(l, channel(c, slot, true), boundary(lane, c))) return;
-          break;
+        case OpKind::forward: record<OpKind::forward>(lane, t, t + st->forward_ms, st); continue;
+        case OpKind::backward: record<OpKind::backward>(lane, t, t + st->backward_ms, st); continue;
+        case OpKind::recompute: record<OpKind::recompute>(lane, t, t + st->recompute_ms, st); continue;
+        case OpKind::backward_input:
+          record<OpKind::backward_input>(lane, t, t + (st->backward_ms - st->weight_ms), st);
+          continue;
+        case OpKind::backward_weight: record<OpKind::backward_weight>(lane, t, t + st->weight_ms, st); continue;
+        case OpKind::update:
+          record<OpKind::update>(lane, t, t + lane.update_ms());
+          if (lane.done()) return;  // measured_only stops the lane here
+          continue;
         case OpKind::allreduce:
           if (!allreduce(l, work)) return;
-          break;
-        case OpKind::backward_input: {
-          const SimStage& st = lane.chunk(op);
-          record(lane, t, t + (st.backward_ms - st.weight_ms));
-          break;
-        }
-        case OpKind::backward_weight: record(lane, t, t + lane.chunk(op).weight_ms); break;
+          continue;
+        case OpKind::send_activation: ch = c * across + at; break;
+        case OpKind::send_gradient: ch = --left * across + at + 1; break;
+        case OpKind::recv_activation: ch = --left * across + at; break;
+        case OpKind::recv_gradient: ch = c * across + at + 1; break;
       }
+      // The four kinds of messages share the rest, one copy of it inlined: their bookkeeping is the same
+      // (p2p time, no memory), so the sends' kind stands for all four.
+      if (op.kind == OpKind::send_activation || op.kind == OpKind::send_gradient)
+        send(ch, lane, work);
+      else if (!receive(l, lane, ch, t))
+        return;
+      record<OpKind::send_activation>(lane, t, t + links[left]);
     }
   }
 
@@ -192,7 +208,6 @@ class Engine {
   std::vector<std::vector<double>> boundary_ms_;  // in_.boundary_ms with the hand-overs inside a rank at 0
   std::vector<SimLane> lanes_;
   std::vector<Channel> channels_;
-  std::vector<int64_t> waiter_;                 // per channel: the lane blocked receiving on it, or -1
   std::vector<std::vector<int64_t>> ar_ready_;  // per chunk: lanes waiting in its allreduce
   std::vector<SimEvent> events_;
 };

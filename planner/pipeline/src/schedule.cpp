@@ -103,6 +103,9 @@ void zbv_units(int64_t d, int64_t m, int64_t i, std::vector<LocalUnit>& out) {
 }  // namespace
 
 std::vector<int64_t> chunks_at(Schedule kind, int64_t depth, int64_t chunks, int64_t stage) {
+  // One chunk per rank (every schedule but interleaved and zb-v): chunk_position(c) is c for c < d, so
+  // the rank holds its own stage; a replay builds one stream per rank, and the pass below is O(d).
+  if (chunks == 1 && stage >= 0 && stage < depth) return {stage};
   std::vector<int64_t> out;
   // The two placements of chunk_position solved for the chunk, without a pass over all d v chunks.
   if (kind == Schedule::interleaved && stage >= 0 && stage < depth) {
@@ -125,19 +128,17 @@ std::vector<int64_t> chunks_at(Schedule kind, int64_t depth, int64_t chunks, int
 StageOpStream::StageOpStream(const ScheduleSpec& spec, int64_t stage, bool recompute)
     : s_(spec), stage_(stage), recompute_(recompute) {
   check_spec(spec, stage);
-  buf_.reserve(static_cast<size_t>(2 * spec.chunks + 4));
+  // A unit emits at most max(v + 1, 5) ops (a step's end; a split backward with its receive, recompute,
+  // send and a W): push() writes them in place.
+  buf_.resize(static_cast<size_t>(2 * spec.chunks + 4));
   std::vector<LocalUnit> units;
   if (spec.kind == Schedule::interleaved) interleaved_units(spec.depth, spec.chunks, spec.microbatches, stage, units);
   if (spec.kind == Schedule::zb_v) zbv_units(spec.depth, spec.microbatches, stage, units);
-  const auto held = chunks_at(spec.kind, spec.depth, spec.chunks, stage);
-  for (const auto& [kind, at] : units) units_.push_back({kind, held[static_cast<size_t>(at.first)], at.second});
+  held_ = chunks_at(spec.kind, spec.depth, spec.chunks, stage);
+  for (const auto& [kind, at] : units) units_.push_back({kind, held_[static_cast<size_t>(at.first)], at.second});
   defer_ = spec.kind == Schedule::zb_h2 ? 2 * stage : stage;
   start_step(0);
   refill();
-}
-
-void StageOpStream::next() {
-  if (++head_ == count_) refill();
 }
 
 bool StageOpStream::split() const { return s_.kind == Schedule::zb_h1 || s_.kind == Schedule::zb_h2; }
@@ -156,13 +157,18 @@ void StageOpStream::start_step(int64_t step) {
 
 void StageOpStream::refill() {
   head_ = count_ = 0;
-  buf_.clear();
-  while (count_ == 0 && !finished_) {
-    if (units_.empty())
-      unit();
-    else
-      chunked_unit();
+  if (units_.empty()) {
+    while (count_ == 0 && !finished_) unit();
+  } else {
+    while (count_ == 0 && !finished_) chunked_unit();
   }
+}
+
+// Stream microbatch g's step and index in it. Only 2bw's one segment spans steps; the others walk one
+// step at a time, so g is in step_ and needs no division (once per unit of a long replay).
+std::pair<int64_t, int64_t> StageOpStream::locate(int64_t g) const {
+  if (s_.kind == Schedule::two_bw) return {g / s_.microbatches, g % s_.microbatches};
+  return {step_, g - first_};
 }
 
 // Emits the next unit's ops (possibly none, when the unit is a phase change).
@@ -223,14 +229,14 @@ void StageOpStream::chunked_unit() {
 }
 
 void StageOpStream::forward(int64_t g, int64_t chunk) {
-  const int64_t step = g / s_.microbatches, k = g % s_.microbatches;
+  const auto [step, k] = locate(g);
   if (chunk > 0) push(OpKind::recv_activation, step, k, 0, chunk);
   push(OpKind::forward, step, k, version_for_step(s_.kind, step), chunk);
   if (chunk + 1 < s_.depth * s_.chunks) push(OpKind::send_activation, step, k, 0, chunk);
 }
 
 void StageOpStream::backward(int64_t g, OpKind kind, int64_t chunk) {
-  const int64_t step = g / s_.microbatches, k = g % s_.microbatches;
+  const auto [step, k] = locate(g);
   const int64_t v = version_for_step(s_.kind, step);
   if (chunk + 1 < s_.depth * s_.chunks) push(OpKind::recv_gradient, step, k, 0, chunk);
   if (recompute_) push(OpKind::recompute, step, k, v, chunk);
@@ -239,7 +245,7 @@ void StageOpStream::backward(int64_t g, OpKind kind, int64_t chunk) {
 }
 
 void StageOpStream::weight(int64_t g, int64_t chunk) {
-  const int64_t step = g / s_.microbatches, k = g % s_.microbatches;
+  const auto [step, k] = locate(g);
   push(OpKind::backward_weight, step, k, version_for_step(s_.kind, step), chunk);
 }
 
@@ -254,13 +260,12 @@ void StageOpStream::end_step() {
 
 void StageOpStream::finish_step(int64_t step) {
   if (s_.width > 1)
-    for (int64_t c : chunks_at(s_.kind, s_.depth, s_.chunks, stage_)) push(OpKind::allreduce, step, -1, 0, c);
+    for (int64_t c : held_) push(OpKind::allreduce, step, -1, 0, c);
   push(OpKind::update, step, -1, step + 1, -1);
 }
 
 void StageOpStream::push(OpKind kind, int64_t step, int64_t k, int64_t v, int64_t chunk) {
-  buf_.push_back({kind, step, k, v, chunk});
-  ++count_;
+  buf_[static_cast<size_t>(count_++)] = {kind, step, k, v, chunk};
 }
 
 std::vector<Op> stage_ops(const ScheduleSpec& spec, int64_t stage, bool recompute) {

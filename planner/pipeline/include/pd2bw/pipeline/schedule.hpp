@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "pd2bw/pipeline/shape.hpp"
@@ -86,7 +87,10 @@ class StageOpStream {
   StageOpStream(const ScheduleSpec& spec, int64_t stage, bool recompute);
   bool done() const { return head_ == count_; }
   const Op& op() const { return buf_[static_cast<size_t>(head_)]; }  // requires !done()
-  void next();                                                        // requires !done()
+  // requires !done(); inline, as a replay moves on once per op and refills once per unit
+  void next() {
+    if (++head_ == count_) refill();
+  }
 
  private:
   enum class Phase { forward, backward, update, end, done };
@@ -106,6 +110,7 @@ class StageOpStream {
   void end_step();
   void push(OpKind kind, int64_t step, int64_t k, int64_t v, int64_t chunk);
   bool split() const;
+  std::pair<int64_t, int64_t> locate(int64_t g) const;  // (step, k) of stream microbatch g
 
   ScheduleSpec s_;
   int64_t stage_ = 0;
@@ -114,8 +119,9 @@ class StageOpStream {
   Phase phase_ = Phase::forward;
   bool finished_ = false;
   std::vector<Unit> units_;  // chunked schedules: one step's compute ops, the same every step
+  std::vector<int64_t> held_;  // chunks_at(stage): each step's allreduces, without a list per step
   size_t next_unit_ = 0;
-  std::vector<Op> buf_;      // the current unit's ops
+  std::vector<Op> buf_;      // the current unit's ops, the first count_ of them
   int64_t head_ = 0, count_ = 0;
 };
 
