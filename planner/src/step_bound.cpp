@@ -227,9 +227,8 @@ double StepLowerBound::capacity_bound(const Candidate& c, double redo) {
     const double mid = 0.5 * (lo + hi);
     (capacity_sum(c, mid) < total ? lo : hi) = mid;
   }
-  const auto bi = static_cast<size_t>(c.microbatch_index);
   const LinkLevels lvl = fastest_levels(model_, c);
-  const double p2p = c.depth > 1 ? 2.0 * model_.p2p_ms(std::min(min_out_[bi], min_in_[bi]), lvl.boundary) : 0.0;
+  const double p2p = least_stage_p2p_ms(c);
   const double allreduce = model_.allreduce_ms(0, c.width, lvl.replicas);
   const double m = static_cast<double>(c.microbatches);
   const double lane = m * (lo + p2p) + allreduce;
@@ -315,15 +314,15 @@ double StepLowerBound::crowded_bound(const Candidate& c) {
   const int64_t most = (model_.num_layers() + c.depth - 1) / c.depth;
   const auto bi = static_cast<size_t>(c.microbatch_index);
   const double m = static_cast<double>(c.microbatches);
-  const LinkLevels lvl = fastest_levels(model_, c);
-  const double p2p = c.depth > 1 ? 2.0 * model_.p2p_ms(std::min(min_out_[bi], min_in_[bi]), lvl.boundary) : 0.0;
   const int64_t grads = model_.static_factors(c.schedule).grads(least_window(least_params_, model_.param_prefix(), most));
-  double allreduce = kInfinity;
-  for (size_t lv = 0; lv < model_.cluster().levels.size(); ++lv)
-    allreduce = std::min(allreduce, model_.allreduce_ms(grads, c.width, static_cast<int64_t>(lv)));
-  if (!(allreduce < kInfinity)) allreduce = 0.0;
   const double update = least_window(least_update_, model_.update_prefix(), most);
-  return m * (least_window_ms(bi, most) + p2p) + allreduce + update;
+  return m * (least_window_ms(bi, most) + least_stage_p2p_ms(c)) + least_allreduce_ms(c.width, grads) + update;
+}
+
+double StepLowerBound::least_stage_p2p_ms(const Candidate& c) const {
+  if (c.depth < 2) return 0.0;
+  const auto bi = static_cast<size_t>(c.microbatch_index);
+  return 2.0 * model_.p2p_ms(std::min(min_out_[bi], min_in_[bi]), fastest_levels(model_, c).boundary);
 }
 
 double StepLowerBound::operator()(const Candidate& c) {

@@ -57,9 +57,6 @@ class StepLowerBound {
   // (step_bound_lanes.cpp, with the proof). False rules out every split of `c` at t; at t = infinity,
   // false says that no split fits in memory. O(d log L).
   bool lanes_reach(const Candidate& c, double t) const;
-  // lanes_reach(c, infinity): whether some split of whole layers can fit in memory at all (false proves
-  // that none does). Memoised for the candidates that share what it reads; thread-safe.
-  bool memory_fits(const Candidate& c) const;
   // Whether d stages of whole layers, relaxed as lanes_reach prices them, can each fit in the device
   // memory plus `over_bytes` (in the option the recompute policy takes): false proves that every split of
   // `c` has a stage more than `over_bytes` over the memory (least_overage_split). O(d log L).
@@ -136,8 +133,11 @@ class StepLowerBound {
   // Per microbatch index: the sums of the n smallest per-layer recomputes, n = 0..L (memoised).
   const std::vector<double>& least_redo_layers(size_t bi);
   std::vector<std::vector<double>> least_redo_layers_;
-  // The least allreduce of nothing across `width` replicas at any level (0 for one replica).
-  double least_allreduce_ms(int64_t width) const;
+  // The least allreduce of `bytes` across `width` replicas at any level (0 for one replica).
+  double least_allreduce_ms(int64_t width, int64_t bytes = 0) const;
+  // The least p2p of a stage with a neighbour (d > 1; 0 for d = 1), per microbatch: both ways of the
+  // smallest boundary tensor at the fastest level a boundary of `c` can cross.
+  double least_stage_p2p_ms(const Candidate& c) const;
   // The least fwd + bwd of k consecutive layers at microbatch index bi (memoised).
   double least_window_ms(size_t bi, int64_t k);
   // The lane of the stage holding the most layers: some stage holds a run of at least ceil(L / d), and
@@ -255,6 +255,8 @@ class StepLowerBound {
   };
   bool lanes_reach(Probe& p, double t) const;
   bool memory_reaches(const Relaxed& relaxed, int64_t depth) const;
+  // lanes_reach at infinity: whether some split of whole layers can fit in memory at all (false proves
+  // that none does). Memoised in Shared::memory_fits for the candidates that share what it reads.
   bool memory_fits(Probe& p) const;
   static constexpr int kRuleWalks = 4;  // rules_out's whole-layer walks (Probe::last_out)
   bool rules_out(Probe& p, double limit) const;

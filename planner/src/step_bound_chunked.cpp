@@ -89,10 +89,10 @@ double StepLowerBound::chunked_bound(const Candidate& c) {
   return (std::max(m * (x + q), climb) + static_cast<double>(c.chunks) * a) * (1.0 - 1e-9);
 }
 
-double StepLowerBound::least_allreduce_ms(int64_t width) const {
+double StepLowerBound::least_allreduce_ms(int64_t width, int64_t bytes) const {
   double a = kInfinity;
   for (size_t lv = 0; lv < model_.cluster().levels.size(); ++lv)
-    a = std::min(a, model_.allreduce_ms(0, width, static_cast<int64_t>(lv)));
+    a = std::min(a, model_.allreduce_ms(bytes, width, static_cast<int64_t>(lv)));
   return a < kInfinity ? a : 0.0;
 }
 

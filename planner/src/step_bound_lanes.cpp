@@ -269,12 +269,6 @@ bool StepLowerBound::fits_within(const Candidate& c, int64_t over_bytes) const {
   return memory_reaches(Relaxed(*this, c, over_bytes), c.depth);
 }
 
-bool StepLowerBound::memory_fits(const Candidate& c) const {
-  if (c.chunks > 1 || c.depth < 1) return true;
-  Probe p(*this, c);
-  return memory_fits(p);
-}
-
 bool StepLowerBound::memory_fits(Probe& p) const {
   const Candidate& c = p.c;
   // Candidates that differ only past memory_microbatches share the answer.
