@@ -314,7 +314,8 @@ double StepLowerBound::crowded_bound(const Candidate& c) {
   const int64_t most = (model_.num_layers() + c.depth - 1) / c.depth;
   const auto bi = static_cast<size_t>(c.microbatch_index);
   const double m = static_cast<double>(c.microbatches);
-  const int64_t grads = model_.static_factors(c.schedule).grads(least_window(least_params_, model_.param_prefix(), most));
+  const int64_t params = least_window(least_params_, model_.param_prefix(), most);
+  const int64_t grads = model_.static_factors(c.schedule).grads(params);
   const double update = least_window(least_update_, model_.update_prefix(), most);
   return m * (least_window_ms(bi, most) + least_stage_p2p_ms(c)) + least_allreduce_ms(c.width, grads) + update;
 }
