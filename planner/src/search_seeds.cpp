@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -24,16 +25,19 @@ std::vector<double> greedy_objectives(const CostModel& model, const std::vector<
 
 std::vector<size_t> seed_candidates(const std::vector<Candidate>& candidates, const std::vector<size_t>& order,
                                     const std::vector<double>& lb) {
-  constexpr int kPerGroup = 8;
+  constexpr int kPerGroup = 8, kPerSize = 2;
   std::map<std::pair<size_t, int64_t>, int> seeded;
+  std::map<std::tuple<size_t, int64_t, int64_t>, int> by_size;
   std::vector<size_t> chosen;
   for (size_t idx : order) {
     if (lb[idx] == kInfinity) break;
     const auto& c = candidates[idx];
     if (c.chunks > 1) continue;  // a chunked split is priced per rank, too dear for a seed
     int& n = seeded[{static_cast<size_t>(c.schedule), c.width}];
-    if (n < kPerGroup) {
+    int& nb = by_size[{static_cast<size_t>(c.schedule), c.width, c.microbatch_index}];
+    if (n < kPerGroup || nb < kPerSize) {
       ++n;
+      ++nb;
       chosen.push_back(idx);
     }
   }

@@ -153,6 +153,21 @@ class StepLowerBound {
   // boundary tensors; never above the real compute of any run containing [a, e); infinity when no such
   // run fits in memory. O(d) to build (a flag per stage: each stage is priced on its first call), O(1) per call.
   struct Shared;  // below: what the copies of one bound share
+  // Per microbatch index, two sets of layers: all of them, and all but a few outliers (the two smallest
+  // of each kind, which would otherwise let every stage of a deep pipeline hold "one layer" as small as
+  // the embedding). For each set, the sums of its n smallest layers' parameter bytes, stashes and W
+  // stashes, each kind sorted on its own, n = 0..size (saturating): at most the bytes of any n of its
+  // layers, in a row or not.
+  struct SmallestSums {
+    struct Kinds {
+      std::vector<int64_t> params, stash, grads;  // [n]
+    };
+    std::vector<std::array<Kinds, 2>> sets;  // [microbatch index][all, all but the outliers]
+    // [microbatch index]: the three prefix sums are non-decreasing (no layer has negative bytes), which
+    // makes each sum non-decreasing in n.
+    std::vector<char> ordered;
+  };
+  static std::shared_ptr<const SmallestSums> smallest_sums(const CostModel& model);
   class Relaxed {
    public:
     // `extra_bytes` widens the device memory (fits_within).
@@ -176,8 +191,9 @@ class StepLowerBound {
       Stage() {}  // NOLINT: leaves the fields to stage()
       int64_t fixed;                        // boundary buffers and the reserve
       int64_t in_flight, ahead, defer;      // its stashes (split backward: ahead and defer)
-      // No byte sum of its runs can reach 2^62, so plain integer sums equal the saturating ones.
-      bool small;
+      // Its counts and fixed bytes, and the candidate's (bounded_), are far from 2^63: with bytes of layers
+      // below kSmallBytes plain integer sums equal the saturating ones. `small` when every run's are.
+      bool bounded, small;
       uint8_t filled, older;                // slots of `known` in use; the one filled longest ago
       std::array<Known, 4> known;           // the last starts asked
     };
@@ -187,6 +203,18 @@ class StepLowerBound {
     // Whether stage k's run [a, e) fits, with or without recompute, in limit_ bytes: remembered in `known`.
     bool fits(const Stage& st, Known& known, bool redo, int64_t a, int64_t e) const;
     int64_t plain_statics(int64_t params) const;
+    // Stage st's bytes with `params`, `stash` and `grads` (W stash) bytes of layers, saturating; and the
+    // same without saturation, for a stage `bounded` and bytes of layers below kSmallBytes.
+    int64_t bytes(const Stage& st, bool redo, int64_t params, int64_t stash, int64_t grads) const;
+    int64_t small_bytes(const Stage& st, bool redo, int64_t params, int64_t stash, int64_t grads) const;
+    // Whether n layers of a set could fit stage k in an option the policy allows, priced with the set's
+    // n smallest layers' bytes of each kind (SmallestSums): true whenever a run of stage k that fits holds
+    // n layers of the set; monotone in n when the set's sums are (SmallestSums::ordered).
+    bool could_hold(int64_t k, int64_t n, const SmallestSums::Kinds& sums) const;
+    // False only if no walk of `depth` stages reaches the last layer: for each set of SmallestSums, stage k
+    // holds at most n_k of its layers by could_hold, and they sum to less than the set. O(depth + L) once
+    // the stages are priced; true without a test when some layer has negative bytes.
+    bool may_cover(int64_t depth) const;
     const Candidate& c_;
     const StaticFactors& statics_;
     const std::vector<double>&cp_, &rp_;
@@ -197,8 +225,12 @@ class StepLowerBound {
     int64_t state_terms_ = 0;                         // master, gradients and moments: elements per parameter
     RecomputePolicy policy_;
     bool split_ = false;
-    // The candidate's own terms are far from 2^63 (each stage adds its own, Stage::small).
-    bool small_ = false;
+    // The candidate's own terms are far from 2^63 (bounded_; each stage adds its own, Stage::bounded),
+    // and so are the sums of the whole model's bytes (small_).
+    bool bounded_ = false, small_ = false;
+    static constexpr int64_t kCounts = int64_t{1} << 20, kBig = int64_t{1} << 60, kSmallBytes = int64_t{1} << 40;
+    const SmallestSums* smallest_ = nullptr;
+    size_t bi_ = 0;
     mutable std::vector<std::optional<Stage>> stages_;
     Shared* shared_ = nullptr;
   };
@@ -287,6 +319,7 @@ class StepLowerBound {
   bool flush_redo_rules_out(const Candidate& c, double t, double busy) const;
 
   const CostModel& model_;
+  std::shared_ptr<const SmallestSums> smallest_;  // shared by copies (read only)
   int64_t cap_bytes_ = 0;                       // device memory minus the reserve
   std::vector<double> max_layer_ms_;            // per microbatch index: largest fwd + bwd
   std::vector<double> total_fwd_ms_, total_bwd_ms_;  // per microbatch index: all layers, no recompute

@@ -35,7 +35,6 @@
 namespace pd2bw::planner {
 
 namespace {
-constexpr int64_t kCounts = int64_t{1} << 20, kBig = int64_t{1} << 60;  // see Relaxed's small_
 }  // namespace
 
 StepLowerBound::Relaxed::Relaxed(const StepLowerBound& bound, const Candidate& c, int64_t extra_bytes)
@@ -63,10 +62,12 @@ StepLowerBound::Relaxed::Relaxed(const StepLowerBound& bound, const Candidate& c
     }
   }
   stages_.assign(static_cast<size_t>(std::max<int64_t>(c.depth, 0)), std::nullopt);
+  smallest_ = bound.smallest_.get();
+  bi_ = bi;
   // Unsaturated sums are exact when every term is far from 2^63: bytes below 2^40 (bytes_small_), counts
   // below 2^20, and the static bytes and fixed buffers below 2^60.
-  small_ = bound.bytes_small_[bi] != 0 && input_ >= 0 && input_ < (int64_t{1} << 40) && c.microbatches < kCounts &&
-           c.depth < kCounts && statics_.total(pp_.back()) < kBig;
+  bounded_ = input_ >= 0 && input_ < kSmallBytes && c.microbatches < kCounts && c.depth < kCounts;
+  small_ = bound.bytes_small_[bi] != 0 && bounded_ && statics_.total(pp_.back()) < kBig;
   unit_shift_ = exact_log2(static_cast<uint64_t>(std::max<int64_t>(statics_.compute_bytes, 0)));
   state_terms_ = (statics_.master() ? 1 : 0) + 1 + statics_.moments;
 }
@@ -89,8 +90,9 @@ StepLowerBound::Relaxed::Stage& StepLowerBound::Relaxed::stage(int64_t k) const 
     st.in_flight = CostModel::in_flight(c_, k);
   }
   st.filled = st.older = 0;
-  st.small = small_ && st.fixed >= 0 && st.fixed < kBig && st.in_flight >= 0 && st.in_flight < kCounts &&
-             st.ahead >= 0 && st.ahead < kCounts && st.defer >= 0 && st.defer < kCounts;
+  st.bounded = bounded_ && st.fixed >= 0 && st.fixed < kBig && st.in_flight >= 0 && st.in_flight < kCounts &&
+               st.ahead >= 0 && st.ahead < kCounts && st.defer >= 0 && st.defer < kCounts;
+  st.small = small_ && st.bounded;
   return st;
 }
 
@@ -101,27 +103,9 @@ bool StepLowerBound::Relaxed::fits(const Stage& st, Known& known, bool redo, int
   if (e >= bad) return false;
   const auto ua = static_cast<size_t>(a), ue = static_cast<size_t>(e);
   const int64_t stash = sp_[ue] - sp_[ua];
-  if (st.small) {  // the same sums without saturation, which no term can reach here
-    int64_t term = 0;
-    if (split_) {
-      const int64_t activation = redo ? input_ : stash, grads = wp_[ue] - wp_[ua], kept = redo ? stash : 0;
-      const pipeline::DeferredShapes shapes = pipeline::deferred_shapes(st.ahead, st.defer, c_.microbatches);
-      for (size_t i = 0; i < shapes.count; ++i) {
-        const auto [act, deferred] = shapes.at[i];
-        term = std::max(
-            {term, act * activation + kept + deferred * grads, (act - 1) * activation + (deferred + 1) * grads});
-      }
-    } else {
-      term = redo ? st.in_flight * input_ + stash : st.in_flight * stash;
-    }
-    const bool in = plain_statics(pp_[ue] - pp_[ua]) + st.fixed + term <= limit_;
-    (in ? ok : bad) = e;
-    return in;
-  }
-  const int64_t term = split_ ? pipeline::deferred_stash_term(st.ahead, st.defer, c_.microbatches, redo, input_, stash,
-                                                              wp_[ue] - wp_[ua])
-                              : pipeline::stash_term(st.in_flight, redo, input_, stash);
-  const bool in = saturating_add(saturating_add(statics_.total(pp_[ue] - pp_[ua]), st.fixed), term) <= limit_;
+  const int64_t params = pp_[ue] - pp_[ua], grads = wp_[ue] - wp_[ua];
+  // Without saturation when no term can reach it (small_).
+  const bool in = (st.small ? small_bytes(st, redo, params, stash, grads) : bytes(st, redo, params, stash, grads)) <= limit_;
   (in ? ok : bad) = e;
   return in;
 }
@@ -287,6 +271,7 @@ bool StepLowerBound::memory_fits(Probe& p) const {
 // to. At t = infinity it is lanes_reach's walk (a lane is finite exactly when its relaxed run fits).
 bool StepLowerBound::memory_reaches(const Relaxed& relaxed, int64_t depth) const {
   const int64_t L = model_.num_layers();
+  if (!relaxed.may_cover(depth)) return false;
   int64_t a = 0;
   for (int64_t k = 0; k < depth && a < L; ++k)
     a = detail::gallop(a, L, [&](int64_t e) { return relaxed.time(k, a, e) < kInfinity; });
