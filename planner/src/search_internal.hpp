@@ -66,7 +66,9 @@ struct SearchSpace {
 //
 // The candidates to seed first: in `order` (ascending lb), the first 8 of each (schedule, width) with
 // one chunk per rank, so that different pipeline depths are represented and a group of near-equal depths
-// alone can set the bound for the --top kept.
+// alone can set the bound for the --top kept, and the first 2 of each (schedule, width, microbatch size):
+// the cheap bound ranks the smallest microbatches first, and where memory makes them recompute a larger
+// one is faster, and the seeds' bound is what the finer bounds are refined up to.
 std::vector<size_t> seed_candidates(const std::vector<Candidate>& candidates, const std::vector<size_t>& order,
                                     const std::vector<double>& lb);
 // greedy_step_ms of each of `chosen` (infinity where the greedy split finds nothing), on `threads`.
