@@ -1,6 +1,7 @@
 // Properties of the planner's searches on random instances: the optimum never gets worse with more
 // memory or faster links, and both searches (objective_search, search) are deterministic, whatever the
-// thread count; the leaderboard's seeds are upper bounds on distinct candidates' optima. Their exactness
+// thread count; the leaderboard's seeds are upper bounds on distinct candidates' optima; a split's program
+// is stopped early (a budget skipped) only where the budget could not have finished it. Their exactness
 // against brute force is tested in test_planner_bruteforce.cpp.
 #include <doctest/doctest.h>
 
@@ -265,5 +266,47 @@ TEST_CASE("a split's program given the work an unbudgeted one spent finds the sa
   }
   MESSAGE("programs checked: " << checked << ", budgets that ran out: " << ran_out);
   CHECK(checked >= 200);
+  CHECK(ran_out > 0);
+}
+
+// Under a bound with no split known below it (the greedy split is above), a program is not begun when its
+// windows hold kProjectedFactor times its budget in starts; it runs out then, as it would have: a program
+// that leaves no row empty spends at least a unit per start. So a program given the work an unbudgeted
+// one spent under the same bound (one that found a split) is never stopped, and one given less either
+// finds that split or runs out.
+TEST_CASE("a bounded program is stopped by its starts only where its budget could not have finished it") {
+  pd2bw::testing::RandomInstanceOptions opt = pd2bw::testing::medium_instance_options();
+  opt.split_backward_p = 0.5;
+  int64_t checked = 0, ran_out = 0;
+  for (uint64_t seed = 8201; seed <= 8240; ++seed) {
+    const RandomInstance inst = make_random_instance(seed, opt);
+    INFO(inst.describe());
+    const CostModel model(inst.profile, inst.cluster, inst.constraints);
+    for (const auto& c : pd2bw::planner::enumerate_candidates(model)) {
+      if (c.chunks > 1) continue;
+      const pd2bw::planner::Split best = pd2bw::planner::best_split(model, c, kInfinity, INT64_MAX);
+      const double greedy = pd2bw::planner::greedy_step_ms(model, c);
+      if (!best.feasible() || best.exhausted || !(greedy > best.step_ms * 1.02)) continue;
+      const double bound = best.step_ms * 1.01;  // a split is under it, the greedy one is not
+      const pd2bw::planner::Split full = pd2bw::planner::best_split(model, c, bound, INT64_MAX);
+      REQUIRE(full.bounds == best.bounds);
+      CAPTURE(c.depth);
+      CAPTURE(full.work);
+      const pd2bw::planner::Split enough = pd2bw::planner::best_split(model, c, bound, full.work);
+      CHECK_FALSE(enough.exhausted);
+      CHECK(enough.bounds == full.bounds);
+      for (const int64_t budget : {full.work / 2, full.work / 8, full.work / 64}) {
+        const pd2bw::planner::Split less = pd2bw::planner::best_split(model, c, bound, std::max<int64_t>(budget, 1));
+        if (less.exhausted) {
+          ++ran_out;
+        } else {
+          CHECK(less.bounds == full.bounds);
+        }
+      }
+      ++checked;
+    }
+  }
+  MESSAGE("bounded programs checked: " << checked << ", budgets that ran out: " << ran_out);
+  CHECK(checked >= 100);
   CHECK(ran_out > 0);
 }
