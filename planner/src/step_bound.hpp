@@ -349,12 +349,17 @@ class StepLowerBound {
   struct Shared {
     std::mutex runs_mutex;
     std::map<std::pair<Schedule, size_t>, std::vector<double>> plain_runs;  // [f - 1]
-    // Per (schedule, microbatch index, depth, CostModel::memory_microbatches): whether its relaxed stages
-    // can hold every layer at some limit (lanes_reach at infinity, memory_fits): the walk reads nothing
-    // else of a candidate (not its width or placement, nor m past that), so the candidates that share
-    // them ask it once.
+    // Per (schedule, microbatch index, depth): what is known of whether the relaxed stages can hold every
+    // layer at some limit (lanes_reach at infinity, memory_fits) by CostModel::memory_microbatches: they
+    // can at every count up to fits_to and at none from fails_from on. The walk reads nothing else of a
+    // candidate (not its width or placement, nor m past that), and a stage's stashes only grow with the
+    // microbatches (in flight min(d - i, m), all m for gpipe, a split backward's largest deferred shape
+    // over m B's), so one walk answers every count on one side of its own.
+    struct MemoryRange {
+      int64_t fits_to = -1, fails_from = INT64_MAX;
+    };
     std::mutex memory_mutex;
-    std::map<std::tuple<Schedule, int64_t, int64_t, int64_t>, bool> memory_fits;
+    std::map<std::tuple<Schedule, int64_t, int64_t>, MemoryRange> memory_fits;
     std::mutex levels_mutex;
     std::map<std::tuple<int64_t, int64_t, int>, std::shared_ptr<const PlacementLevels>> levels;
     // The stage tables of ended Relaxeds, which the next ones reuse: memory still in the cache, where a

@@ -255,15 +255,22 @@ bool StepLowerBound::fits_within(const Candidate& c, int64_t over_bytes) const {
 
 bool StepLowerBound::memory_fits(Probe& p) const {
   const Candidate& c = p.c;
-  // Candidates that differ only past memory_microbatches share the answer.
-  const auto key = std::make_tuple(c.schedule, c.microbatch_index, c.depth, CostModel::memory_microbatches(c));
+  const auto key = std::make_tuple(c.schedule, c.microbatch_index, c.depth);
+  const int64_t count = CostModel::memory_microbatches(c);
   {
     const std::lock_guard<std::mutex> lock(shared_->memory_mutex);
-    if (const auto it = shared_->memory_fits.find(key); it != shared_->memory_fits.end()) return it->second;
+    if (const auto it = shared_->memory_fits.find(key); it != shared_->memory_fits.end()) {
+      if (count <= it->second.fits_to) return true;
+      if (count >= it->second.fails_from) return false;
+    }
   }
   const bool fits = memory_reaches(p.relaxed(), c.depth);
   const std::lock_guard<std::mutex> lock(shared_->memory_mutex);
-  shared_->memory_fits.emplace(key, fits);
+  auto& known = shared_->memory_fits[key];
+  if (fits)
+    known.fits_to = std::max(known.fits_to, count);
+  else
+    known.fails_from = std::min(known.fails_from, count);
   return fits;
 }
 

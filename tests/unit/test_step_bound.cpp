@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -299,18 +300,21 @@ TEST_CASE("least_redo_ms is the cheapest fractional recompute of a compute, with
 }
 
 TEST_CASE("memory_fits rules out only candidates with no split in memory, the same with its memo shared") {
-  // One bound answers every candidate of an instance, so its memo (by schedule, microbatch size, depth and
-  // the microbatches memory reads) is shared across widths, placements and microbatch counts; a fresh
-  // bound per candidate must agree, and no candidate with a split that fits (the exact search's) may be
-  // ruled out, nor refined below infinity when it is ruled out. It must bite: a share of the candidates
-  // with no split in memory is ruled out by it.
+  // One bound answers every candidate of an instance, so its memo (by schedule, microbatch size and depth,
+  // a range of the microbatches memory reads) is shared across widths, placements and microbatch counts;
+  // the candidates come in a shuffled order, so that the memo answers counts on both sides of those it
+  // walked. A fresh bound per candidate must agree, and no candidate with a split that fits (the exact
+  // search's) may be ruled out, nor refined below infinity when it is ruled out. It must bite: a share of
+  // the candidates with no split in memory is ruled out by it.
   int64_t checked = 0, none_fits = 0, ruled = 0;
   for (uint64_t seed = 1; seed <= 150; ++seed) {
     const RandomInstance inst = make_random_instance(seed, pd2bw::testing::medium_instance_options());
     INFO(inst.describe());
     const CostModel model(inst.profile, inst.cluster, inst.constraints);
     StepLowerBound shared(model);
-    for (const Candidate& c : pd2bw::planner::enumerate_candidates(model)) {
+    auto candidates = pd2bw::planner::enumerate_candidates(model);
+    std::shuffle(candidates.begin(), candidates.end(), std::mt19937_64(seed));
+    for (const Candidate& c : candidates) {
       if (c.chunks > 1) continue;
       INFO(std::string(schedule_name(c.schedule)) << " b=" << c.microbatch << " d=" << c.depth << " w=" << c.width
                                      << " m=" << c.microbatches);
