@@ -200,6 +200,7 @@ class StepLowerBound {
     // Stage k, priced on its first call. Most walks do reach most stages; what this saves is zeroing a
     // whole record per stage up front in a table that was cold (the table now comes from the pool).
     Stage& stage(int64_t k) const;
+    void price_stage(Stage& st, int64_t k) const;  // stage()'s fields of stage k, `known` left empty
     // Whether stage k's run [a, e) fits, with or without recompute, in limit_ bytes: remembered in `known`.
     bool fits(const Stage& st, Known& known, bool redo, int64_t a, int64_t e) const;
     int64_t plain_statics(int64_t params) const;
@@ -207,10 +208,10 @@ class StepLowerBound {
     // same without saturation, for a stage `bounded` and bytes of layers below kSmallBytes.
     int64_t bytes(const Stage& st, bool redo, int64_t params, int64_t stash, int64_t grads) const;
     int64_t small_bytes(const Stage& st, bool redo, int64_t params, int64_t stash, int64_t grads) const;
-    // Whether n layers of a set could fit stage k in an option the policy allows, priced with the set's
-    // n smallest layers' bytes of each kind (SmallestSums): true whenever a run of stage k that fits holds
+    // Whether n layers of a set could fit stage st in an option the policy allows, priced with the set's
+    // n smallest layers' bytes of each kind (SmallestSums): true whenever a run of the stage that fits holds
     // n layers of the set; monotone in n when the set's sums are (SmallestSums::ordered).
-    bool could_hold(int64_t k, int64_t n, const SmallestSums::Kinds& sums) const;
+    bool could_hold(const Stage& st, int64_t n, const SmallestSums::Kinds& sums) const;
     // False only if no walk of `depth` stages reaches the last layer: for each set of SmallestSums, stage k
     // holds at most n_k of its layers by could_hold, and they sum to less than the set. O(depth + L) once
     // the stages are priced; true without a test when some layer has negative bytes.

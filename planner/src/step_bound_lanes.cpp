@@ -82,6 +82,11 @@ StepLowerBound::Relaxed::Stage& StepLowerBound::Relaxed::stage(int64_t k) const 
   auto& slot = stages_[static_cast<size_t>(k)];
   if (slot) return *slot;
   Stage& st = slot.emplace();
+  price_stage(st, k);
+  return st;
+}
+
+void StepLowerBound::Relaxed::price_stage(Stage& st, int64_t k) const {
   st.fixed = saturating_add(pipeline::comm_buffer_bytes(k, c_.depth, min_in_, min_out_), reserve_);
   st.in_flight = st.ahead = st.defer = 0;
   if (split_) {
@@ -93,7 +98,6 @@ StepLowerBound::Relaxed::Stage& StepLowerBound::Relaxed::stage(int64_t k) const 
   st.bounded = bounded_ && st.fixed >= 0 && st.fixed < kBig && st.in_flight >= 0 && st.in_flight < kCounts &&
                st.ahead >= 0 && st.ahead < kCounts && st.defer >= 0 && st.defer < kCounts;
   st.small = small_ && st.bounded;
-  return st;
 }
 
 bool StepLowerBound::Relaxed::fits(const Stage& st, Known& known, bool redo, int64_t a, int64_t e) const {

@@ -81,8 +81,7 @@ int64_t StepLowerBound::Relaxed::small_bytes(const Stage& st, bool redo, int64_t
 // A run of n layers of a set has at least the n smallest bytes of each kind of that set, and a stage's
 // bytes only grow with each (its stash counts are at least one activation: deferred_stash_term's
 // coefficients are non-negative), so a run that fits stage k in some option makes could_hold true.
-bool StepLowerBound::Relaxed::could_hold(int64_t k, int64_t n, const SmallestSums::Kinds& sums) const {
-  const Stage& st = stage(k);
+bool StepLowerBound::Relaxed::could_hold(const Stage& st, int64_t n, const SmallestSums::Kinds& sums) const {
   const auto un = static_cast<size_t>(n);
   const int64_t params = sums.params[un], stash = sums.stash[un], grads = sums.grads[un];
   const bool fast = st.bounded && params < kSmallBytes && stash < kSmallBytes && grads < kSmallBytes;
@@ -105,8 +104,10 @@ bool StepLowerBound::Relaxed::may_cover(int64_t depth) const {
     const int64_t size = static_cast<int64_t>(sums.params.size()) - 1;
     int64_t covered = 0, n = 0;
     for (int64_t k = 0; k < depth && covered < size; ++k) {
-      while (n < size && could_hold(k, n + 1, sums)) ++n;
-      while (n > 0 && !could_hold(k, n, sums)) --n;
+      Stage st;  // priced here, not in the table: most candidates that get here fail, and their walk is saved
+      price_stage(st, k);
+      while (n < size && could_hold(st, n + 1, sums)) ++n;
+      while (n > 0 && !could_hold(st, n, sums)) --n;
       covered += n;
     }
     if (covered < size) return false;
