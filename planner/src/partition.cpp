@@ -22,7 +22,6 @@ namespace pd2bw::planner {
 namespace {
 
 using detail::greedy_bound;
-using detail::greedy_of;
 using detail::make_windows;
 using detail::objective_of;
 using detail::StageTerms;
@@ -190,7 +189,8 @@ Split optimum_below(const CostModel& model, const detail::PreparedCandidate& pc,
 Split balanced_split_of(const CostModel& model, const detail::PreparedCandidate& pc, int64_t static_cap);
 
 template <class Fold>
-Split best_split_with(const CostModel& model, const Candidate& c, double upper_bound_ms, int64_t max_work) {
+Split best_split_with(const CostModel& model, const Candidate& c, double upper_bound_ms, int64_t max_work,
+                      GreedyMemo* memo) {
   const int64_t static_cap = model.memory_limit_bytes() - model.constraints().reserve_bytes;
   // A greedy split's objective narrows the windows; when the greedy finds nothing (memory binds before
   // time does), the windows come from memory alone and the DP is still exact.
@@ -199,13 +199,14 @@ Split best_split_with(const CostModel& model, const Candidate& c, double upper_b
   if (upper_bound_ms < kInfinity &&
       !make_windows(model, pc, upper_bound_ms, static_cap, true, std::is_same_v<Fold, detail::TwoBwFold>))
     return {};
-  Split greedy = greedy_of(model, pc, static_cap, upper_bound_ms);
+  detail::GreedyEntry greedy_search(memo, c, static_cap);
+  Split greedy = greedy_search.at_most(model, pc, upper_bound_ms);
   const bool has_split = greedy.feasible() && greedy.step_ms <= upper_bound_ms;  // the greedy split itself
   Split out = optimum_below<Fold>(model, pc, std::min(upper_bound_ms, greedy.step_ms), max_work, has_split);
   const int64_t work = out.work;
   if (out.exhausted) {  // the cheapest split at hand: the greedy one, else the balanced one (whose dynamic
                         // program has no budget: only a search with the full kSplitWork pays for it)
-    if (!greedy.feasible()) greedy = greedy_of(model, pc, static_cap, kInfinity);
+    if (!greedy.feasible()) greedy = greedy_search.at_most(model, pc, kInfinity);
     if (greedy.feasible())
       out = std::move(greedy);
     else if (max_work >= kSplitWork)
@@ -304,18 +305,19 @@ class SplitWalk {
 
 }  // namespace
 
-double greedy_step_ms(const CostModel& model, const Candidate& c) {
+double greedy_step_ms(const CostModel& model, const Candidate& c, GreedyMemo* memo) {
   if (c.depth < 1 || c.depth > model.num_layers()) return kInfinity;
   if (c.chunks > 1) return detail::chunked_balanced_split(model, c).step_ms;
   const int64_t static_cap = model.memory_limit_bytes() - model.constraints().reserve_bytes;
-  return greedy_bound(model, detail::prepare(model, c), static_cap, kInfinity);
+  return detail::GreedyEntry(memo, c, static_cap).at_most(model, detail::prepare(model, c), kInfinity).step_ms;
 }
 
-Split best_split(const CostModel& model, const Candidate& c, double upper_bound_ms, int64_t max_work) {
+Split best_split(const CostModel& model, const Candidate& c, double upper_bound_ms, int64_t max_work,
+                 GreedyMemo* memo) {
   if (c.depth < 1 || c.depth > model.num_layers()) return {};
   if (c.chunks > 1) return detail::chunked_best_split(model, c, upper_bound_ms, max_work);
   return with_fold(c.schedule,
-                   [&](auto fold) { return best_split_with<decltype(fold)>(model, c, upper_bound_ms, max_work); });
+                   [&](auto fold) { return best_split_with<decltype(fold)>(model, c, upper_bound_ms, max_work, memo); });
 }
 
 Split balanced_split(const CostModel& model, const Candidate& c) {

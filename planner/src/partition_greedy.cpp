@@ -1,6 +1,11 @@
 // Greedy splits (each stage as long as a busy-time threshold allows): the DP's first upper bound.
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <tuple>
 #include <vector>
 
 #include "bisect.hpp"
@@ -57,33 +62,60 @@ double objective_of(const CostModel& model, const detail::PreparedCandidate& pc,
   return step_objective(pc.candidate, stages);
 }
 
-// The greedy split (greedy_split) at the least busy-time threshold that has one, by bisection on that
-// threshold, priced with the full objective, or with its busiest stage when `lanes_only`; infeasible when
-// no threshold up to `known` has one.
+bool GreedyThreshold::attempt(const CostModel& model, const detail::PreparedCandidate& pc, double t) {
+  auto split = greedy_split(model, pc, t, static_cap_);
+  if (split.empty()) return false;
+  out_.bounds = std::move(split);
+  return true;
+}
+
+// Without a threshold every stage is as long as memory allows: when even that finds no split, no
+// threshold will (up to the rare stage that fits only when shorter), and the doublings are saved. Then
+// the threshold doubles from the average stage's compute until a greedy split fits, giving up past
+// `known` or after 40 doublings, and a bisection narrows it to 1e-3. A doubling that stopped at a failed
+// threshold above one `known` goes on from there for a larger one: the thresholds tried are those of a
+// run from scratch with it.
+Split GreedyThreshold::at_most(const CostModel& model, const detail::PreparedCandidate& pc, double known) {
+  if (state_ == State::fresh) {
+    if (!attempt(model, pc, kInfinity)) {
+      state_ = State::none;
+    } else {
+      const auto& cp = model.compute_prefix(pc.candidate.microbatch_index);
+      lo_ = hi_ = static_cast<double>(pc.candidate.microbatches) * cp.back() / static_cast<double>(pc.candidate.depth);
+      state_ = State::doubling;
+    }
+  }
+  if (state_ == State::doubling) {
+    while (true) {
+      if (!failed_) {
+        if (attempt(model, pc, hi_)) break;
+        failed_ = true;  // attempt(hi_) failed and counted
+        if (++doublings_ > 40) {
+          state_ = State::none;
+          break;
+        }
+      }
+      if (hi_ > known) return {};  // the same threshold is tested again against a larger `known`
+      hi_ *= 2.0;
+      failed_ = false;
+    }
+    if (state_ == State::doubling) finish(model, pc);
+  }
+  return state_ == State::found ? out_ : Split{};
+}
+
+void GreedyThreshold::finish(const CostModel& model, const detail::PreparedCandidate& pc) {
+  for (int it = 0; it < 10 && hi_ - lo_ > 1e-3 * hi_; ++it) {
+    const double mid = 0.5 * (lo_ + hi_);
+    (attempt(model, pc, mid) ? hi_ : lo_) = mid;
+  }
+  out_.step_ms = lanes_only_ ? hi_ : objective_of(model, pc, out_.bounds);
+  state_ = State::found;
+}
+
 Split greedy_of(const CostModel& model, const detail::PreparedCandidate& pc, int64_t static_cap, double known,
                 bool lanes_only) {
-  const auto& cp = model.compute_prefix(pc.candidate.microbatch_index);
-  const double m = static_cast<double>(pc.candidate.microbatches);
-  Split out;
-  auto attempt = [&](double t) {
-    auto split = greedy_split(model, pc, t, static_cap);
-    if (split.empty()) return false;
-    out.bounds = std::move(split);
-    return true;
-  };
-  // Without a threshold every stage is as long as memory allows: when even that finds no split, no
-  // threshold will (up to the rare stage that fits only when shorter), and the doublings are saved.
-  if (!attempt(kInfinity)) return {};
-  double lo = m * cp.back() / static_cast<double>(pc.candidate.depth);
-  double hi = lo;
-  for (int doublings = 0; !attempt(hi); hi *= 2.0)
-    if (++doublings > 40 || hi > known) return {};
-  for (int it = 0; it < 10 && hi - lo > 1e-3 * hi; ++it) {
-    const double mid = 0.5 * (lo + hi);
-    (attempt(mid) ? hi : lo) = mid;
-  }
-  out.step_ms = lanes_only ? hi : objective_of(model, pc, out.bounds);
-  return out;
+  return GreedyThreshold(static_cap, lanes_only).at_most(model, pc, known);
 }
 
 // An upper bound on the optimum from greedy_of, never above `known` (the DP's work grows with the gap
@@ -94,3 +126,42 @@ double greedy_bound(const CostModel& model, const detail::PreparedCandidate& pc,
 }
 
 }  // namespace pd2bw::planner::detail
+
+namespace pd2bw::planner {
+
+// One threshold per candidate, each behind its own lock (a search asks for each candidate from one thread
+// at a time, but nothing else depends on that).
+struct GreedyMemo::Impl {
+  struct Entry {
+    std::mutex mutex;
+    std::optional<detail::GreedyThreshold> threshold;
+  };
+  std::mutex mutex;
+  std::map<std::tuple<Schedule, int64_t, int64_t, int64_t, Placement, int64_t, int64_t>, std::unique_ptr<Entry>> entries;
+
+  detail::GreedyThreshold* entry(const Candidate& c, int64_t static_cap, std::unique_lock<std::mutex>& lock) {
+    Entry* e = nullptr;
+    {
+      const std::lock_guard<std::mutex> guard(mutex);
+      auto& slot = entries[{c.schedule, c.microbatch_index, c.depth, c.width, c.placement, c.microbatches, c.chunks}];
+      if (!slot) slot = std::make_unique<Entry>();
+      e = slot.get();
+    }
+    lock = std::unique_lock<std::mutex>(e->mutex);
+    if (!e->threshold) e->threshold.emplace(static_cap, false);
+    return &*e->threshold;
+  }
+};
+
+GreedyMemo::GreedyMemo() : impl_(std::make_unique<Impl>()) {}
+GreedyMemo::~GreedyMemo() = default;
+
+detail::GreedyEntry::GreedyEntry(GreedyMemo* memo, const Candidate& c, int64_t static_cap) {
+  if (memo == nullptr) {
+    threshold_ = &own_.emplace(static_cap, false);
+    return;
+  }
+  threshold_ = memo->impl().entry(c, static_cap, lock_);
+}
+
+}  // namespace pd2bw::planner

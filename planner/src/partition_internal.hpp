@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -79,6 +80,45 @@ double objective_of(const CostModel& model, const detail::PreparedCandidate& pc,
 // above `known` (partition_greedy.cpp).
 Split greedy_of(const CostModel& model, const detail::PreparedCandidate& pc, int64_t static_cap, double known,
                 bool lanes_only = false);
+
+// greedy_of for one candidate asked with several `known`s: at_most(model, pc, known) == greedy_of(model, pc,
+// static_cap, known, lanes_only), each threshold tried once over all the calls, which must pass the same
+// model and candidate (partition_greedy.cpp). Not thread-safe.
+class GreedyThreshold {
+ public:
+  GreedyThreshold(int64_t static_cap, bool lanes_only) : static_cap_(static_cap), lanes_only_(lanes_only) {}
+  Split at_most(const CostModel& model, const detail::PreparedCandidate& pc, double known);
+
+ private:
+  // greedy_split at t into out_.bounds; whether it found one.
+  bool attempt(const CostModel& model, const detail::PreparedCandidate& pc, double t);
+  // The bisection once a threshold has a split, and the result's step.
+  void finish(const CostModel& model, const detail::PreparedCandidate& pc);
+  enum class State { fresh, doubling, found, none };
+  int64_t static_cap_;
+  bool lanes_only_;
+  State state_ = State::fresh;
+  double lo_ = 0, hi_ = 0;
+  int doublings_ = 0;
+  bool failed_ = false;  // attempt(hi_) was made and failed
+  Split out_;
+};
+
+// The GreedyThreshold for candidate `c`: the memo's, locked while this lives, or without a memo its own
+// (partition_greedy.cpp).
+class GreedyEntry {
+ public:
+  GreedyEntry(GreedyMemo* memo, const Candidate& c, int64_t static_cap);
+  Split at_most(const CostModel& model, const detail::PreparedCandidate& pc, double known) {
+    return threshold_->at_most(model, pc, known);
+  }
+
+ private:
+  std::optional<GreedyThreshold> own_;
+  std::unique_lock<std::mutex> lock_;
+  GreedyThreshold* threshold_ = nullptr;
+};
+
 double greedy_bound(const CostModel& model, const detail::PreparedCandidate& pc, int64_t static_cap, double known,
                     bool lanes_only = false);
 

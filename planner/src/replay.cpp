@@ -270,7 +270,7 @@ void replay_search(const CostModel& model, SearchSpace& space, const std::vector
       if (space.ruled_out(idx, reach)) {  // no split can come this low: none is <= reach
         space.known[idx] = {true, reach, Split{}};
       } else {
-        space.known[idx] = {true, reach, best_split(model, cands[idx], reach, work[k]), work[k]};
+        space.known[idx] = {true, reach, best_split(model, cands[idx], reach, work[k], space.greedy.get()), work[k]};
         ++evaluated;
       }
       const auto& now = space.known[idx].split;

@@ -157,7 +157,7 @@ void evaluate_positions(const CostModel& model, const SearchOptions& options, de
     if (lb[idx] > bound || space.ruled_out(idx, bound)) return true;
     ++evaluated;
     const int64_t work = detail::split_work_at(pos, space.depth_rank[idx]);
-    Split split = best_split(model, c, bound, work);
+    Split split = best_split(model, c, bound, work, space.greedy.get());
     space.known[idx] = {true, bound, split, work};  // each index is written by one worker only
     if (!split.feasible()) return true;
     Evaluated e = evaluate_split(model, c, split);
@@ -174,7 +174,7 @@ void force_one_split(const CostModel& model, detail::SearchSpace& space, Leaderb
   for (size_t idx : space.searched()) {
     auto& k = space.known[idx];
     if (!k.computed || !k.split.exhausted || k.split.feasible() || k.work >= kSplitWork) continue;
-    k = {true, k.bound, best_split(model, space.candidates[idx], k.bound, kSplitWork), kSplitWork};
+    k = {true, k.bound, best_split(model, space.candidates[idx], k.bound, kSplitWork, space.greedy.get()), kSplitWork};
     ++result.evaluated;
     if (k.split.feasible()) {
       board.add(evaluate_split(model, space.candidates[idx], k.split), idx);
@@ -241,9 +241,11 @@ std::pair<std::vector<size_t>, std::vector<Evaluated>> search_objective(const Co
   const auto keep = static_cast<size_t>(std::max<int64_t>(options.top_k, 0) + 1);
   Leaderboard board(keep);
   const auto seeded = detail::seed_candidates(candidates, order, lb);
-  for (double u : detail::greedy_objectives(model, candidates, seeded, options.threads)) board.seed(u);
+  GreedyMemo* memo = space.greedy.get();
+  for (double u : detail::greedy_objectives(model, candidates, seeded, options.threads, memo)) board.seed(u);
   if (!(board.bound() < kInfinity))  // too few: the first candidates of each group do not fit in memory
-    for (double u : detail::seeds_that_fit(model, lower_bound, candidates, order, lb, seeded, keep, options.threads))
+    for (double u :
+         detail::seeds_that_fit(model, lower_bound, candidates, order, lb, seeded, keep, options.threads, memo))
       board.seed(u);
   // The candidates under the seeds' bound get their finer bounds (refine_lower_bounds), and so do the
   // left-out points, where each one's own bound is above the common floor (bound_left_out, once the

@@ -54,6 +54,8 @@ struct SearchSpace {
   // refined up to (the greedy seeds' bound): what bound_left_out needs once the search is done.
   std::shared_ptr<const StepLowerBound> bound;
   double left_out_ceiling = kInfinity;
+  // The candidates' greedy splits, for every best_split and seed of this search.
+  std::shared_ptr<GreedyMemo> greedy = std::make_shared<GreedyMemo>();
   // The candidates searched: the first searched_count of `order`.
   std::span<const size_t> searched() const {
     return std::span<const size_t>(order).first(std::min(order.size(), searched_count));
@@ -73,14 +75,14 @@ std::vector<size_t> seed_candidates(const std::vector<Candidate>& candidates, co
                                     const std::vector<double>& lb);
 // greedy_step_ms of each of `chosen` (infinity where the greedy split finds nothing), on `threads`.
 std::vector<double> greedy_objectives(const CostModel& model, const std::vector<Candidate>& candidates,
-                                      const std::vector<size_t>& chosen, int64_t threads);
+                                      const std::vector<size_t>& chosen, int64_t threads, GreedyMemo* memo = nullptr);
 // For when those give too few finite seeds (their candidates do not fit in memory): the greedy objectives
 // of the candidates in `order`, but those `seeded` already, whose whole-layer stages can fit in memory
 // at all (StepLowerBound::lanes_reach at infinity), until `wanted` are finite or 256 were tried.
 std::vector<double> seeds_that_fit(const CostModel& model, const StepLowerBound& bound,
                                    const std::vector<Candidate>& candidates, const std::vector<size_t>& order,
                                    const std::vector<double>& lb, std::vector<size_t> seeded, size_t wanted,
-                                   int64_t threads);
+                                   int64_t threads, GreedyMemo* memo = nullptr);
 
 // Replays `finalists` (candidate indices with computed splits), then every candidate whose objective
 // could still beat the best replay, each with its own search over splits (replay_candidate), and fills

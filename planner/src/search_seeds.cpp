@@ -14,10 +14,10 @@
 namespace pd2bw::planner::detail {
 
 std::vector<double> greedy_objectives(const CostModel& model, const std::vector<Candidate>& candidates,
-                                      const std::vector<size_t>& chosen, int64_t threads) {
+                                      const std::vector<size_t>& chosen, int64_t threads, GreedyMemo* memo) {
   std::vector<double> upper(chosen.size());
   for_each_in_parallel(chosen.size(), threads, [&](size_t k) {
-    upper[k] = greedy_step_ms(model, candidates[chosen[k]]);
+    upper[k] = greedy_step_ms(model, candidates[chosen[k]], memo);
     return true;
   });
   return upper;
@@ -47,7 +47,7 @@ std::vector<size_t> seed_candidates(const std::vector<Candidate>& candidates, co
 std::vector<double> seeds_that_fit(const CostModel& model, const StepLowerBound& bound,
                                    const std::vector<Candidate>& candidates, const std::vector<size_t>& order,
                                    const std::vector<double>& lb, std::vector<size_t> seeded, size_t wanted,
-                                   int64_t threads) {
+                                   int64_t threads, GreedyMemo* memo) {
   constexpr size_t kBatch = 16, kMostGreedy = 256;
   std::sort(seeded.begin(), seeded.end());
   std::vector<double> out;
@@ -66,7 +66,7 @@ std::vector<double> seeds_that_fit(const CostModel& model, const StepLowerBound&
         batch.push_back(idx);
     }
     tried += batch.size();
-    for (double u : greedy_objectives(model, candidates, batch, threads)) {
+    for (double u : greedy_objectives(model, candidates, batch, threads, memo)) {
       found += u < kInfinity ? 1 : 0;
       out.push_back(u);
     }

@@ -1,7 +1,8 @@
 // Properties of the planner's searches on random instances: the optimum never gets worse with more
 // memory or faster links, and both searches (objective_search, search) are deterministic, whatever the
 // thread count; the leaderboard's seeds are upper bounds on distinct candidates' optima; a split's program
-// is stopped early (a budget skipped) only where the budget could not have finished it. Their exactness
+// is stopped early (a budget skipped) only where the budget could not have finished it; a greedy memo
+// changes no split. Their exactness
 // against brute force is tested in test_planner_bruteforce.cpp.
 #include <doctest/doctest.h>
 
@@ -309,4 +310,47 @@ TEST_CASE("a bounded program is stopped by its starts only where its budget coul
   MESSAGE("bounded programs checked: " << checked << ", budgets that ran out: " << ran_out);
   CHECK(checked >= 100);
   CHECK(ran_out > 0);
+}
+
+// A GreedyMemo keeps each candidate's greedy search between calls, resuming a doubling that stopped at one
+// bound for a larger one: every call must return what a call without the memo returns, whatever bounds
+// came before it.
+TEST_CASE("best_split with a greedy memo returns what it returns without one, whatever was asked before") {
+  pd2bw::testing::RandomInstanceOptions opt = pd2bw::testing::medium_instance_options();
+  opt.split_backward_p = 0.5;
+  int64_t checked = 0, infeasible_then_feasible = 0;
+  for (uint64_t seed = 8301; seed <= 8315; ++seed) {
+    const RandomInstance inst = make_random_instance(seed, opt);
+    INFO(inst.describe());
+    const CostModel model(inst.profile, inst.cluster, inst.constraints);
+    pd2bw::planner::GreedyMemo memo;
+    std::mt19937_64 rng(seed);
+    for (const auto& c : pd2bw::planner::enumerate_candidates(model)) {
+      if (c.chunks > 1) continue;
+      const double greedy = pd2bw::planner::greedy_step_ms(model, c);
+      if (!(greedy < kInfinity)) continue;
+      CAPTURE(c.depth);
+      // Bounds below and above the greedy split's objective, in a random order; small budgets, so that the
+      // greedy split is what most calls return.
+      std::vector<double> bounds{greedy * 0.5, greedy * 0.9, greedy, greedy * 1.5, kInfinity};
+      std::shuffle(bounds.begin(), bounds.end(), rng);
+      bool was_infeasible = false;
+      for (const double bound : bounds) {
+        for (const int64_t work : {int64_t{16}, int64_t{1} << 14}) {
+          const pd2bw::planner::Split plain = pd2bw::planner::best_split(model, c, bound, work);
+          const pd2bw::planner::Split kept = pd2bw::planner::best_split(model, c, bound, work, &memo);
+          CHECK(kept.bounds == plain.bounds);
+          CHECK(kept.exhausted == plain.exhausted);
+          CHECK((kept.step_ms == plain.step_ms || (!kept.feasible() && !plain.feasible())));
+          infeasible_then_feasible += was_infeasible && plain.feasible() ? 1 : 0;
+          was_infeasible = was_infeasible || !plain.feasible();
+        }
+      }
+      CHECK(pd2bw::planner::greedy_step_ms(model, c, &memo) == greedy);
+      ++checked;
+    }
+  }
+  MESSAGE("candidates checked: " << checked << ", feasible after an infeasible call: " << infeasible_then_feasible);
+  CHECK(checked >= 200);
+  CHECK(infeasible_then_feasible > 0);
 }

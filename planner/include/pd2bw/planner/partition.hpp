@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "pd2bw/planner/cost_model.hpp"
@@ -26,14 +27,31 @@ struct Split {
 // for one candidate, about 0.1 s; flush and gpipe with many stages and few microbatches can need more.
 inline constexpr int64_t kSplitWork = int64_t{1} << 20;
 
+// What best_split and greedy_step_ms learn of candidates' greedy splits (one chunk per rank), kept for later
+// calls on the same candidates of the same model: a search asks again under other bounds, and the greedy
+// split depends on the candidate alone, so a memo changes no result. Thread-safe.
+class GreedyMemo {
+ public:
+  GreedyMemo();
+  ~GreedyMemo();
+  GreedyMemo(const GreedyMemo&) = delete;
+  GreedyMemo& operator=(const GreedyMemo&) = delete;
+  struct Impl;
+  Impl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
 // The split of `c` minimising step_objective with every stage within memory. Exact unless the work
 // passes max_work: then the result is the split greedy_step_ms found (balanced_split's when it found
 // none and max_work >= kSplitWork, else no split), with exhausted set, whatever its step_ms and the bound. Only splits with step_ms <= upper_bound_ms are looked for: when none exists the result is
 // infeasible (step_ms = infinity). Among equal step times the result is the same whatever the bound: at
 // each stage the canonical choice among equal partial states (earliest next boundary first). About
 // O(layers^2) when the bound is tight; a smaller bound never needs more work.
+// `memo`, when given, keeps the greedy split for the next call on `c`.
 Split best_split(const CostModel& model, const Candidate& c, double upper_bound_ms = kInfinity,
-                 int64_t max_work = kSplitWork);
+                 int64_t max_work = kSplitWork, GreedyMemo* memo = nullptr);
 
 // The split of `c` with the least busiest-stage time (the largest StageCost::step_ms; for 2bw that is
 // best_split), with step_ms its step_objective. Much cheaper than best_split for flush and gpipe, whose
@@ -42,7 +60,7 @@ Split balanced_split(const CostModel& model, const Candidate& c);
 
 // An upper bound on best_split's optimum from greedy splits (each stage as long as its busy time allows),
 // found by bisection on that time; infinity when the greedy finds no split. Much cheaper than best_split.
-double greedy_step_ms(const CostModel& model, const Candidate& c);
+double greedy_step_ms(const CostModel& model, const Candidate& c, GreedyMemo* memo = nullptr);
 
 // Calls visit(split) for every split of `c` with step_objective <= limit_ms, in lexicographic order of
 // the bounds (split.step_ms is its objective). visit returns the limit for the rest of the walk (a
