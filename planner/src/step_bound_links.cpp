@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -27,6 +28,19 @@ LinkLevels fastest_levels(const CostModel& model, const Candidate& c) {
 
 }  // namespace detail
 
+// Groups are contiguous rank ranges whose sizes S_k each divide the next (cumulative products of the
+// levels' sizes), and every rank a candidate uses is in the last level's one group. So whether two ranks
+// x and x + delta share a group below the last level depends on x mod S alone, S the second-to-last span,
+// and a replica's boundary levels (delta 1 or -1 for stages-inner, +-w for replicas-inner) on its rank mod
+// S: replica r + period has the same pair as r, where the ranks r d + i repeat mod S every S / gcd(d, S)
+// replicas and the ranks i w + r every S.
+int64_t detail::replica_period(const CostModel& model, const Candidate& c) {
+  const auto& levels = model.cluster().levels;
+  int64_t span = 1;
+  for (size_t k = 0; k + 1 < levels.size(); ++k) span *= levels[k].size;
+  return c.placement == Placement::replicas_inner ? span : span / std::gcd(c.depth % span, span);
+}
+
 std::shared_ptr<const StepLowerBound::PlacementLevels> StepLowerBound::placement_levels(const Candidate& c) const {
   const auto key = std::make_tuple(c.depth, c.width, static_cast<int>(c.placement));
   {
@@ -35,10 +49,11 @@ std::shared_ptr<const StepLowerBound::PlacementLevels> StepLowerBound::placement
   }
   auto out = std::make_shared<PlacementLevels>();
   out->ar_level.resize(static_cast<size_t>(c.depth));
+  const int64_t replicas = std::min(c.width, detail::replica_period(model_, c));
   for (int64_t i = 0; i < c.depth; ++i) {
     const auto begin = static_cast<std::ptrdiff_t>(out->pairs.size());
     out->first.push_back(out->pairs.size());
-    for (int64_t r = 0; r < c.width; ++r) {
+    for (int64_t r = 0; r < replicas; ++r) {
       const int64_t rank = CostModel::rank_of(c, i, r);
       const std::pair<int, int> p{
           i > 0 ? static_cast<int>(model_.level_between(CostModel::rank_of(c, i - 1, r), rank)) : -1,

@@ -16,4 +16,8 @@ struct LinkLevels {
 };
 LinkLevels fastest_levels(const CostModel& model, const Candidate& c);
 
+// A period of c's replicas in the levels its stage boundaries cross: replica r + period crosses the same
+// levels into and out of every stage as replica r (step_bound_links.cpp, with the reason).
+int64_t replica_period(const CostModel& model, const Candidate& c);
+
 }  // namespace pd2bw::planner::detail

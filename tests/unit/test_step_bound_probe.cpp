@@ -15,6 +15,7 @@
 #include "pd2bw/planner/search.hpp"
 #include "random_instances.hpp"
 #include "step_bound.hpp"
+#include "step_bound_links.hpp"
 
 namespace pd2bw::planner {
 
@@ -128,4 +129,56 @@ TEST_CASE("least_refined_bound is the least refined bound of all the candidates,
   }
   MESSAGE("cases where refining lifts the least bound: " << lifted);
   CHECK(lifted >= 10);  // or the order and the stop are not exercised
+}
+
+// placement_levels looks at replicas up to replica_period only: the replicas past it must cross the same
+// levels into and out of every stage as the one a period before, on clusters of one to three levels of
+// any sizes (powers of two or not) and shapes that fill them or not, both placements.
+TEST_CASE("replicas a replica_period apart cross the same levels at every stage boundary") {
+  using pd2bw::planner::Candidate;
+  using pd2bw::planner::CostModel;
+  int64_t shapes = 0, compared = 0;
+  for (uint64_t seed = 6201; seed <= 6230; ++seed) {
+    pd2bw::testing::RandomInstance inst = pd2bw::testing::make_random_instance(seed);
+    pd2bw::testing::Rng rng(seed);
+    const auto proto = inst.cluster.levels.front();
+    inst.cluster.levels.clear();
+    int64_t devices = 1;
+    for (int64_t k = rng.range(1, 3); k > 0; --k) {
+      auto level = proto;
+      level.size = rng.range(2, 10);
+      devices *= level.size;
+      inst.cluster.levels.push_back(level);
+    }
+    INFO(inst.describe());
+    const CostModel model(inst.profile, inst.cluster, inst.constraints);
+    for (int64_t d = 1; d <= devices; ++d)
+      for (int64_t w = 1; d * w <= devices; ++w)
+        for (const auto placement : {pd2bw::schemas::Placement::replicas_inner, pd2bw::schemas::Placement::stages_inner}) {
+          Candidate c;
+          c.depth = d;
+          c.width = w;
+          c.placement = placement;
+          const int64_t period = pd2bw::planner::detail::replica_period(model, c);
+          REQUIRE(period >= 1);
+          ++shapes;
+          auto levels = [&](int64_t i, int64_t r) {
+            const int64_t rank = CostModel::rank_of(c, i, r);
+            return std::make_pair(i > 0 ? model.level_between(CostModel::rank_of(c, i - 1, r), rank) : -1,
+                                  i + 1 < d ? model.level_between(rank, CostModel::rank_of(c, i + 1, r)) : -1);
+          };
+          int64_t differ = 0;
+          for (int64_t r = 0; r + period < w; ++r)
+            for (int64_t i = 0; i < d; ++i) {
+              differ += levels(i, r) == levels(i, r + period) ? 0 : 1;
+              ++compared;
+            }
+          if (differ > 0) {
+            INFO("d=" << d << " w=" << w << " period " << period);
+            CHECK(differ == 0);
+          }
+        }
+  }
+  MESSAGE("shapes " << shapes << ", replica pairs compared " << compared);
+  CHECK(compared >= 10000);
 }
