@@ -354,3 +354,31 @@ TEST_CASE("best_split with a greedy memo returns what it returns without one, wh
   CHECK(checked >= 200);
   CHECK(infeasible_then_feasible > 0);
 }
+
+// The greedy split (what best_split returns when its budget runs out) is a real split: each stage fits in
+// memory, and its step is the split's objective as evaluate_split prices it from scratch.
+TEST_CASE("a greedy split fits in memory and its step is its objective") {
+  pd2bw::testing::RandomInstanceOptions opt = pd2bw::testing::medium_instance_options();
+  opt.split_backward_p = 0.5;
+  int64_t checked = 0;
+  for (uint64_t seed = 8401; seed <= 8430; ++seed) {
+    const RandomInstance inst = make_random_instance(seed, opt);
+    INFO(inst.describe());
+    const CostModel model(inst.profile, inst.cluster, inst.constraints);
+    for (const auto& c : pd2bw::planner::enumerate_candidates(model)) {
+      if (c.chunks > 1) continue;
+      const pd2bw::planner::Split greedy = pd2bw::planner::best_split(model, c, kInfinity, 1);
+      if (!greedy.exhausted || !greedy.feasible()) continue;
+      CAPTURE(c.depth);
+      const Evaluated e = pd2bw::planner::evaluate_split(model, c, greedy);
+      int64_t unfit = 0;
+      for (const auto& st : e.stages) unfit += st.feasible ? 0 : 1;
+      CHECK(unfit == 0);
+      CHECK(e.step_ms == greedy.step_ms);
+      CHECK(pd2bw::planner::greedy_step_ms(model, c) == greedy.step_ms);
+      ++checked;
+    }
+  }
+  MESSAGE("greedy splits checked: " << checked);
+  CHECK(checked >= 300);
+}
