@@ -240,7 +240,7 @@ std::pair<std::vector<size_t>, std::vector<Evaluated>> search_objective(const Co
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return lb[a] < lb[b]; });
   const auto keep = static_cast<size_t>(std::max<int64_t>(options.top_k, 0) + 1);
   Leaderboard board(keep);
-  const auto seeded = detail::seed_candidates(candidates, order, lb);
+  const auto seeded = detail::seed_candidates(candidates, order, lb, model.constraints().schedule.has_value());
   GreedyMemo* memo = space.greedy.get();
   for (double u : detail::greedy_objectives(model, candidates, seeded, options.threads, memo)) board.seed(u);
   if (!(board.bound() < kInfinity))  // too few: the first candidates of each group do not fit in memory

@@ -24,8 +24,9 @@ std::vector<double> greedy_objectives(const CostModel& model, const std::vector<
 }
 
 std::vector<size_t> seed_candidates(const std::vector<Candidate>& candidates, const std::vector<size_t>& order,
-                                    const std::vector<double>& lb) {
-  constexpr int kPerGroup = 8, kPerSize = 2;
+                                    const std::vector<double>& lb, bool pinned) {
+  constexpr int kPerGroup = 8;
+  const int kPerSize = pinned ? 8 : 2;
   std::map<std::pair<size_t, int64_t>, int> seeded;
   std::map<std::tuple<size_t, int64_t, int64_t>, int> by_size;
   std::vector<size_t> chosen;

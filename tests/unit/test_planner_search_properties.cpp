@@ -135,7 +135,8 @@ void check_seeds(const RandomInstance& inst, SeedTally& tally) {
   std::vector<size_t> order(candidates.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return lb[a] < lb[b]; });
-  const auto seeded = pd2bw::planner::detail::seed_candidates(candidates, order, lb);
+  const auto seeded =
+      pd2bw::planner::detail::seed_candidates(candidates, order, lb, inst.constraints.schedule.has_value());
   std::vector<double> seeds = pd2bw::planner::detail::greedy_objectives(model, candidates, seeded, 1);
   const auto finite = [](const std::vector<double>& v) { return std::count_if(v.begin(), v.end(), [](double u) { return u < kInfinity; }); };
   const auto first = finite(seeds);
