@@ -1,4 +1,5 @@
-// The search's order by lower bound, with the finer bounds (StepLowerBound::refined) where they matter.
+// The finer bounds (StepLowerBound::refined: memory, zb-h1's round trips and a bisection on rules_out) and
+// the search's order by lower bound, with them where they matter.
 #include <algorithm>
 #include <cstdint>
 #include <mutex>
@@ -9,7 +10,60 @@
 #include "parallel.hpp"
 #include "step_bound.hpp"
 
-namespace pd2bw::planner::detail {
+namespace pd2bw::planner {
+
+bool StepLowerBound::refinable(const Candidate& c) const {
+  const bool chunked = c.chunks > 1 && (c.schedule == Schedule::interleaved || c.schedule == Schedule::zb_v);
+  return (c.chunks == 1 || chunked) && c.depth >= 1;
+}
+
+bool StepLowerBound::refines_above(const Candidate& c, double t) const {
+  if (!refinable(c) || c.chunks > 1) return false;
+  const double above = t * (1.0 + kAboveMargin);
+  Probe p(*this, c);
+  return c.depth == 1 ? !lanes_reach(p, above) : rules_out(p, above);
+}
+
+double StepLowerBound::refined(const Candidate& c, double from, double ceiling) {
+  if (!refinable(c)) return 0.0;
+  if (c.chunks > 1) return chunked_bound(c);  // whatever from and ceiling: O(levels) once memoised
+  double out = 0.0, transfers = 0.0;
+  Probe p(*this, c);
+  // Deep stashes can leave no whole-layer split in memory (at 4,096 GPUs most zb-h1 candidates under the
+  // ceiling): one walk of memory alone per depth and stash shape (memoised) says so for every limit, and
+  // the search then drops the candidate.
+  if (!memory_fits(p)) return kInfinity;
+  if (c.schedule == Schedule::zb_h1 && zb_round_trip_stage(c) < c.depth) {
+    // The round trips below stage k cross its input boundary twice and each boundary below it four
+    // times, and the stages above it pass their inputs twice (on the fastest replica of each boundary).
+    const int64_t k = zb_round_trip_stage(c);
+    for (int64_t j = 0; j < c.depth; ++j) transfers += (j > k ? 4.0 : 2.0) * p.links()[static_cast<size_t>(j)].in_fast;
+    out = zb_cycle_bound(c, transfers) * (1.0 - 1e-9);
+  }
+  // rules_out(c, t) proves that no split is at or below t: the largest such t found is a bound. One probe
+  // serves every t (its walks narrow as the bisection does).
+  auto out_at = [&](double t) { return c.depth == 1 ? !lanes_reach(p, t) : rules_out(p, t); };
+  double lo = std::max(from, out), hi = ceiling;
+  if (hi < kInfinity) {
+    if (!(lo < hi)) return out;
+    if (out_at(hi)) return hi;  // most candidates under a ceiling: one test
+  } else {  // no ceiling: double until a split may fit
+    hi = std::max(2.0 * lo, 1e-3);
+    for (int i = 0; i < 64 && out_at(hi); ++i) {
+      lo = hi;
+      hi *= 2.0;
+    }
+    if (out_at(hi)) return kInfinity;
+  }
+  if (!out_at(lo)) return out;
+  for (int it = 0; it < 40 && hi - lo > 1e-5 * hi; ++it) {
+    const double mid = 0.5 * (lo + hi);
+    (out_at(mid) ? lo : hi) = mid;
+  }
+  return std::max(out, lo);
+}
+
+namespace detail {
 
 double refined_below(StepLowerBound& bound, const Candidate& c, double from, double ceiling) {
   return from < ceiling && bound.refinable(c) ? std::max(from, bound.refined(c, from, ceiling)) : from;
@@ -84,4 +138,6 @@ double least_refined_bound(const StepLowerBound& bound, const std::vector<Candid
   return least;
 }
 
-}  // namespace pd2bw::planner::detail
+}  // namespace detail
+
+}  // namespace pd2bw::planner
