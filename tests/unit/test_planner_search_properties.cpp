@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -35,6 +37,40 @@ double optimum(const RandomInstance& inst) {
   const CostModel model(inst.profile, inst.cluster, inst.constraints);
   const SearchResult r = pd2bw::planner::objective_search(model);
   return r.feasible() ? r.ranked[0].step_ms : kInfinity;
+}
+
+// Given the work `full` (an unbudgeted program's result under `bound`) spent, a program finds full's split;
+// given each of `budgets`, it finds that split or runs out, reporting its budget and one unit (counted in
+// ran_out).
+void check_budgets(const CostModel& model, const pd2bw::planner::Candidate& c, double bound,
+                   const pd2bw::planner::Split& full, std::initializer_list<int64_t> budgets, int64_t& ran_out) {
+  const pd2bw::planner::Split enough = pd2bw::planner::best_split(model, c, bound, full.work);
+  CHECK_FALSE(enough.exhausted);
+  CHECK(enough.bounds == full.bounds);
+  for (const int64_t budget : budgets) {
+    const pd2bw::planner::Split less = pd2bw::planner::best_split(model, c, bound, std::max<int64_t>(budget, 1));
+    if (less.exhausted) {
+      CHECK(less.work == std::max<int64_t>(budget, 1) + 1);
+      ++ran_out;
+    } else {
+      CHECK(less.bounds == full.bounds);
+    }
+  }
+}
+
+// Calls f(model, candidate, seed) for every candidate of one chunk per rank of the medium random instances
+// (split backward in half of them) of seeds first..last, each with its instance described.
+template <class F>
+void for_each_one_chunk_candidate(uint64_t first, uint64_t last, F&& f) {
+  pd2bw::testing::RandomInstanceOptions opt = pd2bw::testing::medium_instance_options();
+  opt.split_backward_p = 0.5;
+  for (uint64_t seed = first; seed <= last; ++seed) {
+    const RandomInstance inst = make_random_instance(seed, opt);
+    INFO(inst.describe());
+    const CostModel model(inst.profile, inst.cluster, inst.constraints);
+    for (const auto& c : pd2bw::planner::enumerate_candidates(model))
+      if (c.chunks == 1) f(model, c, seed);
+  }
 }
 
 }  // namespace
@@ -238,34 +274,15 @@ TEST_CASE("a round's dynamic programs take the shared budget in the search's ord
 // the work an unbudgeted program spent must still find its split (the skip must never fire there), and
 // a smaller budget either finds the same split or runs out, reporting the budget and one unit.
 TEST_CASE("a split's program given the work an unbudgeted one spent finds the same split") {
-  pd2bw::testing::RandomInstanceOptions opt = pd2bw::testing::medium_instance_options();
-  opt.split_backward_p = 0.5;
   int64_t checked = 0, ran_out = 0;
-  for (uint64_t seed = 8101; seed <= 8130; ++seed) {
-    const RandomInstance inst = make_random_instance(seed, opt);
-    INFO(inst.describe());
-    const CostModel model(inst.profile, inst.cluster, inst.constraints);
-    for (const auto& c : pd2bw::planner::enumerate_candidates(model)) {
-      if (c.chunks > 1) continue;
-      const pd2bw::planner::Split full = pd2bw::planner::best_split(model, c, kInfinity, INT64_MAX);
-      if (!full.feasible() || full.exhausted || full.work < 2) continue;
-      CAPTURE(c.depth);
-      CAPTURE(full.work);
-      const pd2bw::planner::Split enough = pd2bw::planner::best_split(model, c, kInfinity, full.work);
-      CHECK_FALSE(enough.exhausted);
-      CHECK(enough.bounds == full.bounds);
-      for (const int64_t budget : {full.work / 2, full.work / 8, int64_t{1}}) {
-        const pd2bw::planner::Split less = pd2bw::planner::best_split(model, c, kInfinity, budget);
-        if (less.exhausted) {
-          CHECK(less.work == budget + 1);
-          ++ran_out;
-        } else {
-          CHECK(less.bounds == full.bounds);
-        }
-      }
-      ++checked;
-    }
-  }
+  for_each_one_chunk_candidate(8101, 8130, [&](const CostModel& model, const pd2bw::planner::Candidate& c, uint64_t) {
+    const pd2bw::planner::Split full = pd2bw::planner::best_split(model, c, kInfinity, INT64_MAX);
+    if (!full.feasible() || full.exhausted || full.work < 2) return;
+    CAPTURE(c.depth);
+    CAPTURE(full.work);
+    check_budgets(model, c, kInfinity, full, {full.work / 2, full.work / 8, int64_t{1}}, ran_out);
+    ++checked;
+  });
   MESSAGE("programs checked: " << checked << ", budgets that ran out: " << ran_out);
   CHECK(checked >= 200);
   CHECK(ran_out > 0);
@@ -277,37 +294,19 @@ TEST_CASE("a split's program given the work an unbudgeted one spent finds the sa
 // one spent under the same bound (one that found a split) is never stopped, and one given less either
 // finds that split or runs out.
 TEST_CASE("a bounded program is stopped by its starts only where its budget could not have finished it") {
-  pd2bw::testing::RandomInstanceOptions opt = pd2bw::testing::medium_instance_options();
-  opt.split_backward_p = 0.5;
   int64_t checked = 0, ran_out = 0;
-  for (uint64_t seed = 8201; seed <= 8240; ++seed) {
-    const RandomInstance inst = make_random_instance(seed, opt);
-    INFO(inst.describe());
-    const CostModel model(inst.profile, inst.cluster, inst.constraints);
-    for (const auto& c : pd2bw::planner::enumerate_candidates(model)) {
-      if (c.chunks > 1) continue;
-      const pd2bw::planner::Split best = pd2bw::planner::best_split(model, c, kInfinity, INT64_MAX);
-      const double greedy = pd2bw::planner::greedy_step_ms(model, c);
-      if (!best.feasible() || best.exhausted || !(greedy > best.step_ms * 1.02)) continue;
-      const double bound = best.step_ms * 1.01;  // a split is under it, the greedy one is not
-      const pd2bw::planner::Split full = pd2bw::planner::best_split(model, c, bound, INT64_MAX);
-      REQUIRE(full.bounds == best.bounds);
-      CAPTURE(c.depth);
-      CAPTURE(full.work);
-      const pd2bw::planner::Split enough = pd2bw::planner::best_split(model, c, bound, full.work);
-      CHECK_FALSE(enough.exhausted);
-      CHECK(enough.bounds == full.bounds);
-      for (const int64_t budget : {full.work / 2, full.work / 8, full.work / 64}) {
-        const pd2bw::planner::Split less = pd2bw::planner::best_split(model, c, bound, std::max<int64_t>(budget, 1));
-        if (less.exhausted) {
-          ++ran_out;
-        } else {
-          CHECK(less.bounds == full.bounds);
-        }
-      }
-      ++checked;
-    }
-  }
+  for_each_one_chunk_candidate(8201, 8240, [&](const CostModel& model, const pd2bw::planner::Candidate& c, uint64_t) {
+    const pd2bw::planner::Split best = pd2bw::planner::best_split(model, c, kInfinity, INT64_MAX);
+    const double greedy = pd2bw::planner::greedy_step_ms(model, c);
+    if (!best.feasible() || best.exhausted || !(greedy > best.step_ms * 1.02)) return;
+    const double bound = best.step_ms * 1.01;  // a split is under it, the greedy one is not
+    const pd2bw::planner::Split full = pd2bw::planner::best_split(model, c, bound, INT64_MAX);
+    REQUIRE(full.bounds == best.bounds);
+    CAPTURE(c.depth);
+    CAPTURE(full.work);
+    check_budgets(model, c, bound, full, {full.work / 2, full.work / 8, full.work / 64}, ran_out);
+    ++checked;
+  });
   MESSAGE("bounded programs checked: " << checked << ", budgets that ran out: " << ran_out);
   CHECK(checked >= 100);
   CHECK(ran_out > 0);
@@ -317,40 +316,38 @@ TEST_CASE("a bounded program is stopped by its starts only where its budget coul
 // bound for a larger one: every call must return what a call without the memo returns, whatever bounds
 // came before it.
 TEST_CASE("best_split with a greedy memo returns what it returns without one, whatever was asked before") {
-  pd2bw::testing::RandomInstanceOptions opt = pd2bw::testing::medium_instance_options();
-  opt.split_backward_p = 0.5;
   int64_t checked = 0, infeasible_then_feasible = 0;
-  for (uint64_t seed = 8301; seed <= 8315; ++seed) {
-    const RandomInstance inst = make_random_instance(seed, opt);
-    INFO(inst.describe());
-    const CostModel model(inst.profile, inst.cluster, inst.constraints);
-    pd2bw::planner::GreedyMemo memo;
-    std::mt19937_64 rng(seed);
-    for (const auto& c : pd2bw::planner::enumerate_candidates(model)) {
-      if (c.chunks > 1) continue;
-      const double greedy = pd2bw::planner::greedy_step_ms(model, c);
-      if (!(greedy < kInfinity)) continue;
-      CAPTURE(c.depth);
-      // Bounds below and above the greedy split's objective, in a random order; small budgets, so that the
-      // greedy split is what most calls return.
-      std::vector<double> bounds{greedy * 0.5, greedy * 0.9, greedy, greedy * 1.5, kInfinity};
-      std::shuffle(bounds.begin(), bounds.end(), rng);
-      bool was_infeasible = false;
-      for (const double bound : bounds) {
-        for (const int64_t work : {int64_t{16}, int64_t{1} << 14}) {
-          const pd2bw::planner::Split plain = pd2bw::planner::best_split(model, c, bound, work);
-          const pd2bw::planner::Split kept = pd2bw::planner::best_split(model, c, bound, work, &memo);
-          CHECK(kept.bounds == plain.bounds);
-          CHECK(kept.exhausted == plain.exhausted);
-          CHECK((kept.step_ms == plain.step_ms || (!kept.feasible() && !plain.feasible())));
-          infeasible_then_feasible += was_infeasible && plain.feasible() ? 1 : 0;
-          was_infeasible = was_infeasible || !plain.feasible();
-        }
-      }
-      CHECK(pd2bw::planner::greedy_step_ms(model, c, &memo) == greedy);
-      ++checked;
+  uint64_t instance = 0;  // a memo per instance (the model it was filled for)
+  std::unique_ptr<pd2bw::planner::GreedyMemo> memo;
+  std::mt19937_64 rng;
+  for_each_one_chunk_candidate(8301, 8315, [&](const CostModel& model, const pd2bw::planner::Candidate& c, uint64_t seed) {
+    if (seed != instance) {
+      instance = seed;
+      memo = std::make_unique<pd2bw::planner::GreedyMemo>();
+      rng.seed(seed);
     }
-  }
+    const double greedy = pd2bw::planner::greedy_step_ms(model, c);
+    if (!(greedy < kInfinity)) return;
+    CAPTURE(c.depth);
+    // Bounds below and above the greedy split's objective, in a random order; small budgets, so that the
+    // greedy split is what most calls return.
+    std::vector<double> bounds{greedy * 0.5, greedy * 0.9, greedy, greedy * 1.5, kInfinity};
+    std::shuffle(bounds.begin(), bounds.end(), rng);
+    bool was_infeasible = false;
+    for (const double bound : bounds) {
+      for (const int64_t work : {int64_t{16}, int64_t{1} << 14}) {
+        const pd2bw::planner::Split plain = pd2bw::planner::best_split(model, c, bound, work);
+        const pd2bw::planner::Split kept = pd2bw::planner::best_split(model, c, bound, work, memo.get());
+        CHECK(kept.bounds == plain.bounds);
+        CHECK(kept.exhausted == plain.exhausted);
+        CHECK((kept.step_ms == plain.step_ms || (!kept.feasible() && !plain.feasible())));
+        infeasible_then_feasible += was_infeasible && plain.feasible() ? 1 : 0;
+        was_infeasible = was_infeasible || !plain.feasible();
+      }
+    }
+    CHECK(pd2bw::planner::greedy_step_ms(model, c, memo.get()) == greedy);
+    ++checked;
+  });
   MESSAGE("candidates checked: " << checked << ", feasible after an infeasible call: " << infeasible_then_feasible);
   CHECK(checked >= 200);
   CHECK(infeasible_then_feasible > 0);
@@ -359,27 +356,19 @@ TEST_CASE("best_split with a greedy memo returns what it returns without one, wh
 // The greedy split (what best_split returns when its budget runs out) is a real split: each stage fits in
 // memory, and its step is the split's objective as evaluate_split prices it from scratch.
 TEST_CASE("a greedy split fits in memory and its step is its objective") {
-  pd2bw::testing::RandomInstanceOptions opt = pd2bw::testing::medium_instance_options();
-  opt.split_backward_p = 0.5;
   int64_t checked = 0;
-  for (uint64_t seed = 8401; seed <= 8430; ++seed) {
-    const RandomInstance inst = make_random_instance(seed, opt);
-    INFO(inst.describe());
-    const CostModel model(inst.profile, inst.cluster, inst.constraints);
-    for (const auto& c : pd2bw::planner::enumerate_candidates(model)) {
-      if (c.chunks > 1) continue;
-      const pd2bw::planner::Split greedy = pd2bw::planner::best_split(model, c, kInfinity, 1);
-      if (!greedy.exhausted || !greedy.feasible()) continue;
-      CAPTURE(c.depth);
-      const Evaluated e = pd2bw::planner::evaluate_split(model, c, greedy);
-      int64_t unfit = 0;
-      for (const auto& st : e.stages) unfit += st.feasible ? 0 : 1;
-      CHECK(unfit == 0);
-      CHECK(e.step_ms == greedy.step_ms);
-      CHECK(pd2bw::planner::greedy_step_ms(model, c) == greedy.step_ms);
-      ++checked;
-    }
-  }
+  for_each_one_chunk_candidate(8401, 8430, [&](const CostModel& model, const pd2bw::planner::Candidate& c, uint64_t) {
+    const pd2bw::planner::Split greedy = pd2bw::planner::best_split(model, c, kInfinity, 1);
+    if (!greedy.exhausted || !greedy.feasible()) return;
+    CAPTURE(c.depth);
+    const Evaluated e = pd2bw::planner::evaluate_split(model, c, greedy);
+    int64_t unfit = 0;
+    for (const auto& st : e.stages) unfit += st.feasible ? 0 : 1;
+    CHECK(unfit == 0);
+    CHECK(e.step_ms == greedy.step_ms);
+    CHECK(pd2bw::planner::greedy_step_ms(model, c) == greedy.step_ms);
+    ++checked;
+  });
   MESSAGE("greedy splits checked: " << checked);
   CHECK(checked >= 300);
 }
