@@ -243,10 +243,11 @@ std::pair<std::vector<size_t>, std::vector<Evaluated>> search_objective(const Co
   const auto seeded = detail::seed_candidates(candidates, order, lb, model.constraints().schedule.has_value());
   GreedyMemo* memo = space.greedy.get();
   for (double u : detail::greedy_objectives(model, candidates, seeded, options.threads, memo)) board.seed(u);
-  if (!(board.bound() < kInfinity))  // too few: the first candidates of each group do not fit in memory
-    for (double u :
-         detail::seeds_that_fit(model, lower_bound, candidates, order, lb, seeded, keep, options.threads, memo))
-      board.seed(u);
+  // The first candidates of each group may fit no memory, or fit it only with poor greedy splits (deep
+  // zb-h1: a ceiling 8 times the best one, and twice the search's time): the first candidates in the
+  // search's order that can fit at all add `keep` more (a few greedy runs when the first of them fit).
+  for (double u : detail::seeds_that_fit(model, lower_bound, candidates, order, lb, seeded, keep, options.threads, memo))
+    board.seed(u);
   // The candidates under the seeds' bound get their finer bounds (refine_lower_bounds), and so do the
   // left-out points, where each one's own bound is above the common floor (bound_left_out, once the
   // search has its finalists: they only enter the proven gap).

@@ -79,9 +79,10 @@ std::vector<size_t> seed_candidates(const std::vector<Candidate>& candidates, co
 // greedy_step_ms of each of `chosen` (infinity where the greedy split finds nothing), on `threads`.
 std::vector<double> greedy_objectives(const CostModel& model, const std::vector<Candidate>& candidates,
                                       const std::vector<size_t>& chosen, int64_t threads, GreedyMemo* memo = nullptr);
-// For when those give too few finite seeds (their candidates do not fit in memory): the greedy objectives
-// of the candidates in `order`, but those `seeded` already, whose whole-layer stages can fit in memory
-// at all (StepLowerBound::lanes_reach at infinity), until `wanted` are finite or 256 were tried.
+// For when those give too few finite seeds (their candidates do not fit in memory) or poor ones: the
+// greedy objectives of the candidates in `order`, but those `seeded` already, whose whole-layer stages can
+// fit in memory at all (StepLowerBound::lanes_reach at infinity), until `wanted` are finite or 256 were
+// tried.
 std::vector<double> seeds_that_fit(const CostModel& model, const StepLowerBound& bound,
                                    const std::vector<Candidate>& candidates, const std::vector<size_t>& order,
                                    const std::vector<double>& lb, std::vector<size_t> seeded, size_t wanted,
