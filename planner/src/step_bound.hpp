@@ -208,6 +208,7 @@ class StepLowerBound {
     // same without saturation, for a stage `bounded` and bytes of layers below kSmallBytes.
     int64_t bytes(const Stage& st, bool redo, int64_t params, int64_t stash, int64_t grads) const;
     int64_t small_bytes(const Stage& st, bool redo, int64_t params, int64_t stash, int64_t grads) const;
+    std::pair<int64_t, int64_t> small_split_bytes(const Stage& st, int64_t params, int64_t stash, int64_t grads) const;
     // Whether n layers of a set could fit stage st in an option the policy allows, priced with the set's
     // n smallest layers' bytes of each kind (SmallestSums): true whenever a run of the stage that fits holds
     // n layers of the set; monotone in n when the set's sums are (SmallestSums::ordered).

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <numeric>
+#include <utility>
 #include <vector>
 
 #include "pd2bw/checked.hpp"
@@ -85,11 +86,30 @@ bool StepLowerBound::Relaxed::could_hold(const Stage& st, int64_t n, const Small
   const auto un = static_cast<size_t>(n);
   const int64_t params = sums.params[un], stash = sums.stash[un], grads = sums.grads[un];
   const bool fast = st.bounded && params < kSmallBytes && stash < kSmallBytes && grads < kSmallBytes;
+  if (fast && split_ && policy_ == RecomputePolicy::auto_) {  // both options in one pass over the shapes
+    const auto [plain, redo] = small_split_bytes(st, params, stash, grads);
+    return plain <= limit_ || redo <= limit_;
+  }
   auto in = [&](bool redo) {
     return (fast ? small_bytes(st, redo, params, stash, grads) : bytes(st, redo, params, stash, grads)) <= limit_;
   };
   if (policy_ == RecomputePolicy::always) return in(true);
   return in(false) || (policy_ == RecomputePolicy::auto_ && in(true));
+}
+
+// small_bytes of a split backward's stage without and with recompute, one pass over its deferred shapes.
+std::pair<int64_t, int64_t> StepLowerBound::Relaxed::small_split_bytes(const Stage& st, int64_t params, int64_t stash,
+                                                                     int64_t grads) const {
+  int64_t plain = 0, redo = 0;
+  const pipeline::DeferredShapes shapes = pipeline::deferred_shapes(st.ahead, st.defer, c_.microbatches);
+  for (size_t i = 0; i < shapes.count; ++i) {
+    const auto [act, deferred] = shapes.at[i];
+    const int64_t before = deferred * grads, after = (deferred + 1) * grads;
+    plain = std::max({plain, act * stash + before, (act - 1) * stash + after});
+    redo = std::max({redo, act * input_ + stash + before, (act - 1) * input_ + after});
+  }
+  const int64_t base = plain_statics(params) + st.fixed;
+  return {base + plain, base + redo};
 }
 
 // A walk that reaches L has split the layers into runs, stage k's fitting its memory; of a set of
