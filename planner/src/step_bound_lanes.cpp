@@ -34,9 +34,6 @@
 
 namespace pd2bw::planner {
 
-namespace {
-}  // namespace
-
 StepLowerBound::Relaxed::Relaxed(const StepLowerBound& bound, const Candidate& c, int64_t extra_bytes)
     : c_(c),
       statics_(bound.model_.static_factors(c.schedule)),

@@ -16,6 +16,25 @@
 
 namespace pd2bw::planner {
 
+namespace {
+
+// A split backward's stash term (pipeline::deferred_stash_term, without saturation: the caller's bytes are
+// small) without recompute (first) and with it (second), each only when asked, in one pass over the shapes.
+template <bool Plain, bool Redo>
+std::pair<int64_t, int64_t> split_terms(const pipeline::DeferredShapes& shapes, int64_t input, int64_t stash,
+                                        int64_t grads) {
+  int64_t plain = 0, redo = 0;
+  for (size_t i = 0; i < shapes.count; ++i) {
+    const auto [act, deferred] = shapes.at[i];
+    const int64_t before = deferred * grads, after = (deferred + 1) * grads;
+    if constexpr (Plain) plain = std::max({plain, act * stash + before, (act - 1) * stash + after});
+    if constexpr (Redo) redo = std::max({redo, act * input + stash + before, (act - 1) * input + after});
+  }
+  return {plain, redo};
+}
+
+}  // namespace
+
 std::shared_ptr<const StepLowerBound::SmallestSums> StepLowerBound::smallest_sums(const CostModel& model) {
   constexpr size_t kOutliers = 2;  // per kind
   auto out = std::make_shared<SmallestSums>();
@@ -67,12 +86,9 @@ int64_t StepLowerBound::Relaxed::small_bytes(const Stage& st, bool redo, int64_t
                                              int64_t grads) const {
   int64_t term = 0;
   if (split_) {
-    const int64_t activation = redo ? input_ : stash, kept = redo ? stash : 0;
     const pipeline::DeferredShapes shapes = pipeline::deferred_shapes(st.ahead, st.defer, c_.microbatches);
-    for (size_t i = 0; i < shapes.count; ++i) {
-      const auto [act, deferred] = shapes.at[i];
-      term = std::max({term, act * activation + kept + deferred * grads, (act - 1) * activation + (deferred + 1) * grads});
-    }
+    term = redo ? split_terms<false, true>(shapes, input_, stash, grads).second
+                : split_terms<true, false>(shapes, input_, stash, grads).first;
   } else {
     term = redo ? st.in_flight * input_ + stash : st.in_flight * stash;
   }
@@ -100,14 +116,8 @@ bool StepLowerBound::Relaxed::could_hold(const Stage& st, int64_t n, const Small
 // small_bytes of a split backward's stage without and with recompute, one pass over its deferred shapes.
 std::pair<int64_t, int64_t> StepLowerBound::Relaxed::small_split_bytes(const Stage& st, int64_t params, int64_t stash,
                                                                      int64_t grads) const {
-  int64_t plain = 0, redo = 0;
   const pipeline::DeferredShapes shapes = pipeline::deferred_shapes(st.ahead, st.defer, c_.microbatches);
-  for (size_t i = 0; i < shapes.count; ++i) {
-    const auto [act, deferred] = shapes.at[i];
-    const int64_t before = deferred * grads, after = (deferred + 1) * grads;
-    plain = std::max({plain, act * stash + before, (act - 1) * stash + after});
-    redo = std::max({redo, act * input_ + stash + before, (act - 1) * input_ + after});
-  }
+  const auto [plain, redo] = split_terms<true, true>(shapes, input_, stash, grads);
   const int64_t base = plain_statics(params) + st.fixed;
   return {base + plain, base + redo};
 }
