@@ -47,6 +47,7 @@ SimLane::SimLane(int64_t stage_, int64_t replica_, const SimInput& in, LaneMeasu
     warmup_ops_ = std::min(spec.depth - stage_ - 1, spec.microbatches * spec.steps) * ((stage_ > 0) + 1 + (stage_ < last));
   live_.push_back(0);
   add_memory(0.0, fixed + weights_bytes_);
+  first_kind = ops_.done() ? OpKind::update : ops_.op().kind;
 }
 
 int64_t SimLane::last_reading_step(int64_t v) const {
@@ -91,7 +92,29 @@ int64_t steady_step(const ScheduleSpec& spec) {
   return (spec.kind == Schedule::two_bw && spec.steps >= 3) ? spec.steps - 2 : spec.steps - 1;
 }
 
-SimResult summarize(const SimInput& input, std::vector<SimLane>& lanes, const std::vector<int64_t>& weights) {
+double first_step_period(const std::vector<SimLane>& lanes) {
+  double period = 0.0;
+  for (const auto& lane : lanes) {  // D: when the lanes whose first op waited on nothing end the step
+    if (lane.update_end_ms.size() != 1 || lane.clock_ms != lane.update_end_ms[0]) return 0.0;
+    if (lane.first_kind != OpKind::recv_activation && lane.first_kind != OpKind::recv_gradient)
+      period = std::max(period, lane.clock_ms);
+  }
+  for (const auto& lane : lanes) {
+    switch (lane.first_kind) {
+      case OpKind::recv_activation:
+      case OpKind::recv_gradient:
+        if (lane.clock_ms > lane.first_sent_ms + period) return 0.0;
+        break;
+      case OpKind::allreduce: return 0.0;  // it waits on its peers' clocks: not decided here
+      default:
+        if (lane.clock_ms != period) return 0.0;
+    }
+  }
+  return period;
+}
+
+SimResult summarize(const SimInput& input, std::vector<SimLane>& lanes, const std::vector<int64_t>& weights,
+                    double period) {
   SimResult r;
   const size_t n = weights.size();
   r.simulated_ranks = static_cast<int64_t>(lanes.size());
@@ -105,8 +128,8 @@ SimResult summarize(const SimInput& input, std::vector<SimLane>& lanes, const st
   }
   r.first_step_ms = r.step_end_ms[0];
   const auto s = static_cast<size_t>(steady_step(input.spec));
-  r.window_begin_ms = s == 0 ? 0.0 : r.step_end_ms[s - 1];
   r.window_end_ms = r.step_end_ms[s];
+  r.window_begin_ms = period > 0 ? r.window_end_ms - period : s == 0 ? 0.0 : r.step_end_ms[s - 1];
   const double length = r.window_end_ms - r.window_begin_ms;
   // The longest interval between two of one rank's updates. Every rank does all of its step's work
   // between them, so this is never below any rank's work per step.
@@ -125,7 +148,10 @@ SimResult summarize(const SimInput& input, std::vector<SimLane>& lanes, const st
     measured = measured && lane.increments_measured[0] && lane.increments_measured[1];
     for (size_t k = 0; k < 2; ++k) most[k] = std::max(most[k], lane.max_increment_ms[k]);
   }
-  if (measured) {
+  if (period > 0) {
+    r.step_ms = r.previous_step_ms = period;
+    r.steady = true;
+  } else if (measured) {
     r.previous_step_ms = most[0];
     r.step_ms = input.spec.kind == Schedule::two_bw ? std::max(most[0], most[1]) : most[1];
     r.steady = std::abs(most[1] - most[0]) <= kSteadyTolerance * most[1];

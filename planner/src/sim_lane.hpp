@@ -91,6 +91,10 @@ class SimLane {
   // step before the measured one [0] and of the measured one [1] (steps counted from the lane's updates).
   std::array<double, 2> max_increment_ms{};
   std::array<bool, 2> increments_measured{};
+  // The lane's first op, and when the message it receives was sent (if it is a receive): what
+  // first_step_period() needs to know how the lane's clock entered the first step.
+  OpKind first_kind;
+  double first_sent_ms = 0;
 
  private:
   static constexpr Busy category(OpKind k) {
@@ -174,6 +178,17 @@ int64_t steady_step(const ScheduleSpec& spec);
 
 // Step times, the breakdown of the steady step and memory peaks (per position), from lanes that measured
 // it. `weights[s]` is how many replicas the lane slot s stands for.
-SimResult summarize(const SimInput& input, std::vector<SimLane>& lanes, const std::vector<int64_t>& weights);
+// `period` (> 0), when first_step_period() found one, makes the measured step (step 0) that period's.
+SimResult summarize(const SimInput& input, std::vector<SimLane>& lanes, const std::vector<int64_t>& weights,
+                    double period = 0.0);
+
+// For lanes that ran one step of a schedule whose steps do not overlap (all but 2bw) from clocks at 0: the
+// period D such that every later step replays this one D later, op for op, or 0 when that is not proven.
+// The replay is a max-plus system, so the second step is the first shifted by D exactly when each lane's
+// first op starts D later than it did: a lane whose first op waited on nothing ends step 0 at D (they all
+// end it together), and one whose first op received a message sent at time a (starting at max(0, a))
+// ends it at or before a + D, so that its clock never holds the shifted receive up. By induction every
+// later step is shifted by D again.
+double first_step_period(const std::vector<SimLane>& lanes);
 
 }  // namespace pd2bw::planner

@@ -34,7 +34,8 @@ using pd2bw::testing::RandomInstance;
 constexpr double kTolerance = 0.005;  // the bound on how far the planner's choice may be
 
 // The replayed steady step of `e` written as a plan: the plan is built, read back through the plan's
-// own model (plan_model), and replayed until steady.
+// own model (plan_model), and replayed until steady, the measured step only, as the search replays
+// (test_simulator_period checks that replay against longer ones).
 double replay_as_plan(const CostModel& model, const RandomInstance& inst, const Evaluated& e) {
   SearchResult one;
   one.ranked = {e};
@@ -42,7 +43,8 @@ double replay_as_plan(const CostModel& model, const RandomInstance& inst, const 
   const auto pm = pd2bw::planner::plan_model(inst.profile, plan);
   return pd2bw::planner::simulate_steady(pd2bw::planner::make_sim_input(
                                              pm.model, pm.candidate, pm.bounds, pm.recompute,
-                                             pd2bw::planner::default_sim_steps(pm.candidate.schedule)))
+                                             pd2bw::planner::default_sim_steps(pm.candidate.schedule)),
+                                         false, true)
       .step_ms;
 }
 

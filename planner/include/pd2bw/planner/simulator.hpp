@@ -130,11 +130,15 @@ SimResult simulate(const SimInput& input, bool keep_events = false, bool measure
 // simulate() with input.spec.steps raised to default_sim_steps and then doubled until the replay is steady
 // or kMaxSteadySteps (or kMaxSteadyOps) are reached; then `steady` is false and the last measured step,
 // an upper bound on the steady one, stands. Predictions and `pd2bw simulate` use it.
+// With `measured_only` and no events (the search's replays), a schedule other than 2bw first replays a
+// single step, and where that step proves its period (every later step would repeat it that much later,
+// op for op) returns it as the steady step, with step_end_ms of that one step, its window ending there and
+// as long as the period; otherwise the above, whose simulated_ops then include the single step's.
 SimResult simulate_steady(SimInput input, bool keep_events = false, bool measured_only = false);
 
 // About how many ops simulate_steady replays for `input` when it is steady at the first try: distinct
 // replicas x positions x steps x ops per step (all chunks' ops). Cheap (no replay); for deciding what is
-// worth replaying.
+// worth replaying. (A measured-only replay that one step proves periodic takes 1 / steps of it.)
 int64_t estimated_replay_ops(const SimInput& input);
 // The same for `replicas` distinct replicas of `spec` (its steps raised to default_sim_steps), without an
 // input: with one replica, a lower bound on estimated_replay_ops of any split of it.
