@@ -30,6 +30,7 @@ std::vector<Evaluated> best_of_each_schedule(const schemas::Profile& profile, co
     SearchOptions options;
     options.top_k = 0;  // never changes the winner (search.hpp)
     options.threads = threads;
+    options.bound_left_out = false;  // only the winner is shown, not its proven gap
     const SearchResult r = search(CostModel(profile, cluster, pinned), options);
     if (r.feasible()) out.push_back(r.ranked.front());
   }

@@ -315,6 +315,10 @@ SearchResult search(const CostModel& model, const SearchOptions& options) {
   // winner's step once that is known; with one, after them. Either way it is exact below the winner's step
   // and the winner's step otherwise, whatever the timing.
   LeftOut left = std::move(result.left_out);
+  if (!options.bound_left_out && !left.candidates.empty()) {
+    left.floor_ms = 0.0;
+    left.candidates = {};
+  }
   std::atomic<double> stop_at{kInfinity};
   auto winner_ms = [&] { return result.ranked.empty() ? kInfinity : result.ranked.front().step_ms; };
   std::future<void> floor;

@@ -37,6 +37,10 @@ struct SearchOptions {
                         // represented as well). Never changes the winner.
   int64_t threads = 0;  // workers evaluating candidates; 0 = one per hardware thread. The result does
                         // not depend on it (only the count of evaluated candidates may).
+  // Whether search() bounds the left-out points one by one (LeftOut). Only the proven gap reads that
+  // floor: without it the floor is 0 when there are left-out points, and the proven gap then infinite
+  // (nothing proven). --explain's pinned searches, which report their winners alone, skip it.
+  bool bound_left_out = true;
 };
 
 // Candidates enumerate_candidates left out for their size (see kMaxReplayedMicrobatches): how many, and
