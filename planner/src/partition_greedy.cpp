@@ -24,6 +24,9 @@ std::vector<int64_t> greedy_split(const CostModel& model, const detail::Prepared
   const int64_t L = model.num_layers();
   const int64_t d = pc.candidate.depth;
   const auto& cp = model.compute_prefix(pc.candidate.microbatch_index);
+  const auto& pp = model.param_prefix();
+  // static_bytes(schedule, a, e) <= static_cap, as a bound on the parameter bytes of [a, e)
+  const int64_t most_params = model.static_factors(pc.candidate.schedule).most_params_within(static_cap);
   const double m = static_cast<double>(pc.candidate.microbatches);
   std::vector<int64_t> bounds{0};
   int64_t a = 0;
@@ -33,7 +36,7 @@ std::vector<int64_t> greedy_split(const CostModel& model, const detail::Prepared
     // full, by bisection (fitting is nearly monotone in the end; a greedy split only bounds from above).
     int64_t top = a;
     while (top < last && m * (cp[static_cast<size_t>(top + 1)] - cp[static_cast<size_t>(a)]) <= t &&
-           model.static_bytes(pc.candidate.schedule, a, top + 1) <= static_cap)
+           pp[static_cast<size_t>(top + 1)] - pp[static_cast<size_t>(a)] <= most_params)
       ++top;
     auto fits = [&](int64_t e) {
       const auto q = detail::quick_price(model, pc, i, a, e);

@@ -182,6 +182,37 @@ TEST_CASE("the executor's form of the model keeps everything in its scalar type"
   CHECK_THROWS_AS(memory_factors(Schedule::flush, Optimizer::sgd, 0, 4), UsageError);
 }
 
+TEST_CASE("most_params_within: the parameter bytes whose static memory fits are exactly those up to it") {
+  uint64_t state = 12345;
+  auto next = [&] { return state = state * 6364136223846793005ULL + 1442695040888963407ULL; };
+  int64_t checked = 0;
+  for (const Schedule s : {Schedule::two_bw, Schedule::flush, Schedule::zb_h1})
+    for (const Optimizer o : {Optimizer::sgd, Optimizer::adamw})
+      for (const int64_t compute_bytes : {1, 2, 4, 8})
+        for (int k = 0; k < 200; ++k) {
+          const MemoryFactors f = memory_factors(s, o, compute_bytes, 4);
+          // Caps from tiny to past where total() saturates.
+          const int64_t cap = static_cast<int64_t>(next() >> (1 + next() % 63));
+          const int64_t most = f.most_params_within(cap);
+          CAPTURE(cap);
+          CAPTURE(most);
+          if (most < 0) {
+            CHECK(f.total(0) > cap);
+            continue;
+          }
+          CHECK(f.total(most) <= cap);
+          if (most < INT64_MAX) CHECK(f.total(most + 1) > cap);
+          for (int j = 0; j < 8; ++j) {  // and on either side of it
+            const int64_t p = static_cast<int64_t>(next() >> 1) % (most / 2 + 1);
+            CHECK(f.total(p) <= cap);
+            if (most < INT64_MAX - p - 1) CHECK(f.total(most + 1 + p) > cap);
+          }
+          ++checked;
+        }
+  CHECK(checked > 2000);
+  CHECK(memory_factors(Schedule::flush, Optimizer::sgd, 4, 4).most_params_within(-1) == -1);
+}
+
 TEST_CASE("zb-h1's shape: one version, 1F1B's in-flight bound, W's deferred by the stage, the split stash term") {
   for (int64_t i = 0; i < 4; ++i) {
     CHECK(in_flight(Schedule::zb_h1, 4, 6, i) == 4 - i);

@@ -22,6 +22,19 @@ MemoryFactors memory_factors(Schedule s, Optimizer o, int64_t compute_bytes, int
   return f;
 }
 
+int64_t MemoryFactors::most_params_within(int64_t cap) const {
+  if (total(0) > cap) return -1;
+  int64_t lo = 0, hi = INT64_MAX;  // total(lo) <= cap, and the answer is in [lo, hi]
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2 + 1;
+    if (total(mid) <= cap)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
 StageMemoryTerms stage_memory_terms(const MemoryFactors& f, const StageMemoryInput& in) {
   StageMemoryTerms t;
   t.version_bytes = in.param_bytes;

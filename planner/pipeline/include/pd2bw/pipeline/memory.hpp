@@ -39,6 +39,9 @@ struct MemoryFactors {
     return saturating_add(saturating_add(weights(param_bytes), master_copy(param_bytes)),
                           saturating_add(grads(param_bytes), optimizer(param_bytes)));
   }
+  // The most parameter bytes p >= 0 with total(p) <= cap, -1 when not even 0 fits: total never falls as
+  // p grows, so total(p) <= cap exactly when p <= most_params_within(cap). O(64) totals.
+  int64_t most_params_within(int64_t cap) const;
 };
 
 // The factors of schedule `s` and optimizer `o` with parameters of `compute_bytes` and state (master,
