@@ -58,6 +58,8 @@ class Leaderboard {
       return detail::ranks_before(entry.e, entry.index, x.e, x.index);
     });
     entries_.insert(pos, std::move(entry));
+    // Only the first `keep` are ever read (bound, has, kept): the rest go, with their stages.
+    if (entries_.size() > keep_) entries_.pop_back();
   }
 
   // The candidate indices of the top `keep` entries, best first. Only these are exact whatever the
