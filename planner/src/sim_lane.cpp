@@ -39,11 +39,16 @@ SimLane::SimLane(int64_t stage_, int64_t replica_, const SimInput& in, LaneMeasu
     update_ms_ += st.update_ms;
   }
   period_ops_ = spec.microbatches * per_microbatch + (spec.width > 1 ? spec.chunks : 0) + 1;
-  ring_ = std::make_unique_for_overwrite<double[]>(static_cast<size_t>(period_ops_) + kPrefetch);
-  cursor_ = ring_.get();
-  ring_end_ = cursor_ + period_ops_;
+  // One step has no counterparts a step later: no ring, and no op is past the warm-up.
+  if (spec.steps == 1) {
+    warmup_ops_ = INT64_MAX;
+  } else {
+    ring_ = std::make_unique_for_overwrite<double[]>(static_cast<size_t>(period_ops_) + kPrefetch);
+    cursor_ = ring_.get();
+    ring_end_ = cursor_ + period_ops_;
+  }
   // 2bw's first step also runs the warm-up forwards of the stream; past them every step's ops line up.
-  if (spec.kind == Schedule::two_bw)
+  if (spec.kind == Schedule::two_bw && spec.steps > 1)
     warmup_ops_ = std::min(spec.depth - stage_ - 1, spec.microbatches * spec.steps) * ((stage_ > 0) + 1 + (stage_ < last));
   live_.push_back(0);
   add_memory(0.0, fixed + weights_bytes_);

@@ -160,7 +160,7 @@ class SimLane {
   int64_t read_steps_done_ = -1;  // the last step whose last backward is done here
   std::vector<int64_t> live_;     // versions held
   int64_t period_ops_ = 1;        // ops between two updates once the pipe is full
-  int64_t warmup_ops_ = 0;        // 2bw's warm-up forwards at the start of the stream
+  int64_t warmup_ops_ = 0;        // 2bw's warm-up forwards at the start of the stream (all, in one step)
   bool stopped_ = false;
   int64_t updates_done_ = 0;
   // The end time of the op period_ops_ ago, by stream index (from warmup_ops_ on) modulo the period, at
