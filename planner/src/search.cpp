@@ -253,20 +253,20 @@ std::pair<std::vector<size_t>, std::vector<Evaluated>> search_objective(const Co
   // The candidates under the seeds' bound get their finer bounds (refine_lower_bounds), and so do the
   // left-out points, where each one's own bound is above the common floor (bound_left_out, once the
   // search has its finalists: they only enter the proven gap).
-  detail::refine_lower_bounds(lower_bound, candidates, lb, order, kMaxSearched, board.bound(), options.threads);
+  // What the refinement's tests showed of each candidate seeds the memo of ruled_out below.
+  auto tried = std::make_shared<std::vector<StepLowerBound::RuleBracket>>(candidates.size());
+  detail::refine_lower_bounds(lower_bound, candidates, lb, order, kMaxSearched, board.bound(), options.threads,
+                              tried.get());
   space.bound = std::make_shared<const StepLowerBound>(lower_bound);
   space.left_out_ceiling = board.bound();
   choose_searched(candidates, lb, order, space.searched_count);
   space.depth_rank = detail::depth_ranks(candidates, order);
   space.known.resize(candidates.size());
-  // Memoised as the interval of limits not yet decided; a candidate is tested by one worker at a time (the
-  // one evaluating it), so no lock is needed.
-  struct Decided {
-    double out_to = 0, in_from = kInfinity;  // ruled out at or below out_to, not at or above in_from
-  };
-  space.ruled_out = [&space, bounds = std::make_shared<StepLowerBound>(lower_bound),
-                     memo = std::make_shared<std::vector<Decided>>(candidates.size())](size_t idx, double limit) {
-    Decided& m = (*memo)[idx];
+  // Memoised as the interval of limits not yet decided (ruled out at or below out_to, not at or above
+  // in_from); a candidate is tested by one worker at a time (the one evaluating it), so no lock is needed.
+  space.ruled_out = [&space, bounds = std::make_shared<StepLowerBound>(lower_bound), memo = tried](size_t idx,
+                                                                                                  double limit) {
+    StepLowerBound::RuleBracket& m = (*memo)[idx];
     if (limit <= m.out_to) return true;
     if (limit >= m.in_from) return false;
     const bool out = bounds->rules_out(space.candidates[idx], limit);

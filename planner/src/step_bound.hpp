@@ -43,7 +43,12 @@ class StepLowerBound {
   // when no whole-layer split fits in memory at all (memory_fits). For the chunked candidates
   // (interleaved, zb-v) it is chunked_bound, whatever `from` and `ceiling`.
   bool refinable(const Candidate& c) const;
-  double refined(const Candidate& c, double from = 0.0, double ceiling = kInfinity);
+  // What rules_out(c, t) answered for the limits refined() tried: true at or below out_to, false at or
+  // above in_from (it is monotone in t), so that a caller asking rules_out again can skip those tests.
+  struct RuleBracket {
+    double out_to = 0.0, in_from = kInfinity;
+  };
+  double refined(const Candidate& c, double from = 0.0, double ceiling = kInfinity, RuleBracket* tried = nullptr);
   // True only if refined(c, from, ceiling) > t for every from and every ceiling >= t (1 + kAboveMargin): one
   // test at that limit instead of a bisection, for a caller that needs the refined bound only where it is
   // below t. False for the chunked candidates. Thread-safe.
@@ -376,7 +381,8 @@ namespace detail {
 
 // `from` (a lower bound of c) lifted to bound.refined(c) up to `ceiling` when it is below the ceiling and
 // c is refinable; `from` otherwise.
-double refined_below(StepLowerBound& bound, const Candidate& c, double from, double ceiling);
+double refined_below(StepLowerBound& bound, const Candidate& c, double from, double ceiling,
+                     StepLowerBound::RuleBracket* tried = nullptr);
 
 // Lifts lb[idx] (a lower bound of candidates[idx]) to bound.refined() for every candidate whose bound is
 // below `ceiling` (refined up to it), then sorts `order` (candidate indices) by lb, stably. Without a
@@ -385,8 +391,10 @@ double refined_below(StepLowerBound& bound, const Candidate& c, double from, dou
 // (step_bound_order.cpp). Under a ceiling the candidates are refined on `threads` threads (0: one per
 // hardware thread), each with a copy of `bound` (refined() keeps memos that are not thread-safe; a
 // bound's value does not depend on them), so lb does not depend on `threads`.
+// With `tried` (one per candidate), each refined candidate's RuleBracket is recorded there.
 void refine_lower_bounds(StepLowerBound& bound, const std::vector<Candidate>& candidates, std::vector<double>& lb,
-                         std::vector<size_t>& order, size_t first, double ceiling, int64_t threads = 1);
+                         std::vector<size_t>& order, size_t first, double ceiling, int64_t threads = 1,
+                         std::vector<StepLowerBound::RuleBracket>* tried = nullptr);
 
 // min over `candidates` of max(floor, refined_below(b, c, b(c), ceiling)), b a copy of `bound` (one per
 // thread, `threads` of them): the candidates in the order of max(floor, b(c)), refined only while that

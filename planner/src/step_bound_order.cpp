@@ -24,7 +24,7 @@ bool StepLowerBound::refines_above(const Candidate& c, double t) const {
   return c.depth == 1 ? !lanes_reach(p, above) : rules_out(p, above);
 }
 
-double StepLowerBound::refined(const Candidate& c, double from, double ceiling) {
+double StepLowerBound::refined(const Candidate& c, double from, double ceiling, RuleBracket* tried) {
   if (!refinable(c)) return 0.0;
   if (c.chunks > 1) return chunked_bound(c);  // whatever from and ceiling: O(levels) once memoised
   double out = 0.0, transfers = 0.0;
@@ -42,7 +42,13 @@ double StepLowerBound::refined(const Candidate& c, double from, double ceiling) 
   }
   // rules_out(c, t) proves that no split is at or below t: the largest such t found is a bound. One probe
   // serves every t (its walks narrow as the bisection does).
-  auto out_at = [&](double t) { return c.depth == 1 ? !lanes_reach(p, t) : rules_out(p, t); };
+  auto out_at = [&](double t) {
+    if (c.depth == 1) return !lanes_reach(p, t);
+    const bool ruled = rules_out(p, t);
+    if (tried && ruled) tried->out_to = std::max(tried->out_to, t);
+    if (tried && !ruled) tried->in_from = std::min(tried->in_from, t);
+    return ruled;
+  };
   double lo = std::max(from, out), hi = ceiling;
   if (hi < kInfinity) {
     if (!(lo < hi)) return out;
@@ -65,12 +71,14 @@ double StepLowerBound::refined(const Candidate& c, double from, double ceiling) 
 
 namespace detail {
 
-double refined_below(StepLowerBound& bound, const Candidate& c, double from, double ceiling) {
-  return from < ceiling && bound.refinable(c) ? std::max(from, bound.refined(c, from, ceiling)) : from;
+double refined_below(StepLowerBound& bound, const Candidate& c, double from, double ceiling,
+                     StepLowerBound::RuleBracket* tried) {
+  return from < ceiling && bound.refinable(c) ? std::max(from, bound.refined(c, from, ceiling, tried)) : from;
 }
 
 void refine_lower_bounds(StepLowerBound& bound, const std::vector<Candidate>& candidates, std::vector<double>& lb,
-                         std::vector<size_t>& order, size_t first, double ceiling, int64_t threads) {
+                         std::vector<size_t>& order, size_t first, double ceiling, int64_t threads,
+                         std::vector<StepLowerBound::RuleBracket>* tried) {
   auto by_bound = [&] { std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return lb[a] < lb[b]; }); };
   if (ceiling < kInfinity) {
     // Every candidate under the ceiling: those the finer bound lifts to it cannot be kept, and they no
@@ -84,7 +92,7 @@ void refine_lower_bounds(StepLowerBound& bound, const std::vector<Candidate>& ca
         under.size(), threads, [&] { return StepLowerBound(bound); },
         [&](StepLowerBound& own, size_t k) {
           const size_t idx = under[k];
-          lb[idx] = refined_below(own, candidates[idx], lb[idx], ceiling);
+          lb[idx] = refined_below(own, candidates[idx], lb[idx], ceiling, tried ? &(*tried)[idx] : nullptr);
           return true;
         });
     by_bound();
@@ -99,7 +107,8 @@ void refine_lower_bounds(StepLowerBound& bound, const std::vector<Candidate>& ca
     const bool full = least.size() >= first;
     if (!(lb[idx] < kInfinity) || (full && lb[idx] >= least.top())) break;
     if (bound.refinable(candidates[idx]))
-      lb[idx] = std::max(lb[idx], bound.refined(candidates[idx], lb[idx], full ? least.top() : kInfinity));
+      lb[idx] = std::max(lb[idx], bound.refined(candidates[idx], lb[idx], full ? least.top() : kInfinity,
+                                                tried ? &(*tried)[idx] : nullptr));
     least.push(lb[idx]);
     if (least.size() > first) least.pop();
   }

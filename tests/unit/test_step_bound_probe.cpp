@@ -182,3 +182,42 @@ TEST_CASE("replicas a replica_period apart cross the same levels at every stage 
   MESSAGE("shapes " << shapes << ", replica pairs compared " << compared);
   CHECK(compared >= 10000);
 }
+
+// refined() reports the limits its rules_out tests decided (RuleBracket), and the search seeds its memo of
+// rules_out with them: fresh calls must agree at both ends and beyond them.
+TEST_CASE("refined()'s bracket holds what fresh rules_out calls answer") {
+  pd2bw::testing::RandomInstanceOptions opt = pd2bw::testing::medium_instance_options();
+  opt.split_backward_p = 0.5;
+  int64_t both = 0, checked = 0;
+  for (uint64_t seed = 6201; seed <= 6230; ++seed) {
+    pd2bw::testing::RandomInstance inst = pd2bw::testing::make_random_instance(seed, opt);
+    inst.constraints.max_depth = 12;
+    INFO(inst.describe());
+    const pd2bw::planner::CostModel model(inst.profile, inst.cluster, inst.constraints);
+    pd2bw::planner::StepLowerBound bound(model);
+    pd2bw::testing::Rng rng(seed);
+    for (const auto& c : pd2bw::planner::enumerate_candidates(model)) {
+      const double base = bound(c);
+      if (c.chunks > 1 || c.depth < 2 || !(base < pd2bw::planner::kInfinity)) continue;
+      for (const double ceiling : {pd2bw::planner::kInfinity, base * rng.uniform(1.0, 1.5)}) {
+        pd2bw::planner::StepLowerBound::RuleBracket tried;
+        bound.refined(c, base, ceiling, &tried);
+        INFO("d=" << c.depth << " m=" << c.microbatches << " ceiling " << ceiling << " bracket " << tried.out_to << " "
+                  << tried.in_from);
+        CHECK(tried.out_to < tried.in_from);
+        if (tried.out_to > 0.0) {
+          CHECK(bound.rules_out(c, tried.out_to));
+          CHECK(bound.rules_out(c, tried.out_to * rng.uniform(0.5, 1.0)));
+        }
+        if (tried.in_from < pd2bw::planner::kInfinity) {
+          CHECK(!bound.rules_out(c, tried.in_from));
+          CHECK(!bound.rules_out(c, tried.in_from * rng.uniform(1.0, 2.0)));
+        }
+        both += tried.out_to > 0.0 && tried.in_from < pd2bw::planner::kInfinity;
+        ++checked;
+      }
+    }
+  }
+  MESSAGE(checked << " refinements, " << both << " with both ends tested");
+  CHECK(both >= 1000);
+}
