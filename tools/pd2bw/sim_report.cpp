@@ -229,8 +229,10 @@ void print_explain(const planner::CostModel& model, const std::vector<planner::E
     const auto& c = e.candidate;
     std::vector<bool> recompute;
     for (const auto& st : e.stages) recompute.push_back(st.recompute);
+    // The measured step alone, as the search replayed it (one step where that step proves its period).
     const auto sim = planner::simulate_steady(
-        planner::make_sim_input(model, c, e.split.bounds, recompute, planner::default_sim_steps(c.schedule)));
+        planner::make_sim_input(model, c, e.split.bounds, recompute, planner::default_sim_steps(c.schedule)), false,
+        true);
     const auto a = average(sim);
     // The fullest rank: with chunks its chunks' shares added up (a stage when v = 1).
     int64_t full = 0;
