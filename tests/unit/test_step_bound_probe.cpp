@@ -58,18 +58,31 @@ struct StepLowerBoundProbeTest {
 
 }  // namespace pd2bw::planner
 
-TEST_CASE("a probe answers lanes_reach and rules_out as fresh calls do, at every limit") {
-  pd2bw::planner::StepLowerBoundProbeTest test;
+namespace {
+
+// Medium random instances (seeds first..last, at most 12 stages, a split backward with the given chance):
+// visit(model, bound, rng) for each, with the instance in the failure messages.
+template <class Visit>
+void for_each_medium_instance(uint64_t first, uint64_t last, double split_backward_p, Visit&& visit) {
   pd2bw::testing::RandomInstanceOptions opt = pd2bw::testing::medium_instance_options();
-  opt.split_backward_p = 0.7;
-  int64_t candidates = 0;
-  for (uint64_t seed = 6001; seed <= 6040; ++seed) {
+  opt.split_backward_p = split_backward_p;
+  for (uint64_t seed = first; seed <= last; ++seed) {
     pd2bw::testing::RandomInstance inst = pd2bw::testing::make_random_instance(seed, opt);
     inst.constraints.max_depth = 12;
     INFO(inst.describe());
     const pd2bw::planner::CostModel model(inst.profile, inst.cluster, inst.constraints);
     pd2bw::planner::StepLowerBound bound(model);
     pd2bw::testing::Rng rng(seed);
+    visit(model, bound, rng);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a probe answers lanes_reach and rules_out as fresh calls do, at every limit") {
+  pd2bw::planner::StepLowerBoundProbeTest test;
+  int64_t candidates = 0;
+  for_each_medium_instance(6001, 6040, 0.7, [&](const auto& model, auto& bound, auto& rng) {
     for (const auto& c : pd2bw::planner::enumerate_candidates(model)) {
       if (c.chunks > 1) continue;
       INFO(pd2bw::testing::schedule_name(c.schedule) << " b=" << c.microbatch << " d=" << c.depth << " w=" << c.width
@@ -77,7 +90,7 @@ TEST_CASE("a probe answers lanes_reach and rules_out as fresh calls do, at every
       test.check(bound, c, rng);
       ++candidates;
     }
-  }
+  });
   MESSAGE("candidates " << candidates << ", limits asked " << test.asked << ", answered by an interval " << test.decided);
   CHECK(candidates >= 500);
   // The intervals must carry weight, or this checks only the walks.
@@ -88,20 +101,13 @@ TEST_CASE("a probe answers lanes_reach and rules_out as fresh calls do, at every
 // their cheap bounds and stops once none can lower the least: it must equal the least refined bound of
 // all of them, on any number of threads.
 TEST_CASE("least_refined_bound is the least refined bound of all the candidates, whatever the threads") {
-  pd2bw::testing::RandomInstanceOptions opt = pd2bw::testing::medium_instance_options();
-  opt.split_backward_p = 0.5;
   int64_t lifted = 0;  // cases where the least refined bound is above the least cheap one
-  for (uint64_t seed = 6101; seed <= 6130; ++seed) {
-    pd2bw::testing::RandomInstance inst = pd2bw::testing::make_random_instance(seed, opt);
-    inst.constraints.max_depth = 12;
-    INFO(inst.describe());
-    const pd2bw::planner::CostModel model(inst.profile, inst.cluster, inst.constraints);
-    pd2bw::planner::StepLowerBound bound(model);
+  for_each_medium_instance(6101, 6130, 0.5, [&](const auto& model, auto& bound, auto&) {
     const auto cands = pd2bw::planner::enumerate_candidates(model);
     std::vector<double> cheap;
     for (const auto& c : cands)
       if (const double v = bound(c); v < pd2bw::planner::kInfinity) cheap.push_back(v);
-    if (cheap.empty()) continue;
+    if (cheap.empty()) return;
     std::sort(cheap.begin(), cheap.end());
     for (const double ceiling : {pd2bw::planner::kInfinity, 1.2 * cheap[cheap.size() / 2]}) {
       for (const double floor : {0.0, cheap[cheap.size() / 4]}) {
@@ -126,7 +132,7 @@ TEST_CASE("least_refined_bound is the least refined bound of all the candidates,
         }
       }
     }
-  }
+  });
   MESSAGE("cases where refining lifts the least bound: " << lifted);
   CHECK(lifted >= 10);  // or the order and the stop are not exercised
 }
@@ -186,16 +192,8 @@ TEST_CASE("replicas a replica_period apart cross the same levels at every stage 
 // refined() reports the limits its rules_out tests decided (RuleBracket), and the search seeds its memo of
 // rules_out with them: fresh calls must agree at both ends and beyond them.
 TEST_CASE("refined()'s bracket holds what fresh rules_out calls answer") {
-  pd2bw::testing::RandomInstanceOptions opt = pd2bw::testing::medium_instance_options();
-  opt.split_backward_p = 0.5;
   int64_t both = 0, checked = 0;
-  for (uint64_t seed = 6201; seed <= 6230; ++seed) {
-    pd2bw::testing::RandomInstance inst = pd2bw::testing::make_random_instance(seed, opt);
-    inst.constraints.max_depth = 12;
-    INFO(inst.describe());
-    const pd2bw::planner::CostModel model(inst.profile, inst.cluster, inst.constraints);
-    pd2bw::planner::StepLowerBound bound(model);
-    pd2bw::testing::Rng rng(seed);
+  for_each_medium_instance(6201, 6230, 0.5, [&](const auto& model, auto& bound, auto& rng) {
     for (const auto& c : pd2bw::planner::enumerate_candidates(model)) {
       const double base = bound(c);
       if (c.chunks > 1 || c.depth < 2 || !(base < pd2bw::planner::kInfinity)) continue;
@@ -217,7 +215,7 @@ TEST_CASE("refined()'s bracket holds what fresh rules_out calls answer") {
         ++checked;
       }
     }
-  }
+  });
   MESSAGE(checked << " refinements, " << both << " with both ends tested");
   CHECK(both >= 1000);
 }
