@@ -46,6 +46,12 @@ class Leaderboard {
     seeds_.insert(std::upper_bound(seeds_.begin(), seeds_.end(), upper_ms), upper_ms);
   }
 
+  // Whether an entry of step `step_ms` (an objective, the evaluated step to rounding) would leave the kept
+  // ones at once: they are full and it is slower than the last of them by more than rounding.
+  bool passes_over(double step_ms) const {
+    return entries_.size() >= keep_ && step_ms > entries_[keep_ - 1].e.step_ms * (1.0 + 1e-6);
+  }
+
   // Whether schedule s has an entry among the kept ones.
   bool has(Schedule s) const {
     const auto end = entries_.begin() + static_cast<std::ptrdiff_t>(std::min(keep_, entries_.size()));
@@ -162,6 +168,10 @@ void evaluate_positions(const CostModel& model, const SearchOptions& options, de
     Split split = best_split(model, c, bound, work, space.greedy.get());
     space.known[idx] = {true, bound, split, work};  // each index is written by one worker only
     if (!split.feasible()) return true;
+    {
+      const std::lock_guard<std::mutex> lock(board_mutex);
+      if (board.passes_over(split.step_ms)) return true;  // not worth pricing in full: add() would drop it
+    }
     Evaluated e = evaluate_split(model, c, split);
     const std::lock_guard<std::mutex> lock(board_mutex);
     board.add(std::move(e), idx);
