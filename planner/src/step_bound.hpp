@@ -329,8 +329,8 @@ class StepLowerBound {
   // W(f) for f = 1..most: the most fwd + bwd (ms per microbatch) of a run of whole layers whose static
   // bytes and f stashes fit the device less the reserve, what a stage keeping f microbatches holds at most
   // without recomputing; non-increasing in f. Memoised per schedule and microbatch index (O(L) per new f);
-  // thread-safe.
-  std::vector<double> plain_runs(Schedule s, size_t bi, int64_t most) const;
+  // thread-safe. W(f[j]) for each j, into out (f[j] >= 1).
+  void plain_runs(Schedule s, size_t bi, const std::vector<int64_t>& f, std::vector<double>& out) const;
   // Whether flush's round trips with `busy` = flush_least_busy(c, t) rule out every split of `c` with an
   // objective <= t.
   bool flush_redo_rules_out(const Candidate& c, double t, double busy) const;

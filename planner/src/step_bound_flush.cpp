@@ -30,7 +30,9 @@
 
 namespace pd2bw::planner {
 
-std::vector<double> StepLowerBound::plain_runs(Schedule s, size_t bi, int64_t most) const {
+void StepLowerBound::plain_runs(Schedule s, size_t bi, const std::vector<int64_t>& f_at,
+                                std::vector<double>& out) const {
+  const int64_t most = f_at.empty() ? 0 : *std::max_element(f_at.begin(), f_at.end());
   const std::lock_guard<std::mutex> lock(shared_->runs_mutex);
   auto& runs = shared_->plain_runs[{s, bi}];
   const auto& cp = model_.compute_prefix(static_cast<int64_t>(bi));
@@ -49,7 +51,8 @@ std::vector<double> StepLowerBound::plain_runs(Schedule s, size_t bi, int64_t mo
     }
     runs.push_back(best);
   }
-  return {runs.begin(), runs.begin() + most};
+  out.clear();
+  for (const int64_t f : f_at) out.push_back(runs[static_cast<size_t>(f - 1)]);
 }
 
 double StepLowerBound::flush_least_busy(const Candidate& c, double t) const {

@@ -55,9 +55,7 @@ void StepLowerBound::prepare_rules(Probe& p) const {
   std::vector<int64_t> f(d);
   for (size_t j = 0; j < d; ++j) f[j] = CostModel::in_flight(c, static_cast<int64_t>(j));
   if (*std::min_element(f.begin(), f.end()) < 1) return;  // a stage with no stash: not flush's shape
-  const std::vector<double> runs = plain_runs(c.schedule, static_cast<size_t>(c.microbatch_index),
-                                              *std::max_element(f.begin(), f.end()));
-  for (size_t j = 0; j < d; ++j) p.runs.push_back(runs[static_cast<size_t>(f[j] - 1)]);
+  plain_runs(c.schedule, static_cast<size_t>(c.microbatch_index), f, p.runs);
 }
 
 // One candidate's tests at one limit: what every walk reads, built once.
