@@ -34,10 +34,15 @@ LinkLevels fastest_levels(const CostModel& model, const Candidate& c) {
 // and a replica's boundary levels (delta 1 or -1 for stages-inner, +-w for replicas-inner) on its rank mod
 // S: replica r + period has the same pair as r, where the ranks r d + i repeat mod S every S / gcd(d, S)
 // replicas and the ranks i w + r every S.
-int64_t detail::replica_period(const CostModel& model, const Candidate& c) {
+int64_t detail::stage_period(const CostModel& model) {
   const auto& levels = model.cluster().levels;
   int64_t span = 1;
   for (size_t k = 0; k + 1 < levels.size(); ++k) span *= levels[k].size;
+  return span;
+}
+
+int64_t detail::replica_period(const CostModel& model, const Candidate& c) {
+  const int64_t span = stage_period(model);
   return c.placement == Placement::replicas_inner ? span : span / std::gcd(c.depth % span, span);
 }
 
@@ -50,9 +55,23 @@ std::shared_ptr<const StepLowerBound::PlacementLevels> StepLowerBound::placement
   auto out = std::make_shared<PlacementLevels>();
   out->ar_level.resize(static_cast<size_t>(c.depth));
   const int64_t replicas = std::min(c.width, detail::replica_period(model_, c));
+  // Stage i's ranks (r d + i or i w + r) are stage i - S's plus a multiple of S, S the second-to-last
+  // span, so between its neighbours and across its replicas it crosses the same levels, in the same
+  // order of replicas (replica_period's argument): interior stages repeat every S.
+  const int64_t stage_period = detail::stage_period(model_);
+  out->first.reserve(static_cast<size_t>(c.depth) + 1);
   for (int64_t i = 0; i < c.depth; ++i) {
     const auto begin = static_cast<std::ptrdiff_t>(out->pairs.size());
     out->first.push_back(out->pairs.size());
+    if (i > stage_period && i + 1 < c.depth) {
+      const auto from = static_cast<size_t>(i - stage_period);
+      for (size_t k = out->first[from]; k < out->first[from + 1]; ++k) {
+        const std::pair<int, int> p = out->pairs[k];
+        out->pairs.push_back(p);
+      }
+      out->ar_level[static_cast<size_t>(i)] = out->ar_level[from];
+      continue;
+    }
     for (int64_t r = 0; r < replicas; ++r) {
       const int64_t rank = CostModel::rank_of(c, i, r);
       const std::pair<int, int> p{
@@ -78,8 +97,13 @@ std::vector<StepLowerBound::StageLinks> StepLowerBound::stage_links(const Candid
   for (size_t lv = 0; lv < p.size(); ++lv) p[lv] = model_.p2p_ms(min_out_[bi], static_cast<int64_t>(lv));
   auto at = [&](int lv) { return lv >= 0 ? p[static_cast<size_t>(lv)] : 0.0; };
   std::vector<StageLinks> out(static_cast<size_t>(c.depth));
+  const int64_t stage_period = detail::stage_period(model_);  // interior stages repeat (placement_levels)
   for (int64_t i = 0; i < c.depth; ++i) {
     auto& s = out[static_cast<size_t>(i)];
+    if (i > stage_period && i + 1 < c.depth) {
+      s = out[static_cast<size_t>(i - stage_period)];
+      continue;
+    }
     s.in_fast = i > 0 ? kInfinity : 0.0;
     const auto ui = static_cast<size_t>(i);
     for (size_t k = levels.first[ui]; k < levels.first[ui + 1]; ++k) {

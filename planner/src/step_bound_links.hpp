@@ -19,5 +19,8 @@ LinkLevels fastest_levels(const CostModel& model, const Candidate& c);
 // A period of c's replicas in the levels its stage boundaries cross: replica r + period crosses the same
 // levels into and out of every stage as replica r (step_bound_links.cpp, with the reason).
 int64_t replica_period(const CostModel& model, const Candidate& c);
+// The span of the cluster's second-to-last level (the product of every level's size but the last): an
+// interior stage i + period crosses the same levels as stage i, replica by replica (the same reason).
+int64_t stage_period(const CostModel& model);
 
 }  // namespace pd2bw::planner::detail

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,10 @@ namespace pd2bw::planner {
 
 struct StepLowerBoundProbeTest {
   int64_t asked = 0, decided = 0;  // limits asked; of them, answered by an interval without a walk
+
+  static std::shared_ptr<const StepLowerBound::PlacementLevels> levels(const StepLowerBound& b, const Candidate& c) {
+    return b.placement_levels(c);
+  }
 
   // The limits a bisection toward the candidate's threshold asks (directed by fresh calls), then limits
   // scattered about it: the probe must agree with a fresh call at each.
@@ -143,7 +148,7 @@ TEST_CASE("least_refined_bound is the least refined bound of all the candidates,
 TEST_CASE("replicas a replica_period apart cross the same levels at every stage boundary") {
   using pd2bw::planner::Candidate;
   using pd2bw::planner::CostModel;
-  int64_t shapes = 0, compared = 0;
+  int64_t shapes = 0, compared = 0, levels_compared = 0;
   for (uint64_t seed = 6201; seed <= 6230; ++seed) {
     pd2bw::testing::RandomInstance inst = pd2bw::testing::make_random_instance(seed);
     pd2bw::testing::Rng rng(seed);
@@ -158,6 +163,7 @@ TEST_CASE("replicas a replica_period apart cross the same levels at every stage 
     }
     INFO(inst.describe());
     const CostModel model(inst.profile, inst.cluster, inst.constraints);
+    const pd2bw::planner::StepLowerBound bound(model);
     for (int64_t d = 1; d <= devices; ++d)
       for (int64_t w = 1; d * w <= devices; ++w)
         for (const auto placement : {pd2bw::schemas::Placement::replicas_inner, pd2bw::schemas::Placement::stages_inner}) {
@@ -183,10 +189,33 @@ TEST_CASE("replicas a replica_period apart cross the same levels at every stage 
             INFO("d=" << d << " w=" << w << " period " << period);
             CHECK(differ == 0);
           }
+          // placement_levels (which walks one period of replicas and repeats interior stages every
+          // stage_period) against every replica of every stage, in the order of first appearance.
+          const auto got = pd2bw::planner::StepLowerBoundProbeTest::levels(bound, c);
+          std::vector<std::pair<int, int>> pairs;
+          bool same = got->first.size() == static_cast<size_t>(d) + 1;
+          for (int64_t i = 0; i < d && same; ++i) {
+            pairs.clear();
+            for (int64_t r = 0; r < w; ++r) {
+              const auto l = levels(i, r);
+              const std::pair<int, int> p{static_cast<int>(l.first), static_cast<int>(l.second)};
+              if (std::find(pairs.begin(), pairs.end(), p) == pairs.end()) pairs.push_back(p);
+            }
+            const auto ui = static_cast<size_t>(i);
+            same = std::equal(pairs.begin(), pairs.end(), got->pairs.begin() + static_cast<std::ptrdiff_t>(got->first[ui]),
+                              got->pairs.begin() + static_cast<std::ptrdiff_t>(got->first[ui + 1])) &&
+                   got->ar_level[ui] == model.allreduce_level(c, i);
+          }
+          if (!same) {
+            INFO("placement_levels: d=" << d << " w=" << w << " stage period " << pd2bw::planner::detail::stage_period(model));
+            CHECK(same);
+          }
+          ++levels_compared;
         }
   }
-  MESSAGE("shapes " << shapes << ", replica pairs compared " << compared);
+  MESSAGE("shapes " << shapes << ", replica pairs compared " << compared << ", placement levels " << levels_compared);
   CHECK(compared >= 10000);
+  CHECK(levels_compared >= 10000);
 }
 
 // refined() reports the limits its rules_out tests decided (RuleBracket), and the search seeds its memo of
