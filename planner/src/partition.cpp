@@ -114,13 +114,15 @@ auto least_prefix_redo(const CostModel& model, const detail::PreparedCandidate& 
 // is a unit of work, so it runs out unless a row is left empty first, and it is SplitTables' projection
 // made before the first row (at 4,096 GPUs two thirds of flush's programs, each of which spent a quarter
 // of its budget on the rows it projected from).
+// `windows`, when given, are make_windows' at `bound` (a caller that built them already).
 template <class Fold>
 void solve(const CostModel& model, const detail::PreparedCandidate& prepared, double bound, Solved<Fold>& out,
-           int64_t max_work, bool has_split = false) {
+           int64_t max_work, bool has_split = false, std::optional<Windows> windows = std::nullopt) {
   const Candidate& c = prepared.candidate;
   out.pc = &prepared;
   const int64_t static_cap = model.memory_limit_bytes() - model.constraints().reserve_bytes;
-  auto w = make_windows(model, prepared, bound, static_cap, true, std::is_same_v<Fold, detail::TwoBwFold>);
+  auto w = windows ? std::move(windows)
+                   : make_windows(model, prepared, bound, static_cap, true, std::is_same_v<Fold, detail::TwoBwFold>);
   if (!w) return;
   out.windows = std::move(*w);
   const auto& win = out.windows;
@@ -167,10 +169,11 @@ void solve(const CostModel& model, const detail::PreparedCandidate& prepared, do
 
 template <class Fold>
 Split optimum_below(const CostModel& model, const detail::PreparedCandidate& pc, double bound,
-                    int64_t max_work = INT64_MAX, bool has_split = false) {
+                    int64_t max_work = INT64_MAX, bool has_split = false,
+                    std::optional<Windows> windows = std::nullopt) {
   Split out;
   Solved<Fold> solved;
-  solve<Fold>(model, pc, bound, solved, max_work, has_split);
+  solve<Fold>(model, pc, bound, solved, max_work, has_split, std::move(windows));
   if (solved.out_of_work) {
     out.exhausted = true;
     out.work = detail::SplitTables<Fold>::work_past(max_work);
@@ -196,13 +199,18 @@ Split best_split_with(const CostModel& model, const Candidate& c, double upper_b
   // time does), the windows come from memory alone and the DP is still exact.
   const auto pc = detail::prepare(model, c);
   // Windows that cannot reach the last layer under the given bound rule out every split at once.
-  if (upper_bound_ms < kInfinity &&
-      !make_windows(model, pc, upper_bound_ms, static_cap, true, std::is_same_v<Fold, detail::TwoBwFold>))
-    return {};
+  std::optional<Windows> windows;
+  if (upper_bound_ms < kInfinity) {
+    windows = make_windows(model, pc, upper_bound_ms, static_cap, true, std::is_same_v<Fold, detail::TwoBwFold>);
+    if (!windows) return {};
+  }
   detail::GreedyEntry greedy_search(memo, c, static_cap);
   Split greedy = greedy_search.at_most(model, pc, upper_bound_ms);
   const bool has_split = greedy.feasible() && greedy.step_ms <= upper_bound_ms;  // the greedy split itself
-  Split out = optimum_below<Fold>(model, pc, std::min(upper_bound_ms, greedy.step_ms), max_work, has_split);
+  // The program's bound is the given one unless the greedy split is below it: then its windows are these.
+  const double bound = std::min(upper_bound_ms, greedy.step_ms);
+  if (!(bound == upper_bound_ms)) windows.reset();
+  Split out = optimum_below<Fold>(model, pc, bound, max_work, has_split, std::move(windows));
   const int64_t work = out.work;
   if (out.exhausted) {  // the cheapest split at hand: the greedy one, else the balanced one (whose dynamic
                         // program has no budget: only a search with the full kSplitWork pays for it)
