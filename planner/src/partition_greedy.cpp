@@ -19,14 +19,14 @@ namespace {
 
 // A feasible split found greedily (each stage as long as allowed) with every stage's busy time <= t, or
 // empty.
+// `most_params`: the most parameter bytes a stage's static memory allows (static_bytes(schedule, a, e) <=
+// the static cap exactly when the parameter bytes of [a, e) are at most this).
 std::vector<int64_t> greedy_split(const CostModel& model, const detail::PreparedCandidate& pc, double t,
-                                  int64_t static_cap) {
+                                  int64_t most_params) {
   const int64_t L = model.num_layers();
   const int64_t d = pc.candidate.depth;
   const auto& cp = model.compute_prefix(pc.candidate.microbatch_index);
   const auto& pp = model.param_prefix();
-  // static_bytes(schedule, a, e) <= static_cap, as a bound on the parameter bytes of [a, e)
-  const int64_t most_params = model.static_factors(pc.candidate.schedule).most_params_within(static_cap);
   const double m = static_cast<double>(pc.candidate.microbatches);
   std::vector<int64_t> bounds{0};
   int64_t a = 0;
@@ -66,7 +66,7 @@ double objective_of(const CostModel& model, const detail::PreparedCandidate& pc,
 }
 
 bool GreedyThreshold::attempt(const CostModel& model, const detail::PreparedCandidate& pc, double t) {
-  auto split = greedy_split(model, pc, t, static_cap_);
+  auto split = greedy_split(model, pc, t, most_params_);
   if (split.empty()) return false;
   out_.bounds = std::move(split);
   return true;
@@ -80,6 +80,7 @@ bool GreedyThreshold::attempt(const CostModel& model, const detail::PreparedCand
 // run from scratch with it.
 Split GreedyThreshold::at_most(const CostModel& model, const detail::PreparedCandidate& pc, double known) {
   if (state_ == State::fresh) {
+    most_params_ = model.static_factors(pc.candidate.schedule).most_params_within(static_cap_);
     if (!attempt(model, pc, kInfinity)) {
       state_ = State::none;
     } else {

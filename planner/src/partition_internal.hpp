@@ -96,6 +96,7 @@ class GreedyThreshold {
   void finish(const CostModel& model, const detail::PreparedCandidate& pc);
   enum class State { fresh, doubling, found, none };
   int64_t static_cap_;
+  int64_t most_params_ = -1;  // MemoryFactors::most_params_within(static_cap_), found on the first call
   bool lanes_only_;
   State state_ = State::fresh;
   double lo_ = 0, hi_ = 0;

@@ -280,7 +280,7 @@ std::pair<std::vector<size_t>, std::vector<Evaluated>> search_objective(const Co
     if (limit <= m.out_to) return true;
     if (limit >= m.in_from) return false;
     const bool out = bounds->rules_out(space.candidates[idx], limit);
-    (out ? m.out_to : m.in_from) = limit;
+    m.record(limit, out);
     return out;
   };
 

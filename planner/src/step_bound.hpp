@@ -47,6 +47,13 @@ class StepLowerBound {
   // above in_from (it is monotone in t), so that a caller asking rules_out again can skip those tests.
   struct RuleBracket {
     double out_to = 0.0, in_from = kInfinity;
+    // Records rules_out's answer `ruled` at limit t.
+    void record(double t, bool ruled) {
+      if (ruled)
+        out_to = std::max(out_to, t);
+      else
+        in_from = std::min(in_from, t);
+    }
   };
   double refined(const Candidate& c, double from = 0.0, double ceiling = kInfinity, RuleBracket* tried = nullptr);
   // True only if refined(c, from, ceiling) > t for every from and every ceiling >= t (1 + kAboveMargin): one

@@ -63,8 +63,8 @@ std::shared_ptr<const StepLowerBound::PlacementLevels> StepLowerBound::placement
   for (int64_t i = 0; i < c.depth; ++i) {
     const auto begin = static_cast<std::ptrdiff_t>(out->pairs.size());
     out->first.push_back(out->pairs.size());
-    if (i > stage_period && i + 1 < c.depth) {
-      const auto from = static_cast<size_t>(i - stage_period);
+    if (const int64_t earlier = detail::repeated_stage(i, c.depth, stage_period); earlier >= 0) {
+      const auto from = static_cast<size_t>(earlier);
       for (size_t k = out->first[from]; k < out->first[from + 1]; ++k) {
         const std::pair<int, int> p = out->pairs[k];
         out->pairs.push_back(p);
@@ -100,8 +100,8 @@ std::vector<StepLowerBound::StageLinks> StepLowerBound::stage_links(const Candid
   const int64_t stage_period = detail::stage_period(model_);  // interior stages repeat (placement_levels)
   for (int64_t i = 0; i < c.depth; ++i) {
     auto& s = out[static_cast<size_t>(i)];
-    if (i > stage_period && i + 1 < c.depth) {
-      s = out[static_cast<size_t>(i - stage_period)];
+    if (const int64_t earlier = detail::repeated_stage(i, c.depth, stage_period); earlier >= 0) {
+      s = out[static_cast<size_t>(earlier)];
       continue;
     }
     s.in_fast = i > 0 ? kInfinity : 0.0;

@@ -22,5 +22,10 @@ int64_t replica_period(const CostModel& model, const Candidate& c);
 // The span of the cluster's second-to-last level (the product of every level's size but the last): an
 // interior stage i + period crosses the same levels as stage i, replica by replica (the same reason).
 int64_t stage_period(const CostModel& model);
+// The earlier stage whose levels and links stage i of d repeats (i - period, for the interior stages past
+// the first period), or -1 when it must be walked.
+inline int64_t repeated_stage(int64_t i, int64_t depth, int64_t period) {
+  return i > period && i + 1 < depth ? i - period : -1;
+}
 
 }  // namespace pd2bw::planner::detail

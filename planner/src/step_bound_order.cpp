@@ -45,8 +45,7 @@ double StepLowerBound::refined(const Candidate& c, double from, double ceiling, 
   auto out_at = [&](double t) {
     if (c.depth == 1) return !lanes_reach(p, t);
     const bool ruled = rules_out(p, t);
-    if (tried && ruled) tried->out_to = std::max(tried->out_to, t);
-    if (tried && !ruled) tried->in_from = std::min(tried->in_from, t);
+    if (tried) tried->record(t, ruled);
     return ruled;
   };
   double lo = std::max(from, out), hi = ceiling;
