@@ -185,6 +185,9 @@ double ChunkPricer::objective(const std::vector<int64_t>& bounds, const std::vec
     }
     most = std::max(most, interleaved_cycle(work, h, u));
     if (!(most < cutoff)) return most;
+    add_waits(bounds, recompute, work);  // the waits only add: the cycle without them may answer first
+    most = std::max(most, interleaved_cycle(work, h, u));
+    if (!(most < cutoff)) return most;
   }
   // The climb through the last chunk without recompute, in O(1), a part of the climb that often decides.
   const double h0 = held ? held->front() : held_time(0, bounds);
@@ -199,6 +202,46 @@ double ChunkPricer::objective(const std::vector<int64_t>& bounds, const std::vec
   }
   for (size_t k = c_.schedule == Schedule::interleaved ? d : 0; k < n; ++k) u[k] = chunk_u(k);
   return std::max(most, chunked_climb(u, h0, m));
+}
+
+void ChunkPricer::add_waits(const std::vector<int64_t>& bounds, const std::vector<char>& recompute,
+                            std::vector<double>& work) const {
+  const int64_t L = model_.num_layers();
+  const auto n = static_cast<size_t>(chunks_total());
+  wait_f_.resize(n);
+  wait_b_.resize(n);
+  wait_x_.resize(n);
+  wait_keys_.resize(static_cast<size_t>(c_.depth));
+  for (int64_t p = 0; p < c_.depth; ++p) {
+    // As price_position has them: the busiest replica's transfers, the backward with the rank's recompute.
+    // A rank whose chunks and choice are those of the last call keeps its terms (a refinement's move
+    // changes two ranks).
+    WaitKey& key = wait_keys_[static_cast<size_t>(p)];
+    const char redo = recompute[static_cast<size_t>(p)];
+    bool same = key.valid && key.recompute == redo;
+    for (size_t j = 0; same && j < chunks_of(p).size(); ++j) {
+      const auto K = static_cast<size_t>(chunks_of(p)[j]);
+      same = key.bounds[2 * j] == bounds[K] && key.bounds[2 * j + 1] == bounds[K + 1];
+    }
+    if (same) continue;
+    key.valid = true;
+    key.recompute = redo;
+    key.bounds.clear();
+    const int64_t r = busiest_replica(p, bounds).first;
+    for (int64_t k : chunks_of(p)) {
+      const auto K = static_cast<size_t>(k);
+      const int64_t b = bounds[K], e = bounds[K + 1];
+      key.bounds.push_back(b);
+      key.bounds.push_back(e);
+      const double forward = pc_.fwd[e] - pc_.fwd[b];
+      double compute = pc_.compute[e] - pc_.compute[b];
+      if (redo != 0) compute += pc_.redo[e] - pc_.redo[b];
+      wait_f_[K] = forward;
+      wait_b_[K] = compute - forward;
+      wait_x_[K] = (b > 0 ? transfer_ms(k, r, b - 1, true) : 0.0) + (e < L ? transfer_ms(k, r, e - 1, false) : 0.0);
+    }
+  }
+  add_interleaved_waits(c_.depth, c_.chunks, wait_f_, wait_b_, wait_x_, work, wait_scratch_);
 }
 
 double ChunkPricer::held_time(size_t p, const std::vector<int64_t>& bounds) const {

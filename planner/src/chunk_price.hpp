@@ -61,6 +61,9 @@ class ChunkPricer {
   double transfer_ms(int64_t chunk, int64_t replica, int64_t layer_out, bool input) const;
   // The replica whose boundary transfers at `position` add up to the most, and that sum (one way).
   std::pair<int64_t, double> busiest_replica(int64_t position, const std::vector<int64_t>& bounds) const;
+  // Interleaved: each rank's waits for the microbatches' first trips (objective.hpp's add_interleaved_waits)
+  // added to its work, from its chunks' times as price_position has them.
+  void add_waits(const std::vector<int64_t>& bounds, const std::vector<char>& recompute, std::vector<double>& work) const;
   const CostModel& model_;
   Candidate c_;
   PreparedCandidate pc_;
@@ -95,6 +98,13 @@ class ChunkPricer {
   mutable std::vector<HeldCache> held_cache_;  // per chunk
   // The objective's scratch.
   mutable std::vector<double> cycle_work_, cycle_h_, cycle_u_;
+  mutable std::vector<double> wait_f_, wait_b_, wait_x_, wait_scratch_;  // add_waits' per chunk terms
+  struct WaitKey {  // what a rank's terms in wait_f_, wait_b_, wait_x_ were computed from
+    bool valid = false;
+    char recompute = 0;
+    std::vector<int64_t> bounds;  // its chunks' begin and end, in order
+  };
+  mutable std::vector<WaitKey> wait_keys_;
 };
 
 // The most partial splits one chunked search may walk: the walk is exact but exponential in the chunks

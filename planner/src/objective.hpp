@@ -222,6 +222,52 @@ inline double interleaved_cycle(const std::vector<double>& work, const std::vect
   return best;
 }
 
+// Interleaved 1F1B's waits inside a rank's step, added to work[p] before interleaved_cycle reads it.
+// Rank p's first op of a step is the forward of microbatch 0 on chunk p and its last the backward of
+// microbatch m - 1 on chunk p; in Megatron's order (pipeline/schedule.cpp) its first r d ops are the
+// forwards of its chunks p, d + p, ..., (r - 1) d + p for microbatches 0..d - 1 (all in the warm-up, which
+// holds at least (v - 1) d forwards; m >= d), and its last r' d ops the backwards of the same chunks for
+// microbatches m - d..m - 1 (the cool-down, as long). So, for 1 <= r, r' < v:
+// - the forward of microbatch 0 on chunk r d + p starts only once microbatch 0 has gone forward through
+//   chunks p..r d + p - 1 (sum of their f), while the rank itself has only its first r d ops to run
+//   before it (at most d x their f plus one transfer in and one out each, and that forward's receive);
+// - likewise the backward of microbatch m - 1 on chunk p ends only after the one on chunk r' d + p and
+//   the backwards of chunks r' d + p - 1..p (sum of their b), while after the former the rank has only its
+//   last r' d ops to run (at most d x their b plus their transfers, and its send).
+// Between the two the rank runs all of its step's other work, so its first op's start and last op's end
+// are at least work_p + E_F(r) + E_B(r') apart, E_F(r) = sum_{p <= c < r d + p} f_c - (the ops before),
+// E_B(r') the same with b: the rank's waits for the microbatches' first trip through the chunks in
+// between, which the cycle's work_p leaves out (with equal chunks they are 0, and the cycle is the
+// schedule's closed form). work_p adds the largest of each (0 when none is positive).
+// f, b: per chunk (d v), one microbatch's forward and backward (its recompute in b, as the replay runs it
+// after the gradient arrives); x: the transfers in plus out of one of its ops on the replica whose
+// busy time work_p is. O(d v).
+inline void add_interleaved_waits(int64_t d, int64_t v, const std::vector<double>& f, const std::vector<double>& b,
+                                  const std::vector<double>& x, std::vector<double>& work,
+                                  std::vector<double>& scratch) {
+  const auto n = static_cast<size_t>(d * v);
+  scratch.assign(2 * (n + 1), 0.0);  // prefix sums over chunks: forwards, then backwards
+  double* fp = scratch.data();
+  double* bp = fp + n + 1;
+  for (size_t c = 0; c < n; ++c) {
+    fp[c + 1] = fp[c] + f[c];
+    bp[c + 1] = bp[c] + b[c];
+  }
+  const auto D = static_cast<size_t>(d);
+  const double dd = static_cast<double>(d);
+  for (size_t p = 0; p < D; ++p) {
+    double ef = 0.0, eb = 0.0, runs_f = 0.0, runs_b = 0.0;  // runs: the ops of the chunks before r d + p
+    for (size_t r = 1; r < static_cast<size_t>(v); ++r) {
+      const size_t prev = (r - 1) * D + p, at = r * D + p;
+      runs_f += dd * (f[prev] + x[prev]);
+      runs_b += dd * (b[prev] + x[prev]);
+      ef = std::max(ef, (fp[at] - fp[p]) - runs_f - x[at]);
+      eb = std::max(eb, (bp[at] - bp[p]) - runs_b - x[at]);
+    }
+    work[p] += ef + eb;
+  }
+}
+
 // The chunked schedules' climb through the model (interleaved, zb-v; chunk_price.cpp). The rank holding
 // chunk c runs its forwards in microbatch order, its backwards likewise, and each backward after its own
 // forward, so between microbatch 0's forward of chunk c and microbatch m - 1's backward of it (with that

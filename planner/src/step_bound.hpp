@@ -77,8 +77,9 @@ class StepLowerBound {
   // For a chunked candidate (interleaved, zb-v; 0 for the others): the busiest rank's lane when each rank
   // holds at most the layers its memory floor allows (chunk_floor.hpp), priced at the largest layers and
   // with the recompute it forces (step_bound_chunked.cpp, with the proof), or the climb of one microbatch
-  // through the model (chunked_climb_floor) where that is more; infinity when the floors prove that no
-  // split fits. refined() returns it for them. O(L + d (v + log L)) plus a bisection of O(d) steps for
+  // through the model (chunked_climb_floor) or, for interleaved, its cycle with the ranks' waits for the
+  // microbatches' first trips (interleaved_wait_bound) where those are more; infinity when the floors
+  // prove that no split fits. refined() returns it for them. O(L + d (v + log L)) plus a bisection of O(d) steps for
   // the first candidate of a schedule, depth, chunk count, walked m and microbatch size; O(levels) after.
   double chunked_bound(const Candidate& c);
 
@@ -142,6 +143,10 @@ class StepLowerBound {
   // `redone`; O(L) for a new one.
   double chunked_climb_floor(const Candidate& c, int64_t redone);
   std::map<std::tuple<int64_t, int64_t, bool, int64_t>, double> chunked_climb_;
+  // Interleaved: interleaved_floor.hpp's bound with the compute and recompute of any split when at least
+  // `redone` layers sit on recomputing ranks. Memoised by depth, chunks, m, microbatch index and `redone`.
+  double interleaved_wait_bound(const Candidate& c, int64_t redone);
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>, double> wait_bound_;
   // Per microbatch index: the sums of the n smallest per-layer recomputes, n = 0..L (memoised).
   const std::vector<double>& least_redo_layers(size_t bi);
   std::vector<std::vector<double>> least_redo_layers_;

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "chunk_floor.hpp"
+#include "interleaved_floor.hpp"
 #include "pd2bw/checked.hpp"
 #include "pd2bw/pipeline/stash.hpp"
 #include "step_bound.hpp"
@@ -86,7 +87,18 @@ double StepLowerBound::chunked_bound(const Candidate& c) {
   const double m = static_cast<double>(c.microbatches), a = least_allreduce_ms(c.width);
   // Rounding never lifts it above a cost.
   const double climb = chunked_climb_floor(c, it->second.redone);
-  return (std::max(m * (x + q), climb) + static_cast<double>(c.chunks) * a) * (1.0 - 1e-9);
+  const double waits = c.schedule == Schedule::interleaved ? interleaved_wait_bound(c, it->second.redone) : 0.0;
+  return (std::max({m * (x + q), climb, waits}) + static_cast<double>(c.chunks) * a) * (1.0 - 1e-9);
+}
+
+double StepLowerBound::interleaved_wait_bound(const Candidate& c, int64_t redone) {
+  const int64_t L = model_.num_layers(), bi = c.microbatch_index;
+  redone = std::clamp<int64_t>(redone, 0, L);
+  auto [it, fresh] = wait_bound_.try_emplace({c.depth, c.chunks, c.microbatches, bi, redone}, 0.0);
+  if (!fresh) return it->second;
+  // Every split holds all of the model's fwd + bwd and the recompute of at least `redone` layers.
+  const double total = model_.compute_prefix(bi).back() + least_redo_layers(static_cast<size_t>(bi))[static_cast<size_t>(redone)];
+  return it->second = detail::interleaved_wait_floor(c.depth, c.chunks, static_cast<double>(c.microbatches), total);
 }
 
 double StepLowerBound::least_allreduce_ms(int64_t width, int64_t bytes) const {

@@ -44,10 +44,17 @@ double step_objective(const Candidate& c, const std::vector<StageCost>& stages) 
     const double most = std::max(*std::max_element(lanes.begin(), lanes.end()),
                                  detail::chunked_climb(climb, h[0], static_cast<double>(c.microbatches)));
     if (c.schedule != Schedule::interleaved) return most;
+    std::vector<double> f, b, x, scratch;
+    for (const auto& s : stages) {
+      f.push_back(s.forward_ms);
+      b.push_back(s.backward_ms);
+      x.push_back(s.in_ms + s.out_ms);
+    }
     for (size_t p = 0; p < d; ++p) {
       work[p] = lanes[p] - h[p];
       u[p] = stages[p].forward_ms + stages[p].backward_ms;
     }
+    detail::add_interleaved_waits(c.depth, c.chunks, f, b, x, work, scratch);
     return std::max(most, detail::interleaved_cycle(work, h, u));
   }
   switch (c.schedule) {

@@ -83,7 +83,8 @@ void for_each_candidate(const planner::CostModel& model, Visit&& visit, bool one
 // zb-h2's is zb-h1's without the round trips (part_k = m t_k - n_k W_k), with n_i = min(2 i + 1, m); a chunked candidate's (interleaved, zb-v: `st` has a StageCost per
 // chunk) is the largest, over ranks, of the step_ms of the chunks the rank holds, added up, and over
 // chunks k, of m (compute - W)_k + sum_{j < k} (compute - W)_j plus rank 0's allreduces and updates (the
-// climb); interleaved also has its cycle.
+// climb); interleaved also has its cycle, each rank's part of it with its waits for the microbatches'
+// first trips through the chunks (objective.hpp: add_interleaved_waits).
 inline double reference_objective(const planner::Candidate& c, const std::vector<planner::StageCost>& st) {
   const auto d = st.size();
   const double m = static_cast<double>(c.microbatches);
@@ -117,9 +118,30 @@ inline double reference_objective(const planner::Candidate& c, const std::vector
     std::vector<double> h(static_cast<size_t>(c.depth), 0.0);
     for (size_t k = 0; k < d; ++k)
       h[static_cast<size_t>(k % static_cast<size_t>(c.depth))] += st[k].allreduce_ms + st[k].update_ms;
+    // Rank k's waits: the forward of microbatch 0 on chunk r d + k waits for its trip through chunks
+    // k..r d + k - 1 while the rank runs only the r d forwards (and transfers) before it; the backward of
+    // microbatch m - 1 on chunk k likewise, after the one on chunk r d + k, with the r d backwards after it.
+    const auto D = static_cast<size_t>(c.depth), V = static_cast<size_t>(c.chunks);
+    std::vector<double> waits(D, 0.0);
+    for (size_t k = 0; k < D; ++k) {
+      double forward = 0, backward = 0;
+      for (size_t r = 1; r < V; ++r) {
+        double chain_f = 0, chain_b = 0, ops_f = 0, ops_b = 0;
+        for (size_t j = k; j < r * D + k; ++j) chain_f += st[j].forward_ms, chain_b += st[j].backward_ms;
+        for (size_t q = 0; q < r; ++q) {
+          const auto& x = st[q * D + k];
+          ops_f += static_cast<double>(D) * (x.forward_ms + x.in_ms + x.out_ms);
+          ops_b += static_cast<double>(D) * (x.backward_ms + x.in_ms + x.out_ms);
+        }
+        const double last = st[r * D + k].in_ms + st[r * D + k].out_ms;
+        forward = std::max(forward, chain_f - ops_f - last);
+        backward = std::max(backward, chain_b - ops_b - last);
+      }
+      waits[k] = forward + backward;
+    }
     for (size_t k = 0; k < static_cast<size_t>(c.depth); ++k)
       for (size_t i = 0; i <= k; ++i) {
-        double sum = ranks[k] - h[k] + h[i];
+        double sum = ranks[k] - h[k] + waits[k] + h[i];
         for (size_t j = i; j < k; ++j) sum += st[j].forward_ms + st[j].backward_ms;
         best = std::max(best, sum);
       }

@@ -20,6 +20,7 @@
 #include "pd2bw/planner/partition.hpp"
 #include "pd2bw/planner/search.hpp"
 #include "chunk_floor.hpp"
+#include "interleaved_floor.hpp"
 #include "planner_test_util.hpp"
 #include "random_instances.hpp"
 #include "step_bound.hpp"
@@ -111,6 +112,8 @@ namespace {
 // above the even share of compute (memory or crowding binds), or it proves little.
 struct ChunkedTally {
   int64_t checked = 0, tight = 0, above_share = 0;
+  int64_t waits_above_share = 0, waits_tight = 0;  // interleaved: its waits' floor above the even share;
+                                                   // within 3% of the optimum
   int64_t redone = 0, redone_binds = 0, redone_tight = 0;  // layers forced onto recomputing ranks; their
                                                           // climb is the bound; within 1% of the optimum
   double closest = 0;
@@ -136,6 +139,20 @@ void check_chunked(const RandomInstance& inst, ChunkedTally& tally) {
     if (own >= 0.97 * opt) {
       ++tally.tight;
       if (own > 1.02 * share) ++tally.above_share;
+    }
+    if (c.schedule == Schedule::interleaved) {  // its waits' floor with the compute alone, and rank 0's allreduces
+      double least_ar = kInfinity;
+      for (size_t lv = 0; lv < model.cluster().levels.size(); ++lv)
+        least_ar = std::min(least_ar, model.allreduce_ms(0, c.width, static_cast<int64_t>(lv)));
+      const double waits = pd2bw::planner::detail::interleaved_wait_floor(
+                               c.depth, c.chunks, static_cast<double>(c.microbatches),
+                               model.compute_prefix(c.microbatch_index).back()) +
+                           static_cast<double>(c.chunks) * least_ar;
+      CHECK(own >= waits * (1.0 - 1e-6));
+      if (waits > 1.02 * share) {
+        ++tally.waits_above_share;
+        if (waits >= 0.97 * opt) ++tally.waits_tight;
+      }
     }
     // The climb through the last chunk when the plain options' caps leave layers to recomputing ranks: the
     // whole model (B for zb-v), the least recompute of that many layers, m - 1 more of the last layer, and
@@ -189,9 +206,12 @@ TEST_CASE("the chunked candidates' memory bound never passes their exact optimum
                                         << ", of which above the even share of compute " << tally.above_share
                                         << "; with layers forced onto recomputing ranks " << tally.redone
                                         << ", bound by their climb " << tally.redone_binds << ", within 1% "
-                                        << tally.redone_tight << ", closest " << tally.closest);
+                                        << tally.redone_tight << ", closest " << tally.closest
+                                        << "; interleaved's waits above the even share " << tally.waits_above_share
+                                        << ", within 3% " << tally.waits_tight);
   CHECK(tally.checked >= 2000);
   CHECK(tally.above_share >= tally.checked / 80);
+  CHECK(tally.waits_above_share >= tally.checked / 20);
 }
 
 TEST_CASE("the chunked climb with the recompute that memory forces never passes the exact optimum, and binds") {
