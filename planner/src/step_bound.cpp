@@ -96,6 +96,13 @@ StepLowerBound::StepLowerBound(const CostModel& model)
   const int64_t dsize = schemas::dtype_bytes(p.model.dtype);
   for (const auto& l : p.layers) total_grad_bytes_ += l.param_bytes / dsize * 4;
   first_grad_bytes_ = p.layers.front().param_bytes / dsize * 4;
+  least_layer_params_ = INT64_MAX;
+  for (int64_t j = 0; j < model.num_layers(); ++j) {
+    least_layer_params_ = std::min(least_layer_params_, model.param_prefix()[static_cast<size_t>(j + 1)] -
+                                                            model.param_prefix()[static_cast<size_t>(j)]);
+    least_layer_update_ = std::min(least_layer_update_, model.update_prefix()[static_cast<size_t>(j + 1)] -
+                                                            model.update_prefix()[static_cast<size_t>(j)]);
+  }
   for (auto* v : {&capacity_vals_, &capacity_sums_})
     for (auto& per_b : *v) per_b.assign(p.microbatch_sizes.size(), std::vector<double>{0.0});
   least_window_.resize(p.microbatch_sizes.size());
@@ -336,7 +343,7 @@ double StepLowerBound::operator()(const Candidate& c) {
   // floor (step_bound_chunked.cpp).
   if (c.chunks > 1) {
     const int64_t redone = model_.constraints().recompute == RecomputePolicy::always ? model_.num_layers() : 0;
-    const double climb = chunked_climb_floor(c, redone) + static_cast<double>(c.chunks) * least_allreduce_ms(c.width);
+    const double climb = chunked_climb_floor(c, redone) + static_cast<double>(c.chunks) * least_chunk_held(c);
     return std::max(average_bound(c, 0.0), climb) * (1.0 - 1e-9);
   }
   const double crowded = crowded_bound(c);

@@ -150,8 +150,13 @@ class StepLowerBound {
   // Per microbatch index: the sums of the n smallest per-layer recomputes, n = 0..L (memoised).
   const std::vector<double>& least_redo_layers(size_t bi);
   std::vector<std::vector<double>> least_redo_layers_;
-  // The least allreduce of `bytes` across `width` replicas at any level (0 for one replica).
+  // The least allreduce of `bytes` across `width` replicas at any level whose groups hold `width` devices
+  // (0 for one replica).
   double least_allreduce_ms(int64_t width, int64_t bytes = 0) const;
+  // The least allreduce and update of one chunk of a chunked candidate: it holds at least one layer, so
+  // at least the gradients of the layer with the fewest parameters (allreduce_ms never falls as bytes
+  // grow) and the cheapest layer's update.
+  double least_chunk_held(const Candidate& c) const;
   // The least p2p of a stage with a neighbour (d > 1; 0 for d = 1), per microbatch: both ways of the
   // smallest boundary tensor at the fastest level a boundary of `c` can cross.
   double least_stage_p2p_ms(const Candidate& c) const;
@@ -368,6 +373,8 @@ class StepLowerBound {
   std::vector<int64_t> min_input_any_;          // per microbatch index: smallest input of any layer
   std::array<int64_t, kSchedules> max_layer_static_{};   // per schedule
   int64_t total_grad_bytes_ = 0, first_grad_bytes_ = 0;  // fp32 gradients of all layers / of layer 0
+  int64_t least_layer_params_ = 0;                        // the fewest parameter bytes of any layer
+  double least_layer_update_ = kInfinity;                 // the cheapest layer's update_ms
   // plain_capacity by f (index 0 unused) and its prefix sums, [versions][bi], grown on demand.
   std::array<std::vector<std::vector<double>>, 2> capacity_vals_, capacity_sums_;
   std::vector<std::vector<double>> least_window_;  // [bi][k], -1 until computed

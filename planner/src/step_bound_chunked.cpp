@@ -84,7 +84,7 @@ double StepLowerBound::chunked_bound(const Candidate& c) {
   for (size_t lv = 0; lv < model_.cluster().levels.size(); ++lv)
     q = std::min(q, 2.0 * model_.least_boundary_p2p_ms(c.microbatch_index, static_cast<int64_t>(lv)));
   if (c.depth < 2 || L < 2) q = 0.0;
-  const double m = static_cast<double>(c.microbatches), a = least_allreduce_ms(c.width);
+  const double m = static_cast<double>(c.microbatches), a = least_chunk_held(c);
   // Rounding never lifts it above a cost.
   const double climb = chunked_climb_floor(c, it->second.redone);
   const double waits = c.schedule == Schedule::interleaved ? interleaved_wait_bound(c, it->second.redone) : 0.0;
@@ -101,10 +101,22 @@ double StepLowerBound::interleaved_wait_bound(const Candidate& c, int64_t redone
   return it->second = detail::interleaved_wait_floor(c.depth, c.chunks, static_cast<double>(c.microbatches), total);
 }
 
+double StepLowerBound::least_chunk_held(const Candidate& c) const {
+  const int64_t grads = model_.static_factors(c.schedule).grads(least_layer_params_);
+  return least_allreduce_ms(c.width, grads) + std::max(0.0, least_layer_update_);
+}
+
 double StepLowerBound::least_allreduce_ms(int64_t width, int64_t bytes) const {
   double a = kInfinity;
-  for (size_t lv = 0; lv < model_.cluster().levels.size(); ++lv)
+  const auto& levels = model_.cluster().levels;
+  int64_t span = 1;  // devices in one group of the level
+  for (size_t lv = 0; lv < levels.size(); ++lv) {
+    span = saturating_mul(span, levels[lv].size);
+    // w replicas sit on w distinct ranks, the first and last at least w - 1 apart: a level whose groups
+    // hold fewer than w devices never holds them all (CostModel::level_between); the top level always can.
+    if (span < width && lv + 1 < levels.size()) continue;
     a = std::min(a, model_.allreduce_ms(bytes, width, static_cast<int64_t>(lv)));
+  }
   return a < kInfinity ? a : 0.0;
 }
 
