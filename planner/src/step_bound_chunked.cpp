@@ -108,14 +108,12 @@ double StepLowerBound::least_chunk_held(const Candidate& c) const {
 
 double StepLowerBound::least_allreduce_ms(int64_t width, int64_t bytes) const {
   double a = kInfinity;
-  const auto& levels = model_.cluster().levels;
-  int64_t span = 1;  // devices in one group of the level
-  for (size_t lv = 0; lv < levels.size(); ++lv) {
-    span = saturating_mul(span, levels[lv].size);
+  const auto levels = static_cast<int64_t>(model_.cluster().levels.size());
+  for (int64_t lv = 0; lv < levels; ++lv) {
     // w replicas sit on w distinct ranks, the first and last at least w - 1 apart: a level whose groups
     // hold fewer than w devices never holds them all (CostModel::level_between); the top level always can.
-    if (span < width && lv + 1 < levels.size()) continue;
-    a = std::min(a, model_.allreduce_ms(bytes, width, static_cast<int64_t>(lv)));
+    if (model_.level_span(lv) < width && lv + 1 < levels) continue;
+    a = std::min(a, model_.allreduce_ms(bytes, width, lv));
   }
   return a < kInfinity ? a : 0.0;
 }

@@ -35,10 +35,8 @@ LinkLevels fastest_levels(const CostModel& model, const Candidate& c) {
 // S: replica r + period has the same pair as r, where the ranks r d + i repeat mod S every S / gcd(d, S)
 // replicas and the ranks i w + r every S.
 int64_t detail::stage_period(const CostModel& model) {
-  const auto& levels = model.cluster().levels;
-  int64_t span = 1;
-  for (size_t k = 0; k + 1 < levels.size(); ++k) span *= levels[k].size;
-  return span;
+  const auto levels = static_cast<int64_t>(model.cluster().levels.size());
+  return levels < 2 ? 1 : model.level_span(levels - 2);
 }
 
 int64_t detail::replica_period(const CostModel& model, const Candidate& c) {

@@ -146,6 +146,9 @@ class CostModel {
   }
   // Index of the topology level two ranks talk over (0 = inside a node).
   int64_t level_between(int64_t rank_a, int64_t rank_b) const;
+  // Devices in one group of topology level `level` (the product of the sizes of levels 0..level): ranks
+  // r and s share a level-`level` group exactly when r / level_span(level) == s / level_span(level).
+  int64_t level_span(int64_t level) const { return level_span_[static_cast<size_t>(level)]; }
 
   // Per-layer compute (fwd + bwd) at microbatch index bi, prefix-summed: compute_prefix(bi)[j] is
   // the sum over layers [0, j).
