@@ -50,6 +50,11 @@ ChunkPricer::ChunkPricer(const CostModel& model, const Candidate& c) : model_(mo
   }
 }
 
+std::pair<double, double> ChunkPricer::boundary_ms(int64_t chunk, int64_t replica, int64_t begin, int64_t end) const {
+  return {begin > 0 ? transfer_ms(chunk, replica, begin - 1, true) : 0.0,
+          end < model_.num_layers() ? transfer_ms(chunk, replica, end - 1, false) : 0.0};
+}
+
 bool ChunkPricer::completes(int64_t chunk) const {
   return held_[static_cast<size_t>(position_of(chunk))].back() == chunk;
 }
@@ -67,8 +72,7 @@ double ChunkPricer::compute_lane(int64_t begin, int64_t end) const {
 double ChunkPricer::least_lane(int64_t chunk, int64_t begin, int64_t end) const {
   double p2p = kInfinity;
   for (int64_t r = 0; r < c_.width; ++r) {
-    const double in = begin > 0 ? transfer_ms(chunk, r, begin - 1, true) : 0.0;
-    const double out = end < model_.num_layers() ? transfer_ms(chunk, r, end - 1, false) : 0.0;
+    const auto [in, out] = boundary_ms(chunk, r, begin, end);
     p2p = std::min(p2p, 2.0 * (in + out));
   }
   const int64_t lv = ar_level_[static_cast<size_t>(position_of(chunk))];
@@ -139,7 +143,6 @@ double ChunkPricer::position_lane(int64_t position, const std::vector<int64_t>& 
 }
 
 std::pair<int64_t, double> ChunkPricer::busiest_replica(int64_t position, const std::vector<int64_t>& bounds) const {
-  const int64_t L = model_.num_layers();
   double worst = -1.0;
   int64_t worst_r = 0;
   // The first replica of each kind in replica order: the first of the busiest, as over every replica.
@@ -147,7 +150,8 @@ std::pair<int64_t, double> ChunkPricer::busiest_replica(int64_t position, const 
     double sum = 0.0;
     for (int64_t k : chunks_of(position)) {
       const int64_t b = bounds[static_cast<size_t>(k)], e = bounds[static_cast<size_t>(k + 1)];
-      sum += (b > 0 ? transfer_ms(k, r, b - 1, true) : 0.0) + (e < L ? transfer_ms(k, r, e - 1, false) : 0.0);
+      const auto [in, out] = boundary_ms(k, r, b, e);
+      sum += in + out;
     }
     if (sum > worst) worst = sum, worst_r = r;
   }
@@ -206,7 +210,6 @@ double ChunkPricer::objective(const std::vector<int64_t>& bounds, const std::vec
 
 void ChunkPricer::add_waits(const std::vector<int64_t>& bounds, const std::vector<char>& recompute,
                             std::vector<double>& work) const {
-  const int64_t L = model_.num_layers();
   const auto n = static_cast<size_t>(chunks_total());
   wait_f_.resize(n);
   wait_b_.resize(n);
@@ -233,12 +236,12 @@ void ChunkPricer::add_waits(const std::vector<int64_t>& bounds, const std::vecto
       const int64_t b = bounds[K], e = bounds[K + 1];
       key.bounds.push_back(b);
       key.bounds.push_back(e);
-      const double forward = pc_.fwd[e] - pc_.fwd[b];
-      double compute = pc_.compute[e] - pc_.compute[b];
-      if (redo != 0) compute += pc_.redo[e] - pc_.redo[b];
-      wait_f_[K] = forward;
-      wait_b_[K] = compute - forward;
-      wait_x_[K] = (b > 0 ? transfer_ms(k, r, b - 1, true) : 0.0) + (e < L ? transfer_ms(k, r, e - 1, false) : 0.0);
+      StageCost t = chunk_times(pc_, b, e);
+      if (redo != 0) t.compute_ms += pc_.redo[e] - pc_.redo[b];
+      wait_f_[K] = t.forward_ms;
+      wait_b_[K] = t.compute_ms - t.forward_ms;
+      const auto [in, out] = boundary_ms(k, r, b, e);
+      wait_x_[K] = in + out;
     }
   }
   add_interleaved_waits(c_.depth, c_.chunks, wait_f_, wait_b_, wait_x_, work, wait_scratch_);
@@ -303,8 +306,7 @@ PositionPrice ChunkPricer::price_position(int64_t position, const std::vector<in
     sc.recompute = recompute;
     if (recompute) sc.compute_ms += pc_.redo[e] - pc_.redo[b];
     sc.backward_ms = sc.compute_ms - sc.forward_ms;
-    const double in = b > 0 ? transfer_ms(k, worst_r, b - 1, true) : 0.0;
-    const double outward = e < L ? transfer_ms(k, worst_r, e - 1, false) : 0.0;
+    const auto [in, outward] = boundary_ms(k, worst_r, b, e);
     sc.p2p_ms = 2.0 * (in + outward);
     sc.in_ms = in;
     sc.out_ms = outward;

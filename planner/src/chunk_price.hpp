@@ -59,6 +59,9 @@ class ChunkPricer {
 
  private:
   double transfer_ms(int64_t chunk, int64_t replica, int64_t layer_out, bool input) const;
+  // One transfer over chunk `chunk`'s input and one over its output boundary on `replica`, the chunk holding
+  // layers [begin, end) (0 where it starts or ends the model, or the boundary stays on the rank).
+  std::pair<double, double> boundary_ms(int64_t chunk, int64_t replica, int64_t begin, int64_t end) const;
   // The replica whose boundary transfers at `position` add up to the most, and that sum (one way).
   std::pair<int64_t, double> busiest_replica(int64_t position, const std::vector<int64_t>& bounds) const;
   // Interleaved: each rank's waits for the microbatches' first trips (objective.hpp's add_interleaved_waits)

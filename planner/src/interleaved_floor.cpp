@@ -23,6 +23,7 @@
 #include "interleaved_floor.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <vector>
 
 namespace pd2bw::planner::detail {
@@ -45,7 +46,7 @@ double wait_mix_share(int64_t d, int64_t v, double m, double x) {
     }
     for (size_t s = 0; s + 1 < V; ++s) coef[s * D + k] -= dd * wait * static_cast<double>(V - 1 - s);
   }
-  double run = 0.0, least = coef.empty() ? 0.0 : coef[0] + step[0];
+  double run = 0.0, least = std::numeric_limits<double>::infinity();  // n >= 4 chunks
   for (size_t j = 0; j < n; ++j) {
     run += step[j];
     least = std::min(least, coef[j] + run);
