@@ -66,7 +66,8 @@ class ChunkPricer {
   std::pair<int64_t, double> busiest_replica(int64_t position, const std::vector<int64_t>& bounds) const;
   // Interleaved: each rank's waits for the microbatches' first trips (objective.hpp's add_interleaved_waits)
   // added to its work, from its chunks' times as price_position has them.
-  void add_waits(const std::vector<int64_t>& bounds, const std::vector<char>& recompute, std::vector<double>& work) const;
+  void add_waits(const std::vector<int64_t>& bounds, const std::vector<char>& recompute,
+                 std::vector<double>& work) const;
   const CostModel& model_;
   Candidate c_;
   PreparedCandidate pc_;

@@ -37,8 +37,8 @@ double wait_mix_share(int64_t d, int64_t v, double m, double x) {
   const double dd = static_cast<double>(d);
   for (size_t k = 0; k < D; ++k) {
     const double weight = even + x * static_cast<double>(k) / ranked;  // all of rank k's inequalities
-    for (size_t s = 0; s < V; ++s) coef[s * D + k] += m * weight;  // its lane
-    step[0] += weight;                                              // the climb to it
+    for (size_t s = 0; s < V; ++s) coef[s * D + k] += m * weight;      // its lane
+    step[0] += weight;                                                 // the climb to it
     step[k] -= weight;
     for (size_t r = 1; r < V; ++r) {  // the waits: its chain from chunk k up to r d + k, less its own ops
       step[k] += wait;

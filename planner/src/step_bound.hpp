@@ -79,8 +79,9 @@ class StepLowerBound {
   // with the recompute it forces (step_bound_chunked.cpp, with the proof), or the climb of one microbatch
   // through the model (chunked_climb_floor) or, for interleaved, its cycle with the ranks' waits for the
   // microbatches' first trips (interleaved_wait_bound) where those are more; infinity when the floors
-  // prove that no split fits. refined() returns it for them. O(L + d (v + log L)) plus a bisection of O(d) steps for
-  // the first candidate of a schedule, depth, chunk count, walked m and microbatch size; O(levels) after.
+  // prove that no split fits. refined() returns it for them. O(L + d (v + log L)) plus a bisection of O(d)
+  // steps for the first candidate of a schedule, depth, chunk count, walked m and microbatch size;
+  // O(levels) after.
   double chunked_bound(const Candidate& c);
 
   // A finer test for a candidate about to be evaluated: true when no split of `c` has an objective <=
@@ -373,8 +374,8 @@ class StepLowerBound {
   std::vector<int64_t> min_input_any_;          // per microbatch index: smallest input of any layer
   std::array<int64_t, kSchedules> max_layer_static_{};   // per schedule
   int64_t total_grad_bytes_ = 0, first_grad_bytes_ = 0;  // fp32 gradients of all layers / of layer 0
-  int64_t least_layer_params_ = 0;                        // the fewest parameter bytes of any layer
-  double least_layer_update_ = kInfinity;                 // the cheapest layer's update_ms
+  int64_t least_layer_params_ = 0;                       // the fewest parameter bytes of any layer
+  double least_layer_update_ = kInfinity;                // the cheapest layer's update_ms
   // plain_capacity by f (index 0 unused) and its prefix sums, [versions][bi], grown on demand.
   std::array<std::vector<std::vector<double>>, 2> capacity_vals_, capacity_sums_;
   std::vector<std::vector<double>> least_window_;  // [bi][k], -1 until computed

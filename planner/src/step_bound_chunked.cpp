@@ -97,7 +97,8 @@ double StepLowerBound::interleaved_wait_bound(const Candidate& c, int64_t redone
   auto [it, fresh] = wait_bound_.try_emplace({c.depth, c.chunks, c.microbatches, bi, redone}, 0.0);
   if (!fresh) return it->second;
   // Every split holds all of the model's fwd + bwd and the recompute of at least `redone` layers.
-  const double total = model_.compute_prefix(bi).back() + least_redo_layers(static_cast<size_t>(bi))[static_cast<size_t>(redone)];
+  const double total =
+      model_.compute_prefix(bi).back() + least_redo_layers(static_cast<size_t>(bi))[static_cast<size_t>(redone)];
   return it->second = detail::interleaved_wait_floor(c.depth, c.chunks, static_cast<double>(c.microbatches), total);
 }
 

@@ -80,11 +80,11 @@ void for_each_candidate(const planner::CostModel& model, Visit&& visit, bool one
 // and, over i, sum_{j >= i} u_j + (m - 1) (max_{a >= i} cf_a + max_{c >= i} cb_c) + h_i. zb-h1 is
 // flush's with the backward less its W (weight_ms) in u and cb, part_k at least m t_k - n_k W_k and the
 // double round trip's middle (m - 2 - w) (t_k - W_k), and n_i W_i added at the turn, n_i = min(i + 1, m).
-// zb-h2's is zb-h1's without the round trips (part_k = m t_k - n_k W_k), with n_i = min(2 i + 1, m); a chunked candidate's (interleaved, zb-v: `st` has a StageCost per
-// chunk) is the largest, over ranks, of the step_ms of the chunks the rank holds, added up, and over
-// chunks k, of m (compute - W)_k + sum_{j < k} (compute - W)_j plus rank 0's allreduces and updates (the
-// climb); interleaved also has its cycle, each rank's part of it with its waits for the microbatches'
-// first trips through the chunks (objective.hpp: add_interleaved_waits).
+// zb-h2's is zb-h1's without the round trips (part_k = m t_k - n_k W_k), with n_i = min(2 i + 1, m); a chunked
+// candidate's (interleaved, zb-v: `st` has a StageCost per chunk) is the largest, over ranks, of the step_ms of the
+// chunks the rank holds, added up, and over chunks k, of m (compute - W)_k + sum_{j < k} (compute - W)_j plus rank 0's
+// allreduces and updates (the climb); interleaved also has its cycle, each rank's part of it with its waits for the
+// microbatches' first trips through the chunks (objective.hpp: add_interleaved_waits).
 inline double reference_objective(const planner::Candidate& c, const std::vector<planner::StageCost>& st) {
   const auto d = st.size();
   const double m = static_cast<double>(c.microbatches);

@@ -83,8 +83,8 @@ TEST_CASE("the waits' floor never passes the cycle of any split, and lifts it wh
     if (floor > 1.05 * average) ++lifted;
     if (floor + c.h[0] >= 0.9 * cycle) ++close;
   }
-  MESSAGE(checked << " random splits: the floor above 1.05 x the average rank in " << lifted << ", within 10% of the cycle in "
-                  << close);
+  MESSAGE(checked << " random splits: the floor above 1.05 x the average rank in " << lifted
+                  << ", within 10% of the cycle in " << close);
   CHECK(lifted >= checked / 2);
   CHECK(close >= checked / 20);
 }

@@ -135,8 +135,8 @@ double least_chunk_held(const CostModel& model, const Candidate& c) {
 // above the even share of compute (memory or crowding binds), or it proves little.
 struct ChunkedTally {
   int64_t checked = 0, tight = 0, above_share = 0;
-  int64_t waits_above_share = 0, waits_tight = 0;  // interleaved: its waits' floor above the even share;
-                                                   // within 3% of the optimum
+  int64_t waits_above_share = 0, waits_tight = 0;          // interleaved: its waits' floor above the even share;
+                                                           // within 3% of the optimum
   int64_t redone = 0, redone_binds = 0, redone_tight = 0;  // layers forced onto recomputing ranks; their
                                                           // climb is the bound; within 1% of the optimum
   double closest = 0;
@@ -164,10 +164,10 @@ void check_chunked(const RandomInstance& inst, ChunkedTally& tally) {
       if (own > 1.02 * share) ++tally.above_share;
     }
     if (c.schedule == Schedule::interleaved) {  // its waits' floor with the compute alone, and rank 0's allreduces
-      const double waits = pd2bw::planner::detail::interleaved_wait_floor(
-                               c.depth, c.chunks, static_cast<double>(c.microbatches),
-                               model.compute_prefix(c.microbatch_index).back()) +
-                           static_cast<double>(c.chunks) * least_chunk_held(model, c);
+      const double waits =
+          pd2bw::planner::detail::interleaved_wait_floor(c.depth, c.chunks, static_cast<double>(c.microbatches),
+                                                         model.compute_prefix(c.microbatch_index).back()) +
+          static_cast<double>(c.chunks) * least_chunk_held(model, c);
       CHECK(own >= waits * (1.0 - 1e-6));
       if (waits > 1.02 * share) {
         ++tally.waits_above_share;
