@@ -125,6 +125,15 @@ void StepLowerBound::add_layer_extremes(size_t bi) {
     any_in = std::min(any_in, t.input_bytes);
   }
   max_layer_ms_.push_back(big);
+  // From the cost model's prefixes (the times the walks price), layers with no compute left out.
+  const auto& cp = model_.compute_prefix(static_cast<int64_t>(bi));
+  const auto& fp = model_.fwd_prefix(static_cast<int64_t>(bi));
+  double share = 1.0;
+  for (size_t j = 0; j + 1 < cp.size(); ++j) {
+    const double x = cp[j + 1] - cp[j];
+    if (x > 0.0) share = std::min(share, std::max(0.0, x - (fp[j + 1] - fp[j])) / x);
+  }
+  bwd_share_.push_back(share);
   total_fwd_ms_.push_back(fwd);
   total_bwd_ms_.push_back(bwd);
   min_out_.push_back(n > 1 ? small_out : 0);

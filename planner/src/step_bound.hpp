@@ -90,8 +90,9 @@ class StepLowerBound {
   // round trips below it). O(d) after the first call for a depth, width and placement. Thread-safe.
   bool rules_out(const Candidate& c, double limit) const;
   // Flush (step_bound_flush.cpp, with the proof): never above the compute with recompute, sum_j (f_j + b_j),
-  // of any split of `c` whose lanes m t_j + h_j are all within `t`; the model's fwd + bwd for the other
-  // schedules. Non-increasing in t. O(d) after plain_runs' O(L) for each new in-flight count. Thread-safe.
+  // of any split of `c` whose objective is within `t` (its lanes and its cycles through stage 0); the
+  // model's fwd + bwd for the other schedules. Non-increasing in t. O(d) after plain_runs' O(L) for each
+  // new in-flight count. Thread-safe.
   double flush_least_busy(const Candidate& c, double t) const;
 
  private:
@@ -332,7 +333,7 @@ class StepLowerBound {
   class RuleWalks;
   void prepare_rules(Probe& p) const;
   double flush_least_busy(Probe& p, double t) const;
-  // The constructor's per-microbatch-size tables at index bi, appended in order: max_layer_ms_, the
+  // The constructor's per-microbatch-size tables at index bi, appended in order: max_layer_ms_, bwd_share_, the
   // totals, the smallest boundary tensors and inputs; weight_share_ and weight_excess_ms_; cp_sorted_,
   // y_sorted_ and bytes_small_.
   void add_layer_extremes(size_t bi);
@@ -357,6 +358,7 @@ class StepLowerBound {
   std::shared_ptr<const SmallestSums> smallest_;  // shared by copies (read only)
   int64_t cap_bytes_ = 0;                       // device memory minus the reserve
   std::vector<double> max_layer_ms_;            // per microbatch index: largest fwd + bwd
+  std::vector<double> bwd_share_;               // per microbatch index: the least bwd / (fwd + bwd) of a layer
   std::vector<double> total_fwd_ms_, total_bwd_ms_;  // per microbatch index: all layers, no recompute
   // zb-h1, per microbatch index: the model's W share of its fwd + bwd, and the W of each layer above that
   // share of its own fwd + bwd, summed (see zb_cycle_bound).

@@ -76,6 +76,7 @@ class StepLowerBound::RuleWalks {
     split_ = c_.schedule != Schedule::flush;
     const auto bi = static_cast<size_t>(c_.microbatch_index);
     r_ = split_ ? bound.weight_share_[bi] : 0.0;
+    bwd_share_ = bound.bwd_share_[bi];
     excess_ = split_ ? bound.weight_excess_ms_[bi] : 0.0;
     cp_sorted_ = bound.cp_sorted_[bi] != 0;
     y_sorted_ = split_ ? bound.y_sorted_[bi] != 0 : cp_sorted_;
@@ -114,6 +115,10 @@ class StepLowerBound::RuleWalks {
                               ins_before);
         if (slack < 0.0) return false;
         if (m_ > w + 2.0) x = std::min(x, hold(k, slack / (m_ - w - 2.0)));
+      } else if (bwd_share_ > 0.0) {
+        const double y = hold(k, one_trip_time(t));
+        if (y < 0.0) return false;  // wherever the stage starts
+        x = std::min(x, y);
       }
       // No room left at this stage's start: stage 0 starts where any split's does, so nothing fits; a later
       // stage may start past the real split's (the walk reaches at least as far), so it only stays put.
@@ -176,6 +181,12 @@ class StepLowerBound::RuleWalks {
           e = furthest(y_sorted_ ? std::max(a, std::min(lo, e)) : a, e, y_sorted_,
                        y(a) + std::max(0.0, slack) / (m_ - w - 2.0) * (1.0 + 1e-12) + 1e-12 * t, y);
       }
+      if (!split_ && bwd_share_ > 0.0 && !(m_ >= w + 2.0)) {  // flush: flush_reaches' cap, on whole layers
+        const double most = one_trip_time(t);
+        const double x2 = hold(k, most);
+        if (x2 < 0.0) return done(false);
+        e = std::min(e, capped(k, a, x2, most, held, lo, std::max(lo, e)));
+      }
       held = std::max<int64_t>(1, static_cast<int64_t>(e - a));
       a = e;  // e == a is allowed: an empty stage only relaxes (the real split's next start is no further)
       ends[uk] = static_cast<int64_t>(a);
@@ -209,6 +220,14 @@ class StepLowerBound::RuleWalks {
   }
 
  private:
+  // Flush, a stage k whose warm-up covers m - 1 forwards (w_k >= m - 1: one round trip below it, r = 0 in
+  // objective.hpp's part_k; never the last stage, whose w is 0 < m - 1): the most time per microbatch
+  // (compute with recompute) it may take at t0 = h_0 + t. Its part with i = 0 gives
+  // T - h_0 >= U + (m - 1) max(cf_k, cb_k), U = sum_j u_j >= busy + every input twice, and cb_k >= b_k >=
+  // bwd_share time_k (a recompute only raises b's share). It holds wherever the stage starts; negative when
+  // no split reaches t0.
+  double one_trip_time(double t) const { return (t - busy - ins_after_[0]) / ((m_ - 1.0) * bwd_share_); }
+
   // The most fwd + bwd stage k can hold when its time (with recompute where its stash does not fit)
   // may be at most `time`; non-decreasing in `time`.
   double hold(int64_t k, double time) const {
@@ -254,7 +273,7 @@ class StepLowerBound::RuleWalks {
   const std::vector<StageLinks>& links_;
   const std::vector<double>&plain_, &ins_after_, &cp_, &wp_;
   const Relaxed& relaxed_;
-  double all_ = 0, m_ = 0, d_ = 0, share_ = 0, h0_ = 0, r_ = 0, excess_ = 0;
+  double all_ = 0, m_ = 0, d_ = 0, share_ = 0, h0_ = 0, r_ = 0, excess_ = 0, bwd_share_ = 0;
   RecomputePolicy policy_ = RecomputePolicy::auto_;
   bool split_ = false, cp_sorted_ = false, y_sorted_ = false;
   int64_t L_ = 0;
