@@ -89,11 +89,11 @@ class StepLowerBound {
   // cannot hold all compute within it (and for flush, with the drain and refill above each stage and its
   // round trips below it). O(d) after the first call for a depth, width and placement. Thread-safe.
   bool rules_out(const Candidate& c, double limit) const;
-  // Flush (step_bound_flush.cpp, with the proof): never above the compute with recompute, sum_j (f_j + b_j),
-  // of any split of `c` whose objective is within `t` (its lanes and its cycles through stage 0); the
-  // model's fwd + bwd for the other schedules. Non-increasing in t. O(d) after plain_runs' O(L) for each
-  // new in-flight count. Thread-safe.
-  double flush_least_busy(const Candidate& c, double t) const;
+  // Flush and gpipe (step_bound_flush.cpp, with the proof): never above the compute with recompute,
+  // sum_j (f_j + b_j), of any split of `c` whose objective is within `t` (its lanes, and flush's cycles
+  // through stage 0); the model's fwd + bwd for the other schedules. Non-increasing in t. O(d) after plain_runs' O(L)
+  // for each new in-flight count. Thread-safe.
+  double least_busy(const Candidate& c, double t) const;
 
  private:
   friend struct StepLowerBoundProbeTest;  // tests/unit/test_step_bound_probe.cpp: a probe against fresh calls
@@ -332,7 +332,7 @@ class StepLowerBound {
   // the whole-layer walks of flush, zb-h1 / zb-h2 and gpipe.
   class RuleWalks;
   void prepare_rules(Probe& p) const;
-  double flush_least_busy(Probe& p, double t) const;
+  double least_busy(Probe& p, double t) const;
   // The constructor's per-microbatch-size tables at index bi, appended in order: max_layer_ms_, bwd_share_, the
   // totals, the smallest boundary tensors and inputs; weight_share_ and weight_excess_ms_; cp_sorted_,
   // y_sorted_ and bytes_small_.
@@ -350,7 +350,7 @@ class StepLowerBound {
   // without recomputing; non-increasing in f. Memoised per schedule and microbatch index (O(L) per new f);
   // thread-safe. W(f[j]) for each j, into out (f[j] >= 1).
   void plain_runs(Schedule s, size_t bi, const std::vector<int64_t>& f, std::vector<double>& out) const;
-  // Whether flush's round trips with `busy` = flush_least_busy(c, t) rule out every split of `c` with an
+  // Whether flush's round trips with `busy` = least_busy(c, t) rule out every split of `c` with an
   // objective <= t.
   bool flush_redo_rules_out(const Candidate& c, double t, double busy) const;
 

@@ -1,6 +1,7 @@
-// Flush's round trips with the recompute that memory and the lanes force: flush_least_busy, a lower bound
+// Flush's round trips with the recompute that memory and the lanes force: least_busy, a lower bound
 // on the compute with recompute of any split whose objective is within T, and flush_redo_rules_out, a test
-// rules_out makes for every flush candidate (its whole-layer walks use flush_least_busy too).
+// rules_out makes for every flush candidate (its whole-layer walks use least_busy too, and so does gpipe's:
+// there every stage keeps m stashes, and the lanes alone cap the stages below).
 //
 // Write Y_j for stage j's compute per microbatch with its recompute (f_j + b_j, b_j with the recomputed
 // forward), Y for their sum and C for the model's fwd + bwd. Flush's stage k = max(0, d - m + 1), when it
@@ -43,6 +44,10 @@ void StepLowerBound::plain_runs(Schedule s, size_t bi, const std::vector<int64_t
   const auto& sp = model_.stash_prefix(static_cast<int64_t>(bi));
   const int64_t L = model_.num_layers();
   for (auto f = static_cast<int64_t>(runs.size()) + 1; f <= most; ++f) {
+    if (!runs.empty() && !(runs.back() > 0.0)) {  // W(f) never grows with f
+      runs.push_back(0.0);
+      continue;
+    }
     auto fits = [&](int64_t a, int64_t e) {
       const int64_t stash = saturating_mul(f, sp[static_cast<size_t>(e)] - sp[static_cast<size_t>(a)]);
       return saturating_add(model_.static_bytes(s, a, e), stash) <= cap_bytes_;
@@ -59,11 +64,12 @@ void StepLowerBound::plain_runs(Schedule s, size_t bi, const std::vector<int64_t
   for (const int64_t f : f_at) out.push_back(runs[static_cast<size_t>(f - 1)]);
 }
 
-double StepLowerBound::flush_least_busy(const Candidate& c, double t) const {
-  if (c.schedule != Schedule::flush || c.chunks > 1 || c.depth < 1) return model_.compute_prefix(c.microbatch_index).back();
+double StepLowerBound::least_busy(const Candidate& c, double t) const {
+  const bool counted = c.schedule == Schedule::flush || c.schedule == Schedule::gpipe;
+  if (!counted || c.chunks > 1 || c.depth < 1) return model_.compute_prefix(c.microbatch_index).back();
   Probe p(*this, c);
   prepare_rules(p);
-  return flush_least_busy(p, t);
+  return least_busy(p, t);
 }
 
 namespace {
@@ -83,11 +89,12 @@ double cycle_weight(size_t j, double d, double m, double bwd_share) {
 
 }  // namespace
 
-double StepLowerBound::flush_least_busy(Probe& p, double t) const {
+double StepLowerBound::least_busy(Probe& p, double t) const {
   const Candidate& c = p.c;
   const auto policy = model_.constraints().recompute;
   const double all = model_.compute_prefix(c.microbatch_index).back();
-  if (c.schedule != Schedule::flush || c.chunks > 1 || policy == RecomputePolicy::never) return all;
+  const bool flush = c.schedule == Schedule::flush;
+  if ((!flush && c.schedule != Schedule::gpipe) || c.chunks > 1 || policy == RecomputePolicy::never) return all;
   const double m = static_cast<double>(c.microbatches), d = static_cast<double>(c.depth);
   if (policy == RecomputePolicy::always) return all + model_.least_redo_ms(c.microbatch_index, all);
   if (p.runs.empty()) return all;  // a stage with no stash (prepare_rules): not flush's shape
@@ -95,7 +102,7 @@ double StepLowerBound::flush_least_busy(Probe& p, double t) const {
   // (the file's comment). A second pass can only lift the busy time; a third lifted 4,096-GPU gaps by 0.01%.
   const double theta = bwd_share_[static_cast<size_t>(c.microbatch_index)];
   double busy = 0.0;
-  for (int pass = 0; pass < 2; ++pass) {
+  for (int pass = 0; pass < (flush ? 2 : 1); ++pass) {
     double plain = 0.0;
     for (size_t j = 0; j < p.runs.size() && plain < all; ++j) {
       const auto& l = p.links()[j];

@@ -15,8 +15,10 @@
 // still grows with the start. And every candidate must pass lanes_reach (step_bound_lanes.cpp), which
 // also covers the whole-layer memory test this file once made with the longest runs per stage.
 // Flush's round trips count the recompute that memory and the lanes force: Y_{<k} + 2 Y_{>=k} = Y + Y_{>=k}
-// >= busy + C - X_{<k}, busy = flush_least_busy at the limit (step_bound_flush.cpp, with the proof), in
-// place of 2 C - X_{<k}; the caps still grow with X_{<k}, so the walks' argument stands.
+// >= busy + C - X_{<k}, busy = least_busy at the limit (step_bound_flush.cpp, with the proof), in
+// place of 2 C - X_{<k}; the caps still grow with X_{<k}, so the walks' argument stands. GPipe's fill and
+// drain pass every stage's compute with its recompute once: busy in place of C. busy falls as the limit
+// grows, so each cap still grows with it.
 #include "step_bound.hpp"
 
 #include <algorithm>
@@ -50,8 +52,9 @@ void StepLowerBound::prepare_rules(Probe& p) const {
   for (size_t k = d; k-- > 0;) p.ins_after[k] = p.ins_after[k + 1] + 2.0 * p.links()[k].in_fast;
   const LinkLevels lvl = fastest_levels(model_, c);
   p.h0 = model_.allreduce_ms(first_grad_bytes_, c.width, lvl.replicas) + model_.update_prefix()[1];
-  // flush_least_busy's W(f_j) per stage, when it needs them (flush under auto) and every stage stashes.
-  if (c.schedule != Schedule::flush || model_.constraints().recompute != RecomputePolicy::auto_) return;
+  // least_busy's W(f_j) per stage, when it needs them (flush or gpipe under auto) and every stage stashes.
+  const bool busy_counts = c.schedule == Schedule::flush || c.schedule == Schedule::gpipe;
+  if (!busy_counts || model_.constraints().recompute != RecomputePolicy::auto_) return;
   std::vector<int64_t> f(d);
   for (size_t j = 0; j < d; ++j) f[j] = CostModel::in_flight(c, static_cast<int64_t>(j));
   if (*std::min_element(f.begin(), f.end()) < 1) return;  // a stage with no stash: not flush's shape
@@ -72,7 +75,7 @@ class StepLowerBound::RuleWalks {
     share_ = model.min_redo_share(c_.microbatch_index);
     policy_ = model.constraints().recompute;
     h0_ = p.h0;
-    busy = bound.flush_least_busy(p, at);  // at least sum_j Y_j of any split with lanes within t
+    busy = bound.least_busy(p, at);  // at least sum_j Y_j of any split with an objective within t
     split_ = c_.schedule != Schedule::flush;
     const auto bi = static_cast<size_t>(c_.microbatch_index);
     r_ = split_ ? bound.weight_share_[bi] : 0.0;
@@ -200,10 +203,11 @@ class StepLowerBound::RuleWalks {
   }
 
   // GPipe, on whole layers: T >= h_0 + sum_j u_j + (m - 1)(cf_k + cb_k) for every stage k, with the u's
-  // at least all compute and each input twice, and cf_k + cb_k at least stage k's time and its input
-  // twice; and its lane. Each stage's cap on its end grows with its start, so the furthest ends decide.
+  // at least all compute with the recompute that memory forces (busy: every stage keeps m stashes) and
+  // each input twice, and cf_k + cb_k at least stage k's time and its input twice; and its lane. Each
+  // stage's cap on its end grows with its start, so the furthest ends decide.
   bool gpipe_reaches(double t0) const {
-    const double slot = (t0 - h0_ - cp_.back() - ins_after_[0]) / (m_ - 1.0);
+    const double slot = (t0 - h0_ - busy - ins_after_[0]) / (m_ - 1.0);
     size_t a = 0;
     int64_t held = 1;
     for (int64_t k = 0; k < c_.depth; ++k) {
