@@ -91,8 +91,8 @@ class StepLowerBound {
   bool rules_out(const Candidate& c, double limit) const;
   // Flush and gpipe (step_bound_flush.cpp, with the proof): never above the compute with recompute,
   // sum_j (f_j + b_j), of any split of `c` whose objective is within `t` (its lanes, and flush's cycles
-  // through stage 0); the model's fwd + bwd for the other schedules. Non-increasing in t. O(d) after plain_runs' O(L)
-  // for each new in-flight count. Thread-safe.
+  // through stage 0); the model's fwd + bwd for the other schedules. Non-increasing in t. O(d) after
+  // plain_runs' O(L) for each new in-flight count. Thread-safe.
   double least_busy(const Candidate& c, double t) const;
 
  private:
@@ -333,8 +333,10 @@ class StepLowerBound {
   class RuleWalks;
   void prepare_rules(Probe& p) const;
   double least_busy(Probe& p, double t) const;
-  // The constructor's per-microbatch-size tables at index bi, appended in order: max_layer_ms_, bwd_share_, the
-  // totals, the smallest boundary tensors and inputs; weight_share_ and weight_excess_ms_; cp_sorted_,
+  // The schedules least_busy counts (flush, gpipe): their probes get the stages' W(f_j).
+  static bool counts_busy(Schedule s) { return s == Schedule::flush || s == Schedule::gpipe; }
+  // The constructor's per-microbatch-size tables at index bi, appended in order: max_layer_ms_, bwd_share_,
+  // the totals, the smallest boundary tensors and inputs; weight_share_ and weight_excess_ms_; cp_sorted_,
   // y_sorted_ and bytes_small_.
   void add_layer_extremes(size_t bi);
   void add_weight_share(size_t bi);

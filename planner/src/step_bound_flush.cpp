@@ -65,8 +65,7 @@ void StepLowerBound::plain_runs(Schedule s, size_t bi, const std::vector<int64_t
 }
 
 double StepLowerBound::least_busy(const Candidate& c, double t) const {
-  const bool counted = c.schedule == Schedule::flush || c.schedule == Schedule::gpipe;
-  if (!counted || c.chunks > 1 || c.depth < 1) return model_.compute_prefix(c.microbatch_index).back();
+  if (!counts_busy(c.schedule) || c.chunks > 1 || c.depth < 1) return model_.compute_prefix(c.microbatch_index).back();
   Probe p(*this, c);
   prepare_rules(p);
   return least_busy(p, t);
@@ -94,7 +93,7 @@ double StepLowerBound::least_busy(Probe& p, double t) const {
   const auto policy = model_.constraints().recompute;
   const double all = model_.compute_prefix(c.microbatch_index).back();
   const bool flush = c.schedule == Schedule::flush;
-  if ((!flush && c.schedule != Schedule::gpipe) || c.chunks > 1 || policy == RecomputePolicy::never) return all;
+  if (!counts_busy(c.schedule) || c.chunks > 1 || policy == RecomputePolicy::never) return all;
   const double m = static_cast<double>(c.microbatches), d = static_cast<double>(c.depth);
   if (policy == RecomputePolicy::always) return all + model_.least_redo_ms(c.microbatch_index, all);
   if (p.runs.empty()) return all;  // a stage with no stash (prepare_rules): not flush's shape

@@ -53,8 +53,7 @@ void StepLowerBound::prepare_rules(Probe& p) const {
   const LinkLevels lvl = fastest_levels(model_, c);
   p.h0 = model_.allreduce_ms(first_grad_bytes_, c.width, lvl.replicas) + model_.update_prefix()[1];
   // least_busy's W(f_j) per stage, when it needs them (flush or gpipe under auto) and every stage stashes.
-  const bool busy_counts = c.schedule == Schedule::flush || c.schedule == Schedule::gpipe;
-  if (!busy_counts || model_.constraints().recompute != RecomputePolicy::auto_) return;
+  if (!counts_busy(c.schedule) || model_.constraints().recompute != RecomputePolicy::auto_) return;
   std::vector<int64_t> f(d);
   for (size_t j = 0; j < d; ++j) f[j] = CostModel::in_flight(c, static_cast<int64_t>(j));
   if (*std::min_element(f.begin(), f.end()) < 1) return;  // a stage with no stash: not flush's shape
@@ -103,7 +102,7 @@ class StepLowerBound::RuleWalks {
   // Flush: every cycle may turn at stage 0, whose allreduce and update cover layer 0 at least. Asked for
   // m > 1 only: with one microbatch it ruled out replicated splits' exact optimum (test_step_bound).
   bool flush_reaches(double t0) const {
-    const double t = t0 - h0_;
+    const double t = t0 - h0_, one_trip = one_trip_time(t);
     double prefix = 0.0, ins_before = 0.0;
     for (int64_t k = 0; k < c_.depth; ++k) {
       const double kd = static_cast<double>(k);
@@ -119,7 +118,7 @@ class StepLowerBound::RuleWalks {
         if (slack < 0.0) return false;
         if (m_ > w + 2.0) x = std::min(x, hold(k, slack / (m_ - w - 2.0)));
       } else if (bwd_share_ > 0.0) {
-        const double y = hold(k, one_trip_time(t));
+        const double y = hold(k, one_trip);
         if (y < 0.0) return false;  // wherever the stage starts
         x = std::min(x, y);
       }
@@ -146,7 +145,7 @@ class StepLowerBound::RuleWalks {
   bool zb_reaches(double t0) const {
     if (!(r_ < 1.0)) return true;
     auto y = [&](size_t e) { return split_ ? cp_[e] - wp_[e] : cp_[e]; };
-    const double t = t0 - h0_, all_y = y(cp_.size() - 1);
+    const double t = t0 - h0_, all_y = y(cp_.size() - 1), one_trip = one_trip_time(t);
     // Each stage's end lies between the ends of the nearest walks below and above t0 (Probe): the
     // searches below look between them only, and find the same ends.
     auto& walks = p_.zb;
@@ -185,10 +184,9 @@ class StepLowerBound::RuleWalks {
                        y(a) + std::max(0.0, slack) / (m_ - w - 2.0) * (1.0 + 1e-12) + 1e-12 * t, y);
       }
       if (!split_ && bwd_share_ > 0.0 && !(m_ >= w + 2.0)) {  // flush: flush_reaches' cap, on whole layers
-        const double most = one_trip_time(t);
-        const double x2 = hold(k, most);
+        const double x2 = hold(k, one_trip);
         if (x2 < 0.0) return done(false);
-        e = std::min(e, capped(k, a, x2, most, held, lo, std::max(lo, e)));
+        e = std::min(e, capped(k, a, x2, one_trip, held, lo, std::max(lo, e)));
       }
       held = std::max<int64_t>(1, static_cast<int64_t>(e - a));
       a = e;  // e == a is allowed: an empty stage only relaxes (the real split's next start is no further)
@@ -229,8 +227,10 @@ class StepLowerBound::RuleWalks {
   // (compute with recompute) it may take at t0 = h_0 + t. Its part with i = 0 gives
   // T - h_0 >= U + (m - 1) max(cf_k, cb_k), U = sum_j u_j >= busy + every input twice, and cb_k >= b_k >=
   // bwd_share time_k (a recompute only raises b's share). It holds wherever the stage starts; negative when
-  // no split reaches t0.
-  double one_trip_time(double t) const { return (t - busy - ins_after_[0]) / ((m_ - 1.0) * bwd_share_); }
+  // no split reaches t0. Infinite (no cap) where it does not apply: one microbatch, or no backward share.
+  double one_trip_time(double t) const {
+    return m_ > 1.0 && bwd_share_ > 0.0 ? (t - busy - ins_after_[0]) / ((m_ - 1.0) * bwd_share_) : kInfinity;
+  }
 
   // The most fwd + bwd stage k can hold when its time (with recompute where its stash does not fit)
   // may be at most `time`; non-decreasing in `time`.
