@@ -17,30 +17,65 @@ namespace pd2bw::planner::detail {
 
 namespace {
 
-// A feasible split found greedily (each stage as long as allowed) with every stage's busy time <= t, or
-// empty.
+// A greedy split at busy-time threshold t (each stage as long as allowed), and what it says of other
+// thresholds when stage busy times grow with their ends: with a split, `most` (its busiest stage's time,
+// at which the greedy finds the same split); without one, `next` (no threshold below it finds a split: the
+// least of each walked stage's time with one more layer, or of what the layers left need per stage).
+struct GreedyRun {
+  std::vector<int64_t> bounds;  // empty: none at t
+  double most = 0.0, next = kInfinity;
+};
+
+// The greedy split at t.
 // `most_params`: the most parameter bytes a stage's static memory allows (static_bytes(schedule, a, e) <=
 // the static cap exactly when the parameter bytes of [a, e) are at most this).
-std::vector<int64_t> greedy_split(const CostModel& model, const detail::PreparedCandidate& pc, double t,
-                                  int64_t most_params) {
+GreedyRun greedy_split(const CostModel& model, const detail::PreparedCandidate& pc, double t, int64_t most_params) {
   const int64_t L = model.num_layers();
   const int64_t d = pc.candidate.depth;
   const auto& cp = model.compute_prefix(pc.candidate.microbatch_index);
   const auto& pp = model.param_prefix();
   const double m = static_cast<double>(pc.candidate.microbatches);
-  std::vector<int64_t> bounds{0};
+  GreedyRun run;
+  run.bounds.push_back(0);
+  auto fail = [&run] {
+    run.bounds.clear();
+    return std::move(run);
+  };
   int64_t a = 0;
   for (int64_t i = 0; i < d; ++i) {
     const int64_t last = i == d - 1 ? L : L - (d - 1 - i);
-    // The furthest end whose compute and static memory fit, then the furthest below it that fits in
-    // full, by bisection (fitting is nearly monotone in the end; a greedy split only bounds from above).
-    int64_t top = a;
-    while (top < last && m * (cp[static_cast<size_t>(top + 1)] - cp[static_cast<size_t>(a)]) <= t &&
-           pp[static_cast<size_t>(top + 1)] - pp[static_cast<size_t>(a)] <= most_params)
-      ++top;
+    // Each stage that fits has m times its compute within t (its busy time is at least that): when the
+    // layers left need more than the d - i stages left can hold, no split follows (the slack covers the
+    // rounding of the prefix differences).
+    const double left = m * (cp[static_cast<size_t>(L)] - cp[static_cast<size_t>(a)]);
+    if (left > static_cast<double>(d - i) * t * (1.0 + 1e-9)) {
+      run.next = std::min(run.next, left / static_cast<double>(d - i));
+      return fail();
+    }
+    // The furthest end whose compute and static memory fit (both prefixes grow with the end), then the
+    // furthest below it that fits in full, by bisection (fitting is nearly monotone in the end; a greedy
+    // split only bounds from above).
+    auto prefix_fits = [&](int64_t e) {
+      return m * (cp[static_cast<size_t>(e)] - cp[static_cast<size_t>(a)]) <= t &&
+             pp[static_cast<size_t>(e)] - pp[static_cast<size_t>(a)] <= most_params;
+    };
+    const int64_t top = detail::gallop(a, last, prefix_fits);
+    // The stage one layer past the greedy's end: its compute alone past `top`, its priced time below it.
+    double grown = top == last || pp[static_cast<size_t>(top + 1)] - pp[static_cast<size_t>(a)] > most_params
+                       ? kInfinity
+                       : m * (cp[static_cast<size_t>(top + 1)] - cp[static_cast<size_t>(a)]);
+    double picked = 0.0;  // the time of the longest stage that fits
+    int64_t longest = a;
     auto fits = [&](int64_t e) {
       const auto q = detail::quick_price(model, pc, i, a, e);
-      return q.feasible && q.step_ms <= t;
+      const bool ok = q.feasible && q.step_ms <= t;
+      if (ok && e > longest) {
+        longest = e;
+        picked = q.step_ms;
+      } else if (!ok && e <= top) {
+        grown = std::min(grown, q.feasible ? q.step_ms : kInfinity);
+      }
+      return ok;
     };
     int64_t pick = -1;
     if (i == d - 1) {
@@ -48,14 +83,22 @@ std::vector<int64_t> greedy_split(const CostModel& model, const detail::Prepared
     } else if (top > a && fits(a + 1)) {
       pick = detail::last_true(a + 1, top, fits);
     }
-    if (pick < 0) return {};
-    bounds.push_back(pick);
+    run.next = std::min(run.next, grown);
+    if (pick < 0) return fail();
+    run.most = std::max(run.most, picked);
+    run.bounds.push_back(pick);
     a = pick;
   }
-  return bounds;
+  return run;
 }
 
 }  // namespace
+
+std::vector<int64_t> greedy_split_at(const CostModel& model, const detail::PreparedCandidate& pc, double t,
+                                     int64_t static_cap) {
+  const int64_t most_params = model.static_factors(pc.candidate.schedule).most_params_within(static_cap);
+  return greedy_split(model, pc, t, most_params).bounds;
+}
 
 // step_objective of `bounds`, priced through pc.
 double objective_of(const CostModel& model, const detail::PreparedCandidate& pc, const std::vector<int64_t>& bounds) {
@@ -66,18 +109,23 @@ double objective_of(const CostModel& model, const detail::PreparedCandidate& pc,
 }
 
 bool GreedyThreshold::attempt(const CostModel& model, const detail::PreparedCandidate& pc, double t) {
-  auto split = greedy_split(model, pc, t, most_params_);
-  if (split.empty()) return false;
-  out_.bounds = std::move(split);
+  GreedyRun run = greedy_split(model, pc, t, most_params_);
+  if (run.bounds.empty()) {
+    lo_ = std::max({lo_, t, run.next});  // no threshold below run.next finds a split (nor t itself)
+    return false;
+  }
+  most_ = run.most;
+  out_.bounds = std::move(run.bounds);
   return true;
 }
 
 // Without a threshold every stage is as long as memory allows: when even that finds no split, no
 // threshold will (up to the rare stage that fits only when shorter), and the doublings are saved. Then
-// the threshold doubles from the average stage's compute until a greedy split fits, giving up past
-// `known` or after 40 doublings, and a bisection narrows it to 1e-3. A doubling that stopped at a failed
-// threshold above one `known` goes on from there for a larger one: the thresholds tried are those of a
-// run from scratch with it.
+// the threshold doubles from the average stage's compute (or jumps to the least one a failed run leaves
+// possible) until a greedy split fits, giving up past `known` or after 40 doublings, and a bisection
+// narrows it to 1e-3: a split found lowers the top to its busiest stage, a failed run raises the bottom
+// to its `next`. A doubling that stopped at a failed threshold above one `known` goes on from there for a
+// larger one: the thresholds tried are those of a run from scratch with it.
 Split GreedyThreshold::at_most(const CostModel& model, const detail::PreparedCandidate& pc, double known) {
   if (state_ == State::fresh) {
     most_params_ = model.static_factors(pc.candidate.schedule).most_params_within(static_cap_);
@@ -100,7 +148,7 @@ Split GreedyThreshold::at_most(const CostModel& model, const detail::PreparedCan
         }
       }
       if (hi_ > known) return {};  // the same threshold is tested again against a larger `known`
-      hi_ *= 2.0;
+      hi_ = std::max(2.0 * hi_, lo_);
       failed_ = false;
     }
     if (state_ == State::doubling) finish(model, pc);
@@ -109,10 +157,9 @@ Split GreedyThreshold::at_most(const CostModel& model, const detail::PreparedCan
 }
 
 void GreedyThreshold::finish(const CostModel& model, const detail::PreparedCandidate& pc) {
-  for (int it = 0; it < 10 && hi_ - lo_ > 1e-3 * hi_; ++it) {
-    const double mid = 0.5 * (lo_ + hi_);
-    (attempt(model, pc, mid) ? hi_ : lo_) = mid;
-  }
+  hi_ = most_;  // the doubling's split
+  for (int it = 0; it < 10 && hi_ - lo_ > 1e-3 * hi_; ++it)
+    if (attempt(model, pc, 0.5 * (lo_ + hi_))) hi_ = most_;  // a failure raises lo_
   out_.step_ms = lanes_only_ ? hi_ : objective_of(model, pc, out_.bounds);
   state_ = State::found;
 }

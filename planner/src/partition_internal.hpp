@@ -81,6 +81,11 @@ double objective_of(const CostModel& model, const detail::PreparedCandidate& pc,
 Split greedy_of(const CostModel& model, const detail::PreparedCandidate& pc, int64_t static_cap, double known,
                 bool lanes_only = false);
 
+// The split a greedy run finds at busy-time threshold t (each stage as long as its busy time within t
+// and its memory allow), or empty (partition_greedy.cpp). GreedyThreshold searches t for the least.
+std::vector<int64_t> greedy_split_at(const CostModel& model, const detail::PreparedCandidate& pc, double t,
+                                     int64_t static_cap);
+
 // greedy_of for one candidate asked with several `known`s: at_most(model, pc, known) == greedy_of(model, pc,
 // static_cap, known, lanes_only), each threshold tried once over all the calls, which must pass the same
 // model and candidate (partition_greedy.cpp). Not thread-safe.
@@ -90,7 +95,8 @@ class GreedyThreshold {
   Split at_most(const CostModel& model, const detail::PreparedCandidate& pc, double known);
 
  private:
-  // greedy_split at t into out_.bounds; whether it found one.
+  // greedy_split at t into out_.bounds and most_; whether it found one (if not, lo_ rises to what the run
+  // rules out).
   bool attempt(const CostModel& model, const detail::PreparedCandidate& pc, double t);
   // The bisection once a threshold has a split, and the result's step.
   void finish(const CostModel& model, const detail::PreparedCandidate& pc);
@@ -99,7 +105,9 @@ class GreedyThreshold {
   int64_t most_params_ = -1;  // MemoryFactors::most_params_within(static_cap_), found on the first call
   bool lanes_only_;
   State state_ = State::fresh;
-  double lo_ = 0, hi_ = 0;
+  double lo_ = 0, hi_ = 0;  // no threshold below lo_ finds a split; hi_: the threshold tried last in doubling, then
+                            // the busiest stage of the split found at the least one
+  double most_ = 0;         // the busiest stage of the last split found
   int doublings_ = 0;
   bool failed_ = false;  // attempt(hi_) was made and failed
   Split out_;

@@ -2,9 +2,11 @@
 // the search's order by lower bound, with them where they matter.
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <numeric>
 #include <queue>
+#include <tuple>
 #include <vector>
 
 #include "parallel.hpp"
@@ -24,7 +26,31 @@ bool StepLowerBound::refines_above(const Candidate& c, double t) const {
   return c.depth == 1 ? !lanes_reach(p, above) : rules_out(p, above);
 }
 
-double StepLowerBound::refined(const Candidate& c, double from, double ceiling, RuleBracket* tried) {
+namespace {
+
+// Relative step of bracket()'s first tests away from the guess (4 times that at each further one).
+constexpr double kGuessStep = 1e-4;
+
+// Narrows [out_at, in_at] (out(out_at) holds, out(in_at) does not) by tests near `guess`, galloping away
+// from it until one answer of each kind brackets the bound.
+template <class Out>
+void bracket(double guess, double& out_at, double& in_at, Out&& out) {
+  if (!(out_at < guess && guess < in_at)) return;
+  double step = kGuessStep * guess;
+  const bool above = out(guess);
+  (above ? out_at : in_at) = guess;
+  for (;; step *= 4.0) {
+    const double t = above ? out_at + step : in_at - step;
+    if (!(out_at < t && t < in_at)) return;
+    const bool ruled = out(t);
+    (ruled ? out_at : in_at) = t;
+    if (ruled != above) return;
+  }
+}
+
+}  // namespace
+
+double StepLowerBound::refined(const Candidate& c, double from, double ceiling, RuleBracket* tried, double guess) {
   if (!refinable(c)) return 0.0;
   if (c.chunks > 1) return chunked_bound(c);  // whatever from and ceiling: O(levels) once memoised
   double out = 0.0, transfers = 0.0;
@@ -60,10 +86,14 @@ double StepLowerBound::refined(const Candidate& c, double from, double ceiling, 
     }
     if (out_at(hi)) return kInfinity;
   }
-  if (!out_at(lo)) return out;
+  // The tests near the guess decide the midpoints outside [known_out, known_in] (and out_at(lo) when one
+  // of them ruled out), so the bisection's steps are those it takes without them.
+  double known_out = lo, known_in = hi;
+  if (guess > 0.0) bracket(guess, known_out, known_in, out_at);
+  if (known_out == lo && !out_at(lo)) return out;
   for (int it = 0; it < 40 && hi - lo > 1e-5 * hi; ++it) {
     const double mid = 0.5 * (lo + hi);
-    (out_at(mid) ? lo : hi) = mid;
+    (mid <= known_out || (mid < known_in && out_at(mid)) ? lo : hi) = mid;
   }
   return std::max(out, lo);
 }
@@ -71,9 +101,53 @@ double StepLowerBound::refined(const Candidate& c, double from, double ceiling, 
 namespace detail {
 
 double refined_below(StepLowerBound& bound, const Candidate& c, double from, double ceiling,
-                     StepLowerBound::RuleBracket* tried) {
-  return from < ceiling && bound.refinable(c) ? std::max(from, bound.refined(c, from, ceiling, tried)) : from;
+                     StepLowerBound::RuleBracket* tried, double guess) {
+  return from < ceiling && bound.refinable(c) ? std::max(from, bound.refined(c, from, ceiling, tried, guess)) : from;
 }
+
+namespace {
+
+// The candidates under `ceiling` in `order`, in series that differ only in depth (each in that order): the
+// bound a series' next candidate is lifted by follows from the last ones' (refine_series).
+std::vector<std::vector<size_t>> depth_series(const std::vector<Candidate>& candidates, const std::vector<double>& lb,
+                                              const std::vector<size_t>& order, double ceiling) {
+  std::map<std::tuple<Schedule, int64_t, int64_t, int64_t, Placement, int64_t>, size_t> series;
+  std::vector<std::vector<size_t>> out;
+  for (size_t idx : order) {
+    if (!(lb[idx] < ceiling)) break;
+    const Candidate& c = candidates[idx];
+    const auto [it, fresh] = series.emplace(
+        std::tuple{c.schedule, c.microbatch_index, c.width, c.microbatches, c.placement, c.chunks}, out.size());
+    if (fresh) out.emplace_back();
+    out[it->second].push_back(idx);
+  }
+  return out;
+}
+
+// Refines one depth series in its order, each candidate with a guess of its bound: the lift above its cheap
+// bound of the last two bisected ones, extrapolated linearly in the depth (the guess only saves tests).
+void refine_series(StepLowerBound& bound, const std::vector<Candidate>& candidates, const std::vector<size_t>& series,
+                   double ceiling, std::vector<double>& lb, std::vector<StepLowerBound::RuleBracket>* tried) {
+  struct Lift {
+    double depth, lift;
+  };
+  std::vector<Lift> seen;
+  for (size_t idx : series) {
+    const double from = lb[idx], depth = static_cast<double>(candidates[idx].depth);
+    double guess = 0.0;
+    if (seen.size() >= 2) {
+      const Lift& a = seen.back();
+      const Lift& b = seen[seen.size() - 2];
+      guess = from + a.lift + (a.depth != b.depth ? (a.lift - b.lift) * (depth - a.depth) / (a.depth - b.depth) : 0.0);
+    } else if (!seen.empty()) {
+      guess = from + seen.back().lift;
+    }
+    lb[idx] = refined_below(bound, candidates[idx], from, ceiling, tried ? &(*tried)[idx] : nullptr, guess);
+    if (from < lb[idx] && lb[idx] < ceiling) seen.push_back({depth, lb[idx] - from});
+  }
+}
+
+}  // namespace
 
 void refine_lower_bounds(StepLowerBound& bound, const std::vector<Candidate>& candidates, std::vector<double>& lb,
                          std::vector<size_t>& order, size_t first, double ceiling, int64_t threads,
@@ -82,16 +156,11 @@ void refine_lower_bounds(StepLowerBound& bound, const std::vector<Candidate>& ca
   if (ceiling < kInfinity) {
     // Every candidate under the ceiling: those the finer bound lifts to it cannot be kept, and they no
     // longer hold the floor of the unsearched ones down. Each is refined on its own.
-    std::vector<size_t> under;
-    for (size_t idx : order) {
-      if (!(lb[idx] < ceiling)) break;
-      under.push_back(idx);
-    }
+    const auto groups = depth_series(candidates, lb, order, ceiling);
     for_each_in_parallel_with(
-        under.size(), threads, [&] { return StepLowerBound(bound); },
+        groups.size(), threads, [&] { return StepLowerBound(bound); },
         [&](StepLowerBound& own, size_t k) {
-          const size_t idx = under[k];
-          lb[idx] = refined_below(own, candidates[idx], lb[idx], ceiling, tried ? &(*tried)[idx] : nullptr);
+          refine_series(own, candidates, groups[k], ceiling, lb, tried);
           return true;
         });
     by_bound();

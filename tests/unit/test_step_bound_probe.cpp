@@ -248,3 +248,34 @@ TEST_CASE("refined()'s bracket holds what fresh rules_out calls answer") {
   MESSAGE(checked << " refinements, " << both << " with both ends tested");
   CHECK(both >= 1000);
 }
+
+// The search refines each depth series with a guess of the bound (the last ones' lifts, extrapolated):
+// tests near the guess decide some of the bisection's midpoints, which must leave its result exactly what
+// it is without a guess, whether the guess is close, far, below or above it, and fill the same kind of
+// bracket.
+TEST_CASE("refined() with a guess returns what it returns without one") {
+  int64_t refined = 0;
+  for_each_medium_instance(6301, 6330, 0.5, [&](const auto& model, auto& bound, auto& rng) {
+    for (const auto& c : pd2bw::planner::enumerate_candidates(model)) {
+      const double base = bound(c);
+      if (c.chunks > 1 || !(base > 0.0) || !(base < pd2bw::planner::kInfinity)) continue;
+      for (const double ceiling : {pd2bw::planner::kInfinity, base * rng.uniform(1.0, 1.5)}) {
+        pd2bw::planner::StepLowerBound::RuleBracket plain_bracket;
+        const double plain = bound.refined(c, base, ceiling, &plain_bracket);
+        if (!(base < plain && plain < ceiling)) continue;  // no bisection
+        ++refined;
+        for (const double off : {0.0, 1e-6, -1e-6, 3e-5, -3e-5, 1e-3, -1e-3, 0.3, -0.3, rng.uniform(-0.1, 0.1)}) {
+          pd2bw::planner::StepLowerBound::RuleBracket guessed_bracket;
+          const double guess = plain * (1.0 + off);
+          INFO("d=" << c.depth << " m=" << c.microbatches << " ceiling " << ceiling << " bound " << plain << " guess "
+                    << guess);
+          CHECK(bound.refined(c, base, ceiling, &guessed_bracket, guess) == plain);
+          CHECK(guessed_bracket.out_to < guessed_bracket.in_from);
+          CHECK(guessed_bracket.out_to >= plain_bracket.out_to * (1.0 - 1e-5));
+        }
+      }
+    }
+  });
+  MESSAGE(refined << " bisections, each with 10 guesses");
+  CHECK(refined >= 300);
+}

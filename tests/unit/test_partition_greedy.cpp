@@ -1,0 +1,84 @@
+// The greedy split's threshold search (GreedyThreshold, partition_greedy.cpp): the DP's first upper bound,
+// and the split a candidate keeps when the DP's budget runs out. Each failed greedy run tells the least
+// threshold that could change its walk, and each split found its busiest stage, and the search jumps to
+// them. Against a brute force of every threshold that can matter (each stage's busy time for every stage,
+// start and end), the search must end within its 1e-3 of the least threshold any greedy run finds a split
+// at, where every larger threshold finds one too (not always so: a longer stage can leave the later ones
+// no room). The split it ends with may be below that threshold: its busiest stage is what it reports.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "partition_internal.hpp"
+#include "pd2bw/planner/cost_model.hpp"
+#include "pd2bw/planner/search.hpp"
+#include "prepared.hpp"
+#include "random_instances.hpp"
+
+namespace {
+
+using pd2bw::planner::CostModel;
+using pd2bw::planner::kInfinity;
+
+struct Thresholds {
+  double least = kInfinity;  // the least at which a greedy run finds a split
+  bool monotone = true;      // and every larger one finds one too
+};
+
+// Every threshold at which a greedy walk can change is some stage's busy time (for a position, start and
+// end): the least of them at which greedy_split_at finds a split, and whether all larger ones do.
+Thresholds greedy_thresholds(const CostModel& model, const pd2bw::planner::detail::PreparedCandidate& pc,
+                             int64_t static_cap) {
+  const int64_t L = model.num_layers(), d = pc.candidate.depth;
+  std::vector<double> times;
+  for (int64_t i = 0; i < d; ++i)
+    for (int64_t a = i; a <= L - (d - i); ++a)
+      for (int64_t e = a + 1; e <= L - (d - 1 - i); ++e) {
+        const auto q = pd2bw::planner::detail::quick_price(model, pc, i, a, e);
+        if (q.feasible) times.push_back(q.step_ms);
+      }
+  std::sort(times.begin(), times.end());
+  times.erase(std::unique(times.begin(), times.end()), times.end());
+  Thresholds out;
+  for (double t : times) {
+    const bool found = !pd2bw::planner::detail::greedy_split_at(model, pc, t, static_cap).empty();
+    if (found && !(out.least < kInfinity)) out.least = t;
+    if (!found && out.least < kInfinity) out.monotone = false;
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("the greedy threshold search ends within 1e-3 of the least threshold a greedy run finds a split at") {
+  int64_t checked = 0, skipped = 0;
+  pd2bw::testing::RandomInstanceOptions opt = pd2bw::testing::medium_instance_options();
+  opt.split_backward_p = 0.5;
+  for (uint64_t seed = 8501; seed <= 8530; ++seed) {
+    const auto inst = pd2bw::testing::make_random_instance(seed, opt);
+    INFO(inst.describe());
+    const CostModel model(inst.profile, inst.cluster, inst.constraints);
+    const int64_t static_cap = model.memory_limit_bytes() - model.constraints().reserve_bytes;
+    for (const auto& c : pd2bw::planner::enumerate_candidates(model)) {
+      if (c.chunks > 1 || c.depth > 12) continue;  // the brute force is O(d L^2) greedy runs
+      const auto pc = pd2bw::planner::detail::prepare(model, c);
+      const Thresholds brute = greedy_thresholds(model, pc, static_cap);
+      // lanes_only: the result's step is the busiest stage of the split the search ended with.
+      const double found = pd2bw::planner::detail::greedy_of(model, pc, static_cap, kInfinity, true).step_ms;
+      INFO("d=" << c.depth << " m=" << c.microbatches << " least " << brute.least << " found " << found);
+      CHECK((found < kInfinity) == (brute.least < kInfinity));
+      // Where a larger threshold can lose the split (a longer stage leaves the later ones no room), no
+      // search by thresholds is exact: those are counted, not checked.
+      if (!(brute.least < kInfinity) || !brute.monotone) {
+        ++skipped;
+        continue;
+      }
+      CHECK(found <= brute.least * (1.0 + 1e-3) * (1.0 + 1e-12));
+      ++checked;
+    }
+  }
+  MESSAGE(checked << " candidates checked, " << skipped << " with no split or one a larger threshold loses");
+  CHECK(checked >= 300);
+}
