@@ -280,9 +280,15 @@ bool StepLowerBound::memory_fits(Probe& p) const {
 bool StepLowerBound::memory_reaches(const Relaxed& relaxed, int64_t depth) const {
   const int64_t L = model_.num_layers();
   if (!relaxed.may_cover(depth)) return false;
-  int64_t a = 0;
-  for (int64_t k = 0; k < depth && a < L; ++k)
-    a = detail::gallop(a, L, [&](int64_t e) { return relaxed.time(k, a, e) < kInfinity; });
+  // Each search starts from the stage before's length (neighbouring stages hold similar runs): the same
+  // ends as galloping from each start, in fewer tests.
+  int64_t a = 0, held = 1;
+  for (int64_t k = 0; k < depth && a < L; ++k) {
+    const int64_t e = detail::gallop_from(a, L, std::min(L, a + held),
+                                          [&](int64_t x) { return x == a || relaxed.time(k, a, x) < kInfinity; });
+    held = std::max<int64_t>(1, e - a);
+    a = e;
+  }
   return a >= L;
 }
 
