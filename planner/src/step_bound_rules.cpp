@@ -64,9 +64,17 @@ void StepLowerBound::prepare_rules(Probe& p) const {
 class StepLowerBound::RuleWalks {
  public:
   RuleWalks(const StepLowerBound& bound, Probe& p, double at)
-      : p_(p), c_(p.c), links_(p.links()), plain_(p.plain), ins_after_(p.ins_after),
-        cp_(bound.model_.compute_prefix(p.c.microbatch_index)), wp_(bound.model_.weight_prefix(p.c.microbatch_index)),
-        relaxed_(p.relaxed()) {
+      : p_(p),
+        c_(p.c),
+        links_(p.links()),
+        plain_(p.plain),
+        ins_after_(p.ins_after),
+        cp_(bound.model_.compute_prefix(p.c.microbatch_index)),
+        wp_(bound.model_.weight_prefix(p.c.microbatch_index)),
+        relaxed_(p.relaxed()),
+        model_(bound.model_),
+        ar_level_(p.levels().ar_level),
+        rp_(bound.model_.redo_prefix(p.c.microbatch_index)) {
     const auto& model = bound.model_;
     all_ = cp_.back();
     m_ = static_cast<double>(c_.microbatches);
@@ -188,6 +196,7 @@ class StepLowerBound::RuleWalks {
         if (x2 < 0.0) return done(false);
         e = std::min(e, capped(k, a, x2, one_trip, held, lo, std::max(lo, e)));
       }
+      if (!split_ && m_ > 1.0 && k + 1 < c_.depth) e = own_cycle_end(k, a, e, t0, w);
       held = std::max<int64_t>(1, static_cast<int64_t>(e - a));
       a = e;  // e == a is allowed: an empty stage only relaxes (the real split's next start is no further)
       ends[uk] = static_cast<int64_t>(a);
@@ -198,6 +207,36 @@ class StepLowerBound::RuleWalks {
       }
     }
     return done(false);
+  }
+
+  // Flush stage k's own cycles, with its own allreduce and update h_k (the objective is at least h_k + P_k):
+  // P_k is at least its one round trip's U_{>=k} + (m - 1) max(cf_k, cb_k) (warm-up w >= m - 1), or its
+  // two round trips' 2 U_{>=k} + (m - 2 - w) t_k; U_{>=k} (the u's from stage k on) is at least the busy
+  // time less the most the stages before can take (the fwd + bwd and every redo of [0, a)), and at least
+  // the stage's own time (Relaxed::time, with the recompute its memory forces) and the plain compute
+  // after it; max(cf_k, cb_k) >= max(1/2, the least backward share) of that time. Each term grows with the
+  // end and falls as the start grows, so the furthest end within t0 only grows with the start, as the
+  // walk needs. Returns the furthest end in [a, e] (a itself when even one layer does not fit).
+  size_t own_cycle_end(int64_t k, size_t a, size_t e, double t0, double w) const {
+    const int64_t level = ar_level_[static_cast<size_t>(k)];
+    const auto& pp = model_.param_prefix();
+    const auto& up = model_.update_prefix();
+    const auto statics = model_.static_factors(c_.schedule);
+    const double before = busy - cp_[a] - rp_[a], s = std::max(0.5, bwd_share_);
+    const auto start = static_cast<int64_t>(a);
+    auto fits = [&](int64_t x) {
+      if (x == start) return true;
+      const auto ux = static_cast<size_t>(x);
+      const double y = relaxed_.time(k, start, x);
+      if (!(y < kInfinity)) return false;
+      const double h =
+          (level >= 0 ? model_.allreduce_ms(statics.grads(pp[ux] - pp[a]), c_.width, level) : 0.0) + (up[ux] - up[a]);
+      const double after = std::max(before, y + all_ - cp_[ux]);
+      const double cycle = m_ >= w + 2.0 ? 2.0 * after + (m_ - 2.0 - w) * y : after + (m_ - 1.0) * s * y;
+      return h + cycle <= t0 * (1.0 + 1e-12);
+    };
+    if (fits(static_cast<int64_t>(e))) return e;  // mostly: the other caps bind first
+    return static_cast<size_t>(detail::gallop(start, static_cast<int64_t>(e), fits));
   }
 
   // GPipe, on whole layers: T >= h_0 + sum_j u_j + (m - 1)(cf_k + cb_k) for every stage k, with the u's
@@ -277,6 +316,9 @@ class StepLowerBound::RuleWalks {
   const std::vector<StageLinks>& links_;
   const std::vector<double>&plain_, &ins_after_, &cp_, &wp_;
   const Relaxed& relaxed_;
+  const CostModel& model_;
+  const std::vector<int64_t>& ar_level_;  // each stage's allreduce level (PlacementLevels), -1: one replica
+  const std::vector<double>& rp_;         // the redo prefix: the most recompute of [0, a)
   double all_ = 0, m_ = 0, d_ = 0, share_ = 0, h0_ = 0, r_ = 0, excess_ = 0, bwd_share_ = 0;
   RecomputePolicy policy_ = RecomputePolicy::auto_;
   bool split_ = false, cp_sorted_ = false, y_sorted_ = false;

@@ -105,13 +105,14 @@ TEST_CASE("lower bounds and rules_out never pass a candidate's exact optimum") {
   CHECK(tally.one_trip_below >= tally.one_trip / 16);
   // The tests must bite: 1% below the optimum the whole-layer lanes rule out a quarter of 2BW's candidates
   // and a fifth of zb-h1's and zb-h2's (their early stages' stashes bind), and with the cycles a tenth of
-  // flush's and gpipe's.
+  // gpipe's and a sixth of flush's (each flush stage's cycles with its own allreduce and update,
+  // RuleWalks::own_cycle_end: 335 of these 2,110 without them, 356 with).
   for (Schedule s : {Schedule::two_bw, Schedule::flush, Schedule::gpipe, Schedule::zb_h1, Schedule::zb_h2}) {
     const auto i = static_cast<size_t>(s);
     MESSAGE(std::string(schedule_name(s)) << ": " << tally.per_schedule[i]
                                           << " candidates, ruled out at 0.99 x optimum: " << tally.ruled_below[i]);
     const bool split = s == Schedule::zb_h1 || s == Schedule::zb_h2;
-    const int64_t share = s == Schedule::two_bw ? 4 : split ? 5 : 10;
+    const int64_t share = s == Schedule::two_bw ? 4 : split ? 5 : s == Schedule::flush ? 6 : 10;
     CHECK(tally.ruled_below[i] >= tally.per_schedule[i] / share);
   }
 }
