@@ -100,16 +100,31 @@ double StepLowerBound::least_busy(Probe& p, double t) const {
   // P(t) with each stage's plain compute also within its cycle's share at the busy time of the lanes alone
   // (the file's comment). A second pass can only lift the busy time; a third lifted 4,096-GPU gaps by 0.01%.
   const double theta = bwd_share_[static_cast<size_t>(c.microbatch_index)];
+  const double rho = model_.min_redo_share(c.microbatch_index);
   double busy = 0.0;
   for (int pass = 0; pass < (flush ? 2 : 1); ++pass) {
-    double plain = 0.0;
+    // A stage that recomputes recomputes all its layers, so the stages that hold the deficit (what the
+    // plain runs leave) give up their own plain runs: per unit of compute they gain over their run
+    // (cap / (1 + least redo share) - run) they give up run / gain, at least the least such ratio.
+    double plain = 0.0, gain = 0.0, least_ratio = kInfinity;
     for (size_t j = 0; j < p.runs.size() && plain < all; ++j) {
       const auto& l = p.links()[j];
       double cap = std::max(0.0, (t - l.latency) / m - l.lane);
       if (pass > 0 && m > 1.0) cap = std::min(cap, std::max(0.0, (t - p.h0 - busy) / cycle_weight(j, d, m, theta)));
-      plain += std::min(p.runs[j], cap);
+      const double run = std::min(p.runs[j], cap), more = cap / (1.0 + rho) - run;
+      plain += run;
+      if (more > 0.0) {
+        gain += more;
+        least_ratio = std::min(least_ratio, run / more);
+      }
     }
-    const double next = all + model_.least_redo_ms(c.microbatch_index, all - plain);
+    // (Rounding: a deficit within 1e-9 of the model is none; the stages cannot hold the model when their
+    // gains fall short of it.)
+    const double deficit = all - plain;
+    const bool short_of = deficit > 1e-9 * all;
+    if (short_of && !(gain >= deficit * (1.0 - 1e-9))) return kInfinity;
+    const double redone = short_of ? std::min(all, deficit * (1.0 + least_ratio)) : std::max(0.0, deficit);
+    const double next = all + model_.least_redo_ms(c.microbatch_index, redone);
     if (!(next > busy)) break;
     busy = next;
   }
