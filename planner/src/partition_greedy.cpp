@@ -60,7 +60,8 @@ GreedyRun greedy_split(const CostModel& model, const detail::PreparedCandidate& 
              pp[static_cast<size_t>(e)] - pp[static_cast<size_t>(a)] <= most_params;
     };
     const int64_t top = detail::gallop(a, last, prefix_fits);
-    // The stage one layer past the greedy's end: its compute alone past `top`, its priced time below it.
+    // The stage one layer past the greedy's end: its compute alone past `top`, its priced time below it
+    // (every probe is at or below `top`).
     double grown = top == last || pp[static_cast<size_t>(top + 1)] - pp[static_cast<size_t>(a)] > most_params
                        ? kInfinity
                        : m * (cp[static_cast<size_t>(top + 1)] - cp[static_cast<size_t>(a)]);
@@ -72,7 +73,7 @@ GreedyRun greedy_split(const CostModel& model, const detail::PreparedCandidate& 
       if (ok && e > longest) {
         longest = e;
         picked = q.step_ms;
-      } else if (!ok && e <= top) {
+      } else if (!ok) {
         grown = std::min(grown, q.feasible ? q.step_ms : kInfinity);
       }
       return ok;

@@ -130,15 +130,18 @@ inline int64_t split_work_at(size_t pos, size_t rank) {
   return pos < kSomeWorkPositions ? kSplitWork / 16 : kSplitWork / 64;
 }
 
-// Per candidate index, how many candidates before it in `order` are of its depth family: the same
-// schedule, microbatch size, width, placement and chunks (and so the same microbatch count), any depth.
+// A candidate's depth family: the same schedule, microbatch size, width, placement and chunks (and so the
+// same microbatch count), any depth.
+using DepthFamily = std::tuple<Schedule, int64_t, int64_t, Placement, int64_t>;
+inline DepthFamily depth_family(const Candidate& c) {
+  return {c.schedule, c.microbatch_index, c.width, c.placement, c.chunks};
+}
+
+// Per candidate index, how many candidates before it in `order` are of its depth family.
 inline std::vector<size_t> depth_ranks(const std::vector<Candidate>& candidates, std::span<const size_t> order) {
-  std::map<std::tuple<Schedule, int64_t, int64_t, Placement, int64_t>, size_t> seen;
+  std::map<DepthFamily, size_t> seen;
   std::vector<size_t> rank(candidates.size(), 0);
-  for (size_t idx : order) {
-    const auto& c = candidates[idx];
-    rank[idx] = seen[{c.schedule, c.microbatch_index, c.width, c.placement, c.chunks}]++;
-  }
+  for (size_t idx : order) rank[idx] = seen[depth_family(candidates[idx])]++;
   return rank;
 }
 

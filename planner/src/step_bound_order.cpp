@@ -6,10 +6,10 @@
 #include <mutex>
 #include <numeric>
 #include <queue>
-#include <tuple>
 #include <vector>
 
 #include "parallel.hpp"
+#include "search_internal.hpp"
 #include "step_bound.hpp"
 
 namespace pd2bw::planner {
@@ -107,17 +107,15 @@ double refined_below(StepLowerBound& bound, const Candidate& c, double from, dou
 
 namespace {
 
-// The candidates under `ceiling` in `order`, in series that differ only in depth (each in that order): the
-// bound a series' next candidate is lifted by follows from the last ones' (refine_series).
+// The candidates under `ceiling` in `order`, by depth family (depth_family; each in that order): the bound a
+// family's next candidate is lifted by follows from the last ones' (refine_series).
 std::vector<std::vector<size_t>> depth_series(const std::vector<Candidate>& candidates, const std::vector<double>& lb,
                                               const std::vector<size_t>& order, double ceiling) {
-  std::map<std::tuple<Schedule, int64_t, int64_t, int64_t, Placement, int64_t>, size_t> series;
+  std::map<DepthFamily, size_t> series;
   std::vector<std::vector<size_t>> out;
   for (size_t idx : order) {
     if (!(lb[idx] < ceiling)) break;
-    const Candidate& c = candidates[idx];
-    const auto [it, fresh] = series.emplace(
-        std::tuple{c.schedule, c.microbatch_index, c.width, c.microbatches, c.placement, c.chunks}, out.size());
+    const auto [it, fresh] = series.emplace(depth_family(candidates[idx]), out.size());
     if (fresh) out.emplace_back();
     out[it->second].push_back(idx);
   }
@@ -155,7 +153,7 @@ void refine_lower_bounds(StepLowerBound& bound, const std::vector<Candidate>& ca
   auto by_bound = [&] { std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return lb[a] < lb[b]; }); };
   if (ceiling < kInfinity) {
     // Every candidate under the ceiling: those the finer bound lifts to it cannot be kept, and they no
-    // longer hold the floor of the unsearched ones down. Each is refined on its own.
+    // longer hold the floor of the unsearched ones down. Each depth family is refined in turn, on one thread.
     const auto groups = depth_series(candidates, lb, order, ceiling);
     for_each_in_parallel_with(
         groups.size(), threads, [&] { return StepLowerBound(bound); },

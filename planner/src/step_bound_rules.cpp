@@ -75,12 +75,11 @@ class StepLowerBound::RuleWalks {
         model_(bound.model_),
         ar_level_(p.levels().ar_level),
         rp_(bound.model_.redo_prefix(p.c.microbatch_index)) {
-    const auto& model = bound.model_;
     all_ = cp_.back();
     m_ = static_cast<double>(c_.microbatches);
     d_ = static_cast<double>(c_.depth);
-    share_ = model.min_redo_share(c_.microbatch_index);
-    policy_ = model.constraints().recompute;
+    share_ = model_.min_redo_share(c_.microbatch_index);
+    policy_ = model_.constraints().recompute;
     h0_ = p.h0;
     busy = bound.least_busy(p, at);  // at least sum_j Y_j of any split with an objective within t
     split_ = c_.schedule != Schedule::flush;
@@ -90,7 +89,7 @@ class StepLowerBound::RuleWalks {
     excess_ = split_ ? bound.weight_excess_ms_[bi] : 0.0;
     cp_sorted_ = bound.cp_sorted_[bi] != 0;
     y_sorted_ = split_ ? bound.y_sorted_[bi] != 0 : cp_sorted_;
-    L_ = model.num_layers();
+    L_ = model_.num_layers();
   }
 
   double busy = 0.0;
