@@ -98,24 +98,33 @@ int64_t steady_step(const ScheduleSpec& spec) {
 }
 
 double first_step_period(const std::vector<SimLane>& lanes) {
-  double period = 0.0;
-  for (const auto& lane : lanes) {  // D: when the lanes whose first op waited on nothing end the step
-    if (lane.update_end_ms.size() != 1 || lane.clock_ms != lane.update_end_ms[0]) return 0.0;
-    if (lane.first_kind != OpKind::recv_activation && lane.first_kind != OpKind::recv_gradient)
-      period = std::max(period, lane.clock_ms);
-  }
+  auto receives_first = [](const SimLane& lane) {
+    return lane.first_kind == OpKind::recv_activation || lane.first_kind == OpKind::recv_gradient;
+  };
+  auto entry = [&](const SimLane& lane) { return receives_first(lane) ? lane.first_sent_ms : 0.0; };
+  double period = 0.0, longest = 0.0;  // when the lanes that waited on nothing end; the longest entry to end
   for (const auto& lane : lanes) {
-    switch (lane.first_kind) {
-      case OpKind::recv_activation:
-      case OpKind::recv_gradient:
-        if (lane.clock_ms > lane.first_sent_ms + period) return 0.0;
-        break;
-      case OpKind::allreduce: return 0.0;  // it waits on its peers' clocks: not decided here
-      default:
-        if (lane.clock_ms != period) return 0.0;
-    }
+    if (lane.update_end_ms.size() != 1 || lane.clock_ms != lane.update_end_ms[0]) return 0.0;
+    if (lane.first_kind == OpKind::allreduce) return 0.0;  // it waits on its peers' clocks: not decided here
+    if (!receives_first(lane)) period = std::max(period, lane.clock_ms);
+    longest = std::max(longest, lane.clock_ms - entry(lane));
   }
-  return period;
+  // Whether lane l's entry reaches its own clock: the chain that reaches the clock starts at the entry of
+  // its origin, whose entry the chain of its first message reached from another lane's entry, and so on
+  // back to a lane that waited on nothing (each link leads to an earlier entry, so at most every lane once).
+  auto own_chain = [&](size_t l) {
+    int32_t at = lanes[l].origin;
+    for (size_t links = 0; at >= 0 && links <= lanes.size(); ++links, at = lanes[static_cast<size_t>(at)].entry_origin)
+      if (at == static_cast<int32_t>(l)) return true;
+    return false;
+  };
+  bool shifted = true, chained = false;
+  for (size_t l = 0; l < lanes.size(); ++l) {
+    const SimLane& lane = lanes[l];
+    shifted = shifted && (receives_first(lane) ? lane.clock_ms <= entry(lane) + period : lane.clock_ms == period);
+    chained = chained || (lane.clock_ms - entry(lane) == longest && own_chain(l));
+  }
+  return shifted || chained ? longest : 0.0;  // shifted: the lanes that waited on nothing end last, at D
 }
 
 SimResult summarize(const SimInput& input, std::vector<SimLane>& lanes, const std::vector<int64_t>& weights,

@@ -95,6 +95,12 @@ class SimLane {
   // first_step_period() needs to know how the lane's clock entered the first step.
   OpKind first_kind;
   double first_sent_ms = 0;
+  // The lane whose own chain of dependencies reaches this lane's clock (set by the replay): it starts at
+  // that lane's first op (at its start, or at the send of the message it receives) and follows, from op to
+  // op, whatever started each one (the lane's previous op, a message's send, the latest peer of an
+  // allreduce). The same dependencies, with the same durations, recur in every step.
+  int32_t origin = -1;
+  int32_t entry_origin = -1;  // the origin of the message the first op received (-1: it received none)
 
  private:
   static constexpr Busy category(OpKind k) {
@@ -183,12 +189,15 @@ SimResult summarize(const SimInput& input, std::vector<SimLane>& lanes, const st
                     double period = 0.0);
 
 // For lanes that ran one step of a schedule whose steps do not overlap (all but 2bw) from clocks at 0: the
-// period D such that every later step replays this one D later, op for op, or 0 when that is not proven.
-// The replay is a max-plus system, so the second step is the first shifted by D exactly when each lane's
-// first op starts D later than it did: a lane whose first op waited on nothing ends step 0 at D (they all
-// end it together), and one whose first op received a message sent at time a (starting at max(0, a))
-// ends it at or before a + D, so that its clock never holds the shifted receive up. By induction every
-// later step is shifted by D again.
+// steady period D (every step from some step on ends D after the one before), or 0 when that is not
+// proven. The replay is a max-plus system from step to step. Let a lane enter the step at 0, or, when its
+// first op receives a message sent at time a, at a, and let D be the longest time from a lane's entry to
+// its clock. Above: were every lane's next step to start D after its entry, it would repeat the first
+// step D later op for op (no lane is still busy then), and the lanes start it no later than that, so no
+// later step takes longer. Below: a lane whose clock its own chain reached (`origin`) depends on its entry
+// through a path that every step repeats, and its next step starts after its clock, so its steps start D
+// apart at least. Either every lane that waited on nothing ends at D, which makes the second step the first
+// one shifted by D, or a lane whose own chain reached its clock is D past its entry.
 double first_step_period(const std::vector<SimLane>& lanes);
 
 }  // namespace pd2bw::planner

@@ -19,11 +19,13 @@ namespace pd2bw::planner {
 
 namespace {
 
-// A message names its microbatch by its index in the stream of all steps' microbatches (step m + k): 16
+// A message names its microbatch by its index in the stream of all steps' microbatches (step m + k, kept
+// modulo 2^32: a replay never holds that many) and carries its sender's chain origin (SimLane::origin): 16
 // bytes, so a queue of a whole step's activations (gpipe) takes less of the cache.
 struct Message {
   double start_ms;
-  int64_t index;
+  uint32_t index;
+  int32_t origin;
 };
 
 // A first-in first-out queue of messages in a ring that doubles when full (a channel holds at most a
@@ -60,7 +62,10 @@ class Engine {
     const int64_t chunks = d * in.spec.chunks;
     lanes_.reserve(static_cast<size_t>(d * n));
     for (int64_t i = 0; i < d; ++i)
-      for (int64_t r = 0; r < n; ++r) lanes_.emplace_back(i, replicas_[static_cast<size_t>(r)], in, measure);
+      for (int64_t r = 0; r < n; ++r) {
+        lanes_.emplace_back(i, replicas_[static_cast<size_t>(r)], in, measure);
+        lanes_.back().origin = static_cast<int32_t>(lanes_.size() - 1);
+      }
     channels_.resize(static_cast<size_t>(2 * chunks * n));
     ar_ready_.assign(static_cast<size_t>(chunks), {});
     for (int64_t c = 0; c + 1 < chunks; ++c)  // a hand-over inside one rank (zb-v's turn) costs nothing
@@ -94,11 +99,11 @@ class Engine {
     events_.push_back({lane.stage, lane.replica, op.chunk, op.kind, op.step, op.microbatch, op.version, start, end});
   }
 
-  int64_t index(const Op& op) const { return op.step * in_.spec.microbatches + op.microbatch; }
+  uint32_t index(const Op& op) const { return static_cast<uint32_t>(op.step * in_.spec.microbatches + op.microbatch); }
 
   [[gnu::always_inline]] void send(int64_t ch, const SimLane& lane, std::vector<int64_t>& work) {
     Channel& q = channels_[static_cast<size_t>(ch)];
-    q.push({lane.clock_ms, index(lane.op())});
+    q.push({lane.clock_ms, index(lane.op()), lane.origin});
     if (q.waiter >= 0) {
       work.push_back(q.waiter);
       q.waiter = -1;
@@ -117,16 +122,21 @@ class Engine {
     q.pop();
     if (msg.index != index(lane.op())) [[unlikely]]
       mismatch(lane, msg);
-    if (lane.pc == 0) lane.first_sent_ms = msg.start_ms;
+    if (lane.pc == 0)
+      std::tie(lane.first_sent_ms, lane.entry_origin) = std::pair(msg.start_ms, msg.origin);  // its own chain starts
+    else if (msg.start_ms > lane.clock_ms)
+      lane.origin = msg.origin;  // the sender's chain holds the lane up
     start = std::max(lane.clock_ms, msg.start_ms);
     return true;
   }
 
   [[noreturn]] void mismatch(const SimLane& lane, const Message& msg) const {
     const int64_t m = in_.spec.microbatches;
-    throw Error(fmt::format("schedule mismatch: stage {} expected step {} microbatch {} but got step {} "
-                            "microbatch {}", lane.stage, lane.op().step, lane.op().microbatch, msg.index / m,
-                            msg.index % m));
+    throw Error(
+        fmt::format("schedule mismatch: stage {} expected step {} microbatch {} but got step {} "
+                    "microbatch {}",
+                    lane.stage, lane.op().step, lane.op().microbatch, static_cast<int64_t>(msg.index) / m,
+                    static_cast<int64_t>(msg.index) % m));
   }
 
   bool allreduce(int64_t l, std::vector<int64_t>& work) {
@@ -136,10 +146,16 @@ class Engine {
     group.push_back(l);
     if (group.size() < replicas_.size()) return false;
     double start = 0;
-    for (int64_t g : group) start = std::max(start, lanes_[static_cast<size_t>(g)].clock_ms);
+    int32_t origin = lane.origin;  // the latest peer's chain holds the others up
+    for (int64_t g : group) {
+      const SimLane& peer = lanes_[static_cast<size_t>(g)];
+      if (peer.clock_ms > start) std::tie(start, origin) = std::pair(peer.clock_ms, peer.origin);
+    }
     const double dur = in_.stages[static_cast<size_t>(chunk)].allreduce_ms;
     for (int64_t g : group) {
-      record<OpKind::allreduce>(lanes_[static_cast<size_t>(g)], start, start + dur);
+      SimLane& peer = lanes_[static_cast<size_t>(g)];
+      if (peer.clock_ms < start) peer.origin = origin;
+      record<OpKind::allreduce>(peer, start, start + dur);
       if (g != l) work.push_back(g);
     }
     group.clear();

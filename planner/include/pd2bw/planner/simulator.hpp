@@ -131,9 +131,11 @@ SimResult simulate(const SimInput& input, bool keep_events = false, bool measure
 // or kMaxSteadySteps (or kMaxSteadyOps) are reached; then `steady` is false and the last measured step,
 // an upper bound on the steady one, stands. Predictions and `pd2bw simulate` use it.
 // With `measured_only` and no events (the search's replays), a schedule other than 2bw first replays a
-// single step, and where that step proves its period (every later step would repeat it that much later,
-// op for op) returns it as the steady step, with step_end_ms of that one step, its window ending there and
-// as long as the period; otherwise the above, whose simulated_ops then include the single step's.
+// single step, and where that step proves the steady period (no later step takes longer, and a chain of
+// one rank's dependencies that every step repeats takes that long) returns that period as the steady step,
+// with the single step's busy times and memory (every step has the same ops), step_end_ms of that one
+// step, and its window ending there and as long as the period; otherwise the above, whose simulated_ops
+// then include the single step's.
 SimResult simulate_steady(SimInput input, bool keep_events = false, bool measured_only = false);
 
 // About how many ops simulate_steady replays for `input` when it is steady at the first try: distinct
