@@ -26,10 +26,19 @@ struct GreedyRun {
   double most = 0.0, next = kInfinity;
 };
 
-// The greedy split at t.
+// Whether the run's test of the layers left passes at stage i: each stage that fits has m times its
+// compute within t (its busy time is at least that), so when the layers left need more than the d - i
+// stages left can hold, no split follows (the slack covers the rounding of the prefix differences).
+bool room_left(double left, int64_t d, int64_t i, double t) {
+  return !(left > static_cast<double>(d - i) * t * (1.0 + 1e-9));
+}
+
+// The greedy split at t, each stage found in `trace` when the one recorded for its position starts where
+// it does and repeats at t (GreedyStage), and each stage it walks recorded there.
 // `most_params`: the most parameter bytes a stage's static memory allows (static_bytes(schedule, a, e) <=
 // the static cap exactly when the parameter bytes of [a, e) are at most this).
-GreedyRun greedy_split(const CostModel& model, const detail::PreparedCandidate& pc, double t, int64_t most_params) {
+GreedyRun greedy_split(const CostModel& model, const detail::PreparedCandidate& pc, double t, int64_t most_params,
+                       std::vector<GreedyStage>& trace) {
   const int64_t L = model.num_layers();
   const int64_t d = pc.candidate.depth;
   const auto& cp = model.compute_prefix(pc.candidate.microbatch_index);
@@ -41,16 +50,22 @@ GreedyRun greedy_split(const CostModel& model, const detail::PreparedCandidate& 
     run.bounds.clear();
     return std::move(run);
   };
+  trace.resize(static_cast<size_t>(d));
   int64_t a = 0;
   for (int64_t i = 0; i < d; ++i) {
     const int64_t last = i == d - 1 ? L : L - (d - 1 - i);
-    // Each stage that fits has m times its compute within t (its busy time is at least that): when the
-    // layers left need more than the d - i stages left can hold, no split follows (the slack covers the
-    // rounding of the prefix differences).
     const double left = m * (cp[static_cast<size_t>(L)] - cp[static_cast<size_t>(a)]);
-    if (left > static_cast<double>(d - i) * t * (1.0 + 1e-9)) {
+    if (!room_left(left, d, i, t)) {
       run.next = std::min(run.next, left / static_cast<double>(d - i));
       return fail();
+    }
+    GreedyStage& seen = trace[static_cast<size_t>(i)];
+    if (seen.start == a && seen.lo <= t && t < seen.hi) {
+      run.most = std::max(run.most, seen.picked);
+      run.next = std::min(run.next, seen.hi);
+      run.bounds.push_back(seen.end);
+      a = seen.end;
+      continue;
     }
     // The furthest end whose compute and static memory fit (both prefixes grow with the end), then the
     // furthest below it that fits in full, by bisection (fitting is nearly monotone in the end; a greedy
@@ -66,10 +81,12 @@ GreedyRun greedy_split(const CostModel& model, const detail::PreparedCandidate& 
                        ? kInfinity
                        : m * (cp[static_cast<size_t>(top + 1)] - cp[static_cast<size_t>(a)]);
     double picked = 0.0;  // the time of the longest stage that fits
+    double lo = m * (cp[static_cast<size_t>(top)] - cp[static_cast<size_t>(a)]);  // every test passed below
     int64_t longest = a;
     auto fits = [&](int64_t e) {
       const auto q = detail::quick_price(model, pc, i, a, e);
       const bool ok = q.feasible && q.step_ms <= t;
+      if (ok) lo = std::max(lo, q.step_ms);
       if (ok && e > longest) {
         longest = e;
         picked = q.step_ms;
@@ -88,6 +105,7 @@ GreedyRun greedy_split(const CostModel& model, const detail::PreparedCandidate& 
     if (pick < 0) return fail();
     run.most = std::max(run.most, picked);
     run.bounds.push_back(pick);
+    seen = {a, pick, lo, grown, picked};
     a = pick;
   }
   return run;
@@ -96,9 +114,10 @@ GreedyRun greedy_split(const CostModel& model, const detail::PreparedCandidate& 
 }  // namespace
 
 std::vector<int64_t> greedy_split_at(const CostModel& model, const detail::PreparedCandidate& pc, double t,
-                                     int64_t static_cap) {
+                                     int64_t static_cap, std::vector<GreedyStage>* trace) {
   const int64_t most_params = model.static_factors(pc.candidate.schedule).most_params_within(static_cap);
-  return greedy_split(model, pc, t, most_params).bounds;
+  std::vector<GreedyStage> fresh;
+  return greedy_split(model, pc, t, most_params, trace ? *trace : fresh).bounds;
 }
 
 // step_objective of `bounds`, priced through pc.
@@ -110,7 +129,7 @@ double objective_of(const CostModel& model, const detail::PreparedCandidate& pc,
 }
 
 bool GreedyThreshold::attempt(const CostModel& model, const detail::PreparedCandidate& pc, double t) {
-  GreedyRun run = greedy_split(model, pc, t, most_params_);
+  GreedyRun run = greedy_split(model, pc, t, most_params_, trace_);
   if (run.bounds.empty()) {
     lo_ = std::max({lo_, t, run.next});  // no threshold below run.next finds a split (nor t itself)
     return false;
@@ -128,6 +147,12 @@ bool GreedyThreshold::attempt(const CostModel& model, const detail::PreparedCand
 // to its `next`. A doubling that stopped at a failed threshold above one `known` goes on from there for a
 // larger one: the thresholds tried are those of a run from scratch with it.
 Split GreedyThreshold::at_most(const CostModel& model, const detail::PreparedCandidate& pc, double known) {
+  Split out = search(model, pc, known);
+  trace_ = {};
+  return out;
+}
+
+Split GreedyThreshold::search(const CostModel& model, const detail::PreparedCandidate& pc, double known) {
   if (state_ == State::fresh) {
     most_params_ = model.static_factors(pc.candidate.schedule).most_params_within(static_cap_);
     if (!attempt(model, pc, kInfinity)) {

@@ -81,10 +81,22 @@ double objective_of(const CostModel& model, const detail::PreparedCandidate& pc,
 Split greedy_of(const CostModel& model, const detail::PreparedCandidate& pc, int64_t static_cap, double known,
                 bool lanes_only = false);
 
+// One stage of a greedy run (at position i, from layer `start`), and the thresholds its walk repeats at:
+// every test the stage made (the compute of its end and of one layer more, the priced ends it probed) has
+// the same answer at any threshold in [lo, hi), so a run there whose stage i starts at `start` ends it at
+// `end` again without a test.
+struct GreedyStage {
+  int64_t start = -1, end = 0;  // start -1: none recorded
+  double lo = 0, hi = 0;        // hi: the stage's `grown` (see GreedyRun)
+  double picked = 0;            // its priced time
+};
+
 // The split a greedy run finds at busy-time threshold t (each stage as long as its busy time within t
 // and its memory allow), or empty (partition_greedy.cpp). GreedyThreshold searches t for the least.
+// `trace`, when given, holds per position the last stage walked there by runs before (with the same model
+// and candidate): the stages that repeat are taken from it, with the same split as a run from scratch.
 std::vector<int64_t> greedy_split_at(const CostModel& model, const detail::PreparedCandidate& pc, double t,
-                                     int64_t static_cap);
+                                     int64_t static_cap, std::vector<GreedyStage>* trace = nullptr);
 
 // greedy_of for one candidate asked with several `known`s: at_most(model, pc, known) == greedy_of(model, pc,
 // static_cap, known, lanes_only), each threshold tried once over all the calls, which must pass the same
@@ -98,6 +110,9 @@ class GreedyThreshold {
   // greedy_split at t into out_.bounds and most_; whether it found one (if not, lo_ rises to what the run
   // rules out).
   bool attempt(const CostModel& model, const detail::PreparedCandidate& pc, double t);
+  Split search(const CostModel& model, const detail::PreparedCandidate& pc, double known);  // at_most's work
+  // The stages of the last run within one at_most call (emptied when it returns: a memo holds thousands).
+  std::vector<GreedyStage> trace_;
   // The bisection once a threshold has a split, and the result's step.
   void finish(const CostModel& model, const detail::PreparedCandidate& pc);
   enum class State { fresh, doubling, found, none };

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <random>
 #include <vector>
 
 #include "partition_internal.hpp"
@@ -81,4 +82,43 @@ TEST_CASE("the greedy threshold search ends within 1e-3 of the least threshold a
   }
   MESSAGE(checked << " candidates checked, " << skipped << " with no split or one a larger threshold loses");
   CHECK(checked >= 300);
+}
+
+TEST_CASE("greedy runs that take their repeating stages from the runs before find the splits of runs from scratch") {
+  // A threshold search's sequence (a doubling, then halvings of a bracket) and random thresholds around
+  // the least, each run with the trace of all the runs before it: every split the same as without one.
+  int64_t runs = 0;
+  pd2bw::testing::RandomInstanceOptions opt = pd2bw::testing::medium_instance_options();
+  opt.split_backward_p = 0.5;
+  for (uint64_t seed = 8531; seed <= 8550; ++seed) {
+    const auto inst = pd2bw::testing::make_random_instance(seed, opt);
+    INFO(inst.describe());
+    const CostModel model(inst.profile, inst.cluster, inst.constraints);
+    const int64_t static_cap = model.memory_limit_bytes() - model.constraints().reserve_bytes;
+    std::mt19937_64 rng(seed);
+    for (const auto& c : pd2bw::planner::enumerate_candidates(model)) {
+      if (c.chunks > 1) continue;
+      const auto pc = pd2bw::planner::detail::prepare(model, c);
+      const double least = pd2bw::planner::detail::greedy_of(model, pc, static_cap, kInfinity, true).step_ms;
+      if (!(least < kInfinity)) continue;
+      std::vector<double> thresholds{kInfinity, least / 4.0, least / 2.0, least};
+      for (double lo = least / 2.0, hi = least; hi - lo > 1e-4 * hi;) {
+        const double mid = 0.5 * (lo + hi);
+        thresholds.push_back(mid);
+        (std::uniform_int_distribution<int>(0, 1)(rng) ? lo : hi) = mid;
+      }
+      std::uniform_real_distribution<double> around(0.9, 1.1);
+      for (int k = 0; k < 8; ++k) thresholds.push_back(least * around(rng));
+      std::vector<pd2bw::planner::detail::GreedyStage> trace;
+      for (double t : thresholds) {
+        const auto with = pd2bw::planner::detail::greedy_split_at(model, pc, t, static_cap, &trace);
+        const auto fresh = pd2bw::planner::detail::greedy_split_at(model, pc, t, static_cap);
+        INFO("d=" << c.depth << " m=" << c.microbatches << " t=" << t);
+        CHECK(with == fresh);
+        ++runs;
+      }
+    }
+  }
+  MESSAGE(runs << " greedy runs with a trace");
+  CHECK(runs >= 5000);
 }
