@@ -19,7 +19,7 @@ bool same_plan(const Evaluated& a, const Evaluated& b) {
 
 std::vector<Evaluated> best_of_each_schedule(const schemas::Profile& profile, const schemas::Cluster& cluster,
                                              const Constraints& constraints, const SearchResult& result,
-                                             int64_t threads) {
+                                             int64_t threads, std::shared_ptr<SearchShare> share) {
   std::vector<Evaluated> out{result.ranked.front()};
   if (constraints.schedule) return out;
   const CostModel model(profile, cluster, constraints);
@@ -31,6 +31,7 @@ std::vector<Evaluated> best_of_each_schedule(const schemas::Profile& profile, co
     options.top_k = 0;  // never changes the winner (search.hpp)
     options.threads = threads;
     options.bound_left_out = false;  // only the winner is shown, not its proven gap
+    options.share = share;
     const SearchResult r = search(CostModel(profile, cluster, pinned), options);
     if (r.feasible()) out.push_back(r.ranked.front());
   }

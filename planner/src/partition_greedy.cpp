@@ -5,10 +5,10 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <tuple>
 #include <vector>
 
 #include "bisect.hpp"
+#include "candidate_key.hpp"
 #include "chunk_price.hpp"
 #include "partition_internal.hpp"
 #include "prepared.hpp"
@@ -214,13 +214,13 @@ struct GreedyMemo::Impl {
     std::optional<detail::GreedyThreshold> threshold;
   };
   std::mutex mutex;
-  std::map<std::tuple<Schedule, int64_t, int64_t, int64_t, Placement, int64_t, int64_t>, std::unique_ptr<Entry>> entries;
+  std::map<detail::CandidateKey, std::unique_ptr<Entry>> entries;
 
   detail::GreedyThreshold* entry(const Candidate& c, int64_t static_cap, std::unique_lock<std::mutex>& lock) {
     Entry* e = nullptr;
     {
       const std::lock_guard<std::mutex> guard(mutex);
-      auto& slot = entries[{c.schedule, c.microbatch_index, c.depth, c.width, c.placement, c.microbatches, c.chunks}];
+      auto& slot = entries[detail::candidate_key(c)];
       if (!slot) slot = std::make_unique<Entry>();
       e = slot.get();
     }

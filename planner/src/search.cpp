@@ -228,6 +228,38 @@ void choose_searched(const std::vector<Candidate>& candidates, const std::vector
   order.insert(order.end(), rest.begin(), rest.end());
 }
 
+// Each candidate's cheap bound into lb: those options.share holds from there, the others computed (on
+// options.threads, each thread with a copy of the bound: its memos are not all thread-safe, and the values
+// do not depend on them) and added to it.
+void cheap_bounds(const StepLowerBound& bound, const std::vector<Candidate>& candidates, const SearchOptions& options,
+                  std::vector<double>& lb) {
+  lb.assign(candidates.size(), 0.0);
+  std::vector<size_t> missing;
+  SearchShare* share = options.share.get();
+  if (share) {
+    const std::lock_guard<std::mutex> lock(share->mutex);
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      const auto it = share->cheap.find(detail::candidate_key(candidates[i]));
+      if (it != share->cheap.end())
+        lb[i] = it->second;
+      else
+        missing.push_back(i);
+    }
+  } else {
+    missing.resize(candidates.size());
+    std::iota(missing.begin(), missing.end(), size_t{0});
+  }
+  const auto own_bound = [&] { return StepLowerBound(bound); };
+  detail::for_each_in_parallel_with(missing.size(), options.threads, own_bound, [&](StepLowerBound& own, size_t k) {
+    lb[missing[k]] = own(candidates[missing[k]]);
+    return true;
+  });
+  if (!share) return;
+  const std::lock_guard<std::mutex> lock(share->mutex);
+  share->cheap.reserve(share->cheap.size() + missing.size());
+  for (size_t i : missing) share->cheap.emplace(detail::candidate_key(candidates[i]), lb[i]);
+}
+
 // The search by the objective: fills `space` and returns the kept candidates' indices, best first, and
 // the schedules' representatives.
 std::pair<std::vector<size_t>, std::vector<Evaluated>> search_objective(const CostModel& model,
@@ -239,13 +271,8 @@ std::pair<std::vector<size_t>, std::vector<Evaluated>> search_objective(const Co
   result.candidates = static_cast<int64_t>(candidates.size());
   StepLowerBound lower_bound(model);
   auto& lb = space.lower_bounds;
-  lb.resize(candidates.size());
-  // Each thread with a copy of its own (its memos are not all thread-safe; the values do not depend on them).
-  const auto own_bound = [&] { return StepLowerBound(lower_bound); };
-  detail::for_each_in_parallel_with(candidates.size(), options.threads, own_bound, [&](StepLowerBound& own, size_t i) {
-    lb[i] = own(candidates[i]);
-    return true;
-  });
+  cheap_bounds(lower_bound, candidates, options, lb);
+  if (options.share) space.greedy = options.share->greedy;
   auto& order = space.order;
   order.resize(candidates.size());
   std::iota(order.begin(), order.end(), size_t{0});
@@ -308,6 +335,10 @@ std::pair<std::vector<size_t>, std::vector<Evaluated>> search_objective(const Co
 }
 
 }  // namespace
+
+std::shared_ptr<SearchShare> make_search_share() {
+  return std::make_shared<SearchShare>();
+}
 
 SearchResult objective_search(const CostModel& model, const SearchOptions& options) {
   SearchResult result;

@@ -2,20 +2,31 @@
 // (replay.cpp) its finalists and what it learnt of each candidate's best split. Private to the planner.
 #pragma once
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
+#include "candidate_key.hpp"
 #include "pd2bw/planner/partition.hpp"
 #include "pd2bw/planner/search.hpp"
 
 namespace pd2bw::planner {
 class StepLowerBound;
+
+// SearchOptions::share: each candidate's cheap lower bound (StepLowerBound's operator()), and the greedy
+// memo of every search that shares it.
+struct SearchShare {
+  std::mutex mutex;  // over `cheap`
+  std::unordered_map<detail::CandidateKey, double, detail::CandidateKeyHash> cheap;
+  std::shared_ptr<GreedyMemo> greedy = std::make_shared<GreedyMemo>();
+};
 }  // namespace pd2bw::planner
 
 namespace pd2bw::planner::detail {

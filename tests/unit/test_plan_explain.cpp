@@ -2,7 +2,8 @@
 // instances, best_of_each_schedule's plan of each schedule equals the winner of search() pinned to it
 // (what `pd2bw plan --schedule S` writes, at the default --top) in candidate, split and step_ms exactly,
 // and put_exact_bests leaves each of those schedules a row among the alternatives whose first is that
-// plan, with no representative left, whatever top_k.
+// plan, with no representative left, whatever top_k. The searches share what they can as the CLI's do
+// (SearchOptions::share), and the pinned searches they are compared with share nothing.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -34,9 +35,17 @@ int64_t check_instance(const RandomInstance& inst, int64_t top_k) {
   planner::SearchOptions options;
   options.top_k = top_k;
   options.threads = 1;
+  const auto share = planner::make_search_share();  // as the CLI's --explain: the searches below reuse it
+  options.share = share;
   planner::SearchResult result = planner::search(model, options);
   if (!result.feasible()) return 0;
-  auto bests = planner::best_of_each_schedule(inst.profile, inst.cluster, inst.constraints, result, 1);
+  // The share changes nothing: the same winner, alternatives and proven gap as a search without one.
+  options.share = nullptr;
+  const planner::SearchResult unshared = planner::search(model, options);
+  REQUIRE(unshared.ranked.size() == result.ranked.size());
+  for (size_t k = 0; k < result.ranked.size(); ++k) CHECK(same_plan(result.ranked[k], unshared.ranked[k]));
+  CHECK(result.proven_gap == unshared.proven_gap);
+  auto bests = planner::best_of_each_schedule(inst.profile, inst.cluster, inst.constraints, result, 1, share);
   REQUIRE(!bests.empty());
   CHECK(same_plan(bests.front(), result.ranked.front()));
   planner::put_exact_bests(result, bests);

@@ -120,6 +120,7 @@ void run_plan(const PlanOptions& o) {
   planner::SearchOptions so;
   so.top_k = o.top;
   so.threads = o.threads;
+  if (o.explain) so.share = planner::make_search_share();  // the pinned searches below reuse what it finds
   auto result = planner::search(model, so);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (result.candidates == 0 && result.left_out.count > 0)
@@ -141,7 +142,7 @@ void run_plan(const PlanOptions& o) {
   // `--schedule S` writes), not a representative; the same plans are explained below.
   std::vector<planner::Evaluated> bests;
   if (o.explain) {
-    bests = planner::best_of_each_schedule(in.profile, in.cluster, in.constraints, result, o.threads);
+    bests = planner::best_of_each_schedule(in.profile, in.cluster, in.constraints, result, o.threads, so.share);
     planner::put_exact_bests(result, bests);
   }
   const auto plan = planner::build_plan(model, result, in.profile_sha256, prov);

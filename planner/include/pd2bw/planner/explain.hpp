@@ -14,10 +14,10 @@ namespace pd2bw::planner {
 // other schedule of searched_schedules, in that order, the winner of search() pinned to it with `threads`
 // workers: the plan `pd2bw plan --schedule S` writes (same candidate, split and step_ms, whatever
 // --top). A schedule none of whose candidates fits has no entry. When `constraints` pins a schedule,
-// only the winner.
+// only the winner. `share`: the one the search of `result` had, if any (SearchOptions::share).
 std::vector<Evaluated> best_of_each_schedule(const schemas::Profile& profile, const schemas::Cluster& cluster,
                                              const Constraints& constraints, const SearchResult& result,
-                                             int64_t threads);
+                                             int64_t threads, std::shared_ptr<SearchShare> share = nullptr);
 
 // Puts `bests` (best_of_each_schedule's) among result.ranked's alternatives: for every schedule of
 // bests past the first, its representative (Evaluated::representative) and any row equal to its best

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,8 @@ struct Evaluated {
   bool simulated() const { return analytic_step_ms < kInfinity; }
 };
 
+struct SearchShare;  // search_internal.hpp
+
 struct SearchOptions {
   int64_t top_k = 5;    // alternatives to keep besides the winner (each other schedule is always
                         // represented as well). Never changes the winner.
@@ -41,7 +44,14 @@ struct SearchOptions {
   // floor: without it the floor is 0 when there are left-out points, and the proven gap then infinite
   // (nothing proven). --explain's pinned searches, which report their winners alone, skip it.
   bool bound_left_out = true;
+  // Searches of one model that differ in their pinned schedule alone (--explain's) may share what depends
+  // on a candidate alone: its cheap lower bound and its greedy threshold search. A search reads what the
+  // ones before it left and adds its own; its result is the same without the share.
+  std::shared_ptr<SearchShare> share;
 };
+
+// An empty share for SearchOptions::share.
+std::shared_ptr<SearchShare> make_search_share();
 
 // Candidates enumerate_candidates left out for their size (see kMaxReplayedMicrobatches): how many, and
 // a lower bound on the objective (and so the replay) of every one of them (search() finds it exactly where
