@@ -51,35 +51,43 @@ Thresholds greedy_thresholds(const CostModel& model, const pd2bw::planner::detai
   return out;
 }
 
-}  // namespace
-
-TEST_CASE("the greedy threshold search ends within 1e-3 of the least threshold a greedy run finds a split at") {
-  int64_t checked = 0, skipped = 0;
+// Calls body(model, static_cap, c, seed) for each single-chunk candidate c of the medium random instances
+// of seeds first..last (half of them timing the backward in halves).
+template <class Body>
+void for_each_unchunked(uint64_t first, uint64_t last, Body&& body) {
   pd2bw::testing::RandomInstanceOptions opt = pd2bw::testing::medium_instance_options();
   opt.split_backward_p = 0.5;
-  for (uint64_t seed = 8501; seed <= 8530; ++seed) {
+  for (uint64_t seed = first; seed <= last; ++seed) {
     const auto inst = pd2bw::testing::make_random_instance(seed, opt);
     INFO(inst.describe());
     const CostModel model(inst.profile, inst.cluster, inst.constraints);
     const int64_t static_cap = model.memory_limit_bytes() - model.constraints().reserve_bytes;
-    for (const auto& c : pd2bw::planner::enumerate_candidates(model)) {
-      if (c.chunks > 1 || c.depth > 12) continue;  // the brute force is O(d L^2) greedy runs
-      const auto pc = pd2bw::planner::detail::prepare(model, c);
-      const Thresholds brute = greedy_thresholds(model, pc, static_cap);
-      // lanes_only: the result's step is the busiest stage of the split the search ended with.
-      const double found = pd2bw::planner::detail::greedy_of(model, pc, static_cap, kInfinity, true).step_ms;
-      INFO("d=" << c.depth << " m=" << c.microbatches << " least " << brute.least << " found " << found);
-      CHECK((found < kInfinity) == (brute.least < kInfinity));
-      // Where a larger threshold can lose the split (a longer stage leaves the later ones no room), no
-      // search by thresholds is exact: those are counted, not checked.
-      if (!(brute.least < kInfinity) || !brute.monotone) {
-        ++skipped;
-        continue;
-      }
-      CHECK(found <= brute.least * (1.0 + 1e-3) * (1.0 + 1e-12));
-      ++checked;
-    }
+    for (const auto& c : pd2bw::planner::enumerate_candidates(model))
+      if (c.chunks == 1) body(model, static_cap, c, seed);
   }
+}
+
+}  // namespace
+
+TEST_CASE("the greedy threshold search ends within 1e-3 of the least threshold a greedy run finds a split at") {
+  int64_t checked = 0, skipped = 0;
+  for_each_unchunked(8501, 8530, [&](const CostModel& model, int64_t static_cap, const auto& c, uint64_t) {
+    if (c.depth > 12) return;  // the brute force is O(d L^2) greedy runs
+    const auto pc = pd2bw::planner::detail::prepare(model, c);
+    const Thresholds brute = greedy_thresholds(model, pc, static_cap);
+    // lanes_only: the result's step is the busiest stage of the split the search ended with.
+    const double found = pd2bw::planner::detail::greedy_of(model, pc, static_cap, kInfinity, true).step_ms;
+    INFO("d=" << c.depth << " m=" << c.microbatches << " least " << brute.least << " found " << found);
+    CHECK((found < kInfinity) == (brute.least < kInfinity));
+    // Where a larger threshold can lose the split (a longer stage leaves the later ones no room), no
+    // search by thresholds is exact: those are counted, not checked.
+    if (!(brute.least < kInfinity) || !brute.monotone) {
+      ++skipped;
+      return;
+    }
+    CHECK(found <= brute.least * (1.0 + 1e-3) * (1.0 + 1e-12));
+    ++checked;
+  });
   MESSAGE(checked << " candidates checked, " << skipped << " with no split or one a larger threshold loses");
   CHECK(checked >= 300);
 }
@@ -88,37 +96,28 @@ TEST_CASE("greedy runs that take their repeating stages from the runs before fin
   // A threshold search's sequence (a doubling, then halvings of a bracket) and random thresholds around
   // the least, each run with the trace of all the runs before it: every split the same as without one.
   int64_t runs = 0;
-  pd2bw::testing::RandomInstanceOptions opt = pd2bw::testing::medium_instance_options();
-  opt.split_backward_p = 0.5;
-  for (uint64_t seed = 8531; seed <= 8550; ++seed) {
-    const auto inst = pd2bw::testing::make_random_instance(seed, opt);
-    INFO(inst.describe());
-    const CostModel model(inst.profile, inst.cluster, inst.constraints);
-    const int64_t static_cap = model.memory_limit_bytes() - model.constraints().reserve_bytes;
-    std::mt19937_64 rng(seed);
-    for (const auto& c : pd2bw::planner::enumerate_candidates(model)) {
-      if (c.chunks > 1) continue;
-      const auto pc = pd2bw::planner::detail::prepare(model, c);
-      const double least = pd2bw::planner::detail::greedy_of(model, pc, static_cap, kInfinity, true).step_ms;
-      if (!(least < kInfinity)) continue;
-      std::vector<double> thresholds{kInfinity, least / 4.0, least / 2.0, least};
-      for (double lo = least / 2.0, hi = least; hi - lo > 1e-4 * hi;) {
-        const double mid = 0.5 * (lo + hi);
-        thresholds.push_back(mid);
-        (std::uniform_int_distribution<int>(0, 1)(rng) ? lo : hi) = mid;
-      }
-      std::uniform_real_distribution<double> around(0.9, 1.1);
-      for (int k = 0; k < 8; ++k) thresholds.push_back(least * around(rng));
-      std::vector<pd2bw::planner::detail::GreedyStage> trace;
-      for (double t : thresholds) {
-        const auto with = pd2bw::planner::detail::greedy_split_at(model, pc, t, static_cap, &trace);
-        const auto fresh = pd2bw::planner::detail::greedy_split_at(model, pc, t, static_cap);
-        INFO("d=" << c.depth << " m=" << c.microbatches << " t=" << t);
-        CHECK(with == fresh);
-        ++runs;
-      }
+  for_each_unchunked(8531, 8550, [&](const CostModel& model, int64_t static_cap, const auto& c, uint64_t seed) {
+    const auto pc = pd2bw::planner::detail::prepare(model, c);
+    const double least = pd2bw::planner::detail::greedy_of(model, pc, static_cap, kInfinity, true).step_ms;
+    if (!(least < kInfinity)) return;
+    std::mt19937_64 rng(seed * 1000 + static_cast<uint64_t>(c.depth));
+    std::vector<double> thresholds{kInfinity, least / 4.0, least / 2.0, least};
+    for (double lo = least / 2.0, hi = least; hi - lo > 1e-4 * hi;) {
+      const double mid = 0.5 * (lo + hi);
+      thresholds.push_back(mid);
+      (std::uniform_int_distribution<int>(0, 1)(rng) ? lo : hi) = mid;
     }
-  }
+    std::uniform_real_distribution<double> around(0.9, 1.1);
+    for (int k = 0; k < 8; ++k) thresholds.push_back(least * around(rng));
+    std::vector<pd2bw::planner::detail::GreedyStage> trace;
+    for (double t : thresholds) {
+      const auto with = pd2bw::planner::detail::greedy_split_at(model, pc, t, static_cap, &trace);
+      const auto fresh = pd2bw::planner::detail::greedy_split_at(model, pc, t, static_cap);
+      INFO("d=" << c.depth << " m=" << c.microbatches << " t=" << t);
+      CHECK(with == fresh);
+      ++runs;
+    }
+  });
   MESSAGE(runs << " greedy runs with a trace");
   CHECK(runs >= 5000);
 }
