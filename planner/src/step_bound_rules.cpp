@@ -213,7 +213,8 @@ class StepLowerBound::RuleWalks {
   // two round trips' 2 U_{>=k} + (m - 2 - w) t_k; U_{>=k} (the u's from stage k on) is at least the busy
   // time less the most the stages before can take (the fwd + bwd and every redo of [0, a)), and at least
   // the stage's own time (Relaxed::time, with the recompute its memory forces) and the plain compute
-  // after it; max(cf_k, cb_k) >= max(1/2, the least backward share) of that time. Each term grows with the
+  // after it; max(cf_k, cb_k) is at least half that time and at least the backward slot: the least
+  // backward share of the stage's fwd + bwd plus its recompute (the backward runs it). Each term grows with the
   // end and falls as the start grows, so the furthest end within t0 only grows with the start, as the
   // walk needs. Returns the furthest end in [a, e] (a itself when even one layer does not fit).
   size_t own_cycle_end(int64_t k, size_t a, size_t e, double t0, double w) const {
@@ -221,7 +222,7 @@ class StepLowerBound::RuleWalks {
     const auto& pp = model_.param_prefix();
     const auto& up = model_.update_prefix();
     const auto statics = model_.static_factors(c_.schedule);
-    const double before = busy - cp_[a] - rp_[a], s = std::max(0.5, bwd_share_);
+    const double before = busy - cp_[a] - rp_[a];
     const auto start = static_cast<int64_t>(a);
     auto fits = [&](int64_t x) {
       if (x == start) return true;
@@ -231,7 +232,10 @@ class StepLowerBound::RuleWalks {
       const double h =
           (level >= 0 ? model_.allreduce_ms(statics.grads(pp[ux] - pp[a]), c_.width, level) : 0.0) + (up[ux] - up[a]);
       const double after = std::max(before, y + all_ - cp_[ux]);
-      const double cycle = m_ >= w + 2.0 ? 2.0 * after + (m_ - 2.0 - w) * y : after + (m_ - 1.0) * s * y;
+      // max(cf_k, cb_k): at least half the stage's time, and at least its backward slot, which runs the
+      // least backward share of its fwd + bwd and all of its recompute (y less that fwd + bwd).
+      const double fwd_bwd = cp_[ux] - cp_[a], slot = std::max(0.5 * y, bwd_share_ * fwd_bwd + (y - fwd_bwd));
+      const double cycle = m_ >= w + 2.0 ? 2.0 * after + (m_ - 2.0 - w) * y : after + (m_ - 1.0) * slot;
       return h + cycle <= t0 * (1.0 + 1e-12);
     };
     if (fits(static_cast<int64_t>(e))) return e;  // mostly: the other caps bind first
