@@ -4,15 +4,15 @@
 #include <algorithm>
 #include <utility>
 
+#include "candidate_key.hpp"
+
 namespace pd2bw::planner {
 
 namespace {
 
+// The same candidate (of one profile: the microbatch size follows from its index) and split.
 bool same_plan(const Evaluated& a, const Evaluated& b) {
-  const Candidate &x = a.candidate, &y = b.candidate;
-  return x.schedule == y.schedule && x.microbatch == y.microbatch && x.microbatches == y.microbatches &&
-         x.depth == y.depth && x.width == y.width && x.placement == y.placement && x.chunks == y.chunks &&
-         a.split.bounds == b.split.bounds;
+  return detail::candidate_key(a.candidate) == detail::candidate_key(b.candidate) && a.split.bounds == b.split.bounds;
 }
 
 }  // namespace
