@@ -45,6 +45,7 @@ GreedyRun greedy_split(const CostModel& model, const detail::PreparedCandidate& 
   const auto& pp = model.param_prefix();
   const double m = static_cast<double>(pc.candidate.microbatches);
   GreedyRun run;
+  run.bounds.reserve(static_cast<size_t>(d) + 1);  // the memo keeps the split found: no spare capacity
   run.bounds.push_back(0);
   auto fail = [&run] {
     run.bounds.clear();
@@ -148,7 +149,7 @@ bool GreedyThreshold::attempt(const CostModel& model, const detail::PreparedCand
 // larger one: the thresholds tried are those of a run from scratch with it.
 Split GreedyThreshold::at_most(const CostModel& model, const detail::PreparedCandidate& pc, double known) {
   Split out = search(model, pc, known);
-  trace_ = {};
+  trace_ = std::vector<GreedyStage>();  // `= {}` would keep the capacity: every memo entry would hold d stages
   return out;
 }
 

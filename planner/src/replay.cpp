@@ -144,11 +144,43 @@ int64_t replay_ops_of(const CostModel& model, const Evaluated& e) {
 
 namespace {
 
+// The replays so far, by candidate index. A few hundred of up to a few hundred thousand candidates are
+// replayed, so the entries live apart from a dense index of 4 bytes per candidate (a dense vector of
+// optional Evaluated took 45 MB at 4,096 GPUs, all of it touched). Distinct candidates' entries may be
+// reset concurrently; set() is not concurrent with anything.
+class Replays {
+ public:
+  explicit Replays(size_t candidates) : slot_(candidates, -1) {}
+  const Evaluated* operator[](size_t idx) const {
+    const int32_t s = slot_[idx];
+    return s >= 0 && entries_[static_cast<size_t>(s)].second ? &*entries_[static_cast<size_t>(s)].second : nullptr;
+  }
+  void set(size_t idx, Evaluated e) {
+    if (slot_[idx] < 0) {
+      slot_[idx] = static_cast<int32_t>(entries_.size());
+      entries_.emplace_back(idx, std::nullopt);
+    }
+    entries_[static_cast<size_t>(slot_[idx])].second = std::move(e);
+  }
+  void reset(size_t idx) {
+    if (slot_[idx] >= 0) entries_[static_cast<size_t>(slot_[idx])].second.reset();
+  }
+  // The candidates replayed (and not reset), in no particular order.
+  std::vector<size_t> indices() const {
+    std::vector<size_t> out;
+    for (const auto& [idx, e] : entries_)
+      if (e) out.push_back(idx);
+    return out;
+  }
+
+ private:
+  std::vector<int32_t> slot_;
+  std::vector<std::pair<size_t, std::optional<Evaluated>>> entries_;
+};
+
 // The replayed candidates, best first: the top `keep` and the best of each schedule.
-std::vector<Evaluated> rank(const std::vector<std::optional<Evaluated>>& replayed, size_t keep) {
-  std::vector<size_t> idx;
-  for (size_t i = 0; i < replayed.size(); ++i)
-    if (replayed[i]) idx.push_back(i);
+std::vector<Evaluated> rank(const Replays& replayed, size_t keep) {
+  std::vector<size_t> idx = replayed.indices();
   std::sort(idx.begin(), idx.end(),
             [&](size_t a, size_t b) { return ranks_before(*replayed[a], a, *replayed[b], b); });
   std::vector<Evaluated> out;
@@ -165,7 +197,7 @@ std::vector<Evaluated> rank(const std::vector<std::optional<Evaluated>>& replaye
 // replay, among `ranked` by step time: those too large to replay for a row (they cannot win, or they would
 // have been replayed) and those the rounds' replay budget left out (the proven gap counts them).
 void add_unreplayed(const CostModel& model, const SearchSpace& space, const std::vector<size_t>& finalists,
-                    const std::vector<std::optional<Evaluated>>& replayed, std::vector<Evaluated>& ranked) {
+                    const Replays& replayed, std::vector<Evaluated>& ranked) {
   for (size_t k = 1; k < finalists.size(); ++k) {
     const size_t idx = finalists[k];
     if (replayed[idx] || !space.known[idx].split.feasible()) continue;
@@ -182,7 +214,7 @@ void add_unreplayed(const CostModel& model, const SearchSpace& space, const std:
 void replay_search(const CostModel& model, SearchSpace& space, const std::vector<size_t>& finalists,
                    std::vector<Evaluated> representatives, const SearchOptions& options, SearchResult& result) {
   const auto& cands = space.candidates;
-  std::vector<std::optional<Evaluated>> replayed(cands.size());
+  Replays replayed(cands.size());
   auto replay_batch = [&](const std::vector<size_t>& batch) {
     std::vector<Evaluated> out(batch.size());
     std::vector<int64_t> counts(batch.size(), 0);
@@ -192,7 +224,7 @@ void replay_search(const CostModel& model, SearchSpace& space, const std::vector
       return true;
     });
     for (size_t k = 0; k < batch.size(); ++k) {
-      replayed[batch[k]] = std::move(out[k]);
+      replayed.set(batch[k], std::move(out[k]));
       result.replayed += counts[k];
     }
   };
@@ -239,8 +271,7 @@ void replay_search(const CostModel& model, SearchSpace& space, const std::vector
   double reach = kInfinity;
   while (true) {
     double best = kInfinity;
-    for (const auto& r : replayed)
-      if (r) best = std::min(best, r->step_ms);
+    for (size_t idx : replayed.indices()) best = std::min(best, replayed[idx]->step_ms);
     reach = best * (1.0 + kRounding);
     auto settled = [&](const BestKnown& k) {
       if (!k.computed) return false;
@@ -277,7 +308,7 @@ void replay_search(const CostModel& model, SearchSpace& space, const std::vector
         ++evaluated;
       }
       const auto& now = space.known[idx].split;
-      if (replayed[idx] && (!now.exhausted || replayed[idx]->split.bounds != now.bounds)) replayed[idx].reset();
+      if (replayed[idx] && (!now.exhausted || replayed[idx]->split.bounds != now.bounds)) replayed.reset(idx);
       return true;
     });
     result.evaluated += evaluated;
@@ -309,8 +340,10 @@ void replay_search(const CostModel& model, SearchSpace& space, const std::vector
       ++result.replayed;
     }
   const double win = result.ranked.front().step_ms;
-  for (const auto& r : replayed)  // the representatives' candidates are among these when they could win
-    if (r) result.proven_gap = std::max(result.proven_gap, win * (1.0 + r->proven_gap) / r->step_ms - 1.0);
+  for (size_t idx : replayed.indices()) {  // the representatives' candidates are among these when they could win
+    const Evaluated& r = *replayed[idx];
+    result.proven_gap = std::max(result.proven_gap, win * (1.0 + r.proven_gap) / r.step_ms - 1.0);
+  }
   if (result.unsearched.floor_ms < win)  // the left-out ones: search() adds them once bound_left_out is done
     result.proven_gap = std::max(result.proven_gap, win / result.unsearched.floor_ms - 1.0);
   for (size_t idx : space.searched()) {  // skipped by the replay budget: the objective bounds its replays

@@ -202,7 +202,7 @@ void bound_left_out(const detail::SearchSpace& space, int64_t threads, LeftOut& 
   if (left.candidates.empty()) return;
   left.floor_ms =
       detail::least_refined_bound(*space.bound, left.candidates, left.floor_ms, space.left_out_ceiling, threads, stop_at);
-  left.candidates = {};
+  left.candidates = std::vector<Candidate>();
 }
 
 // Moves the searched candidates to the front of `order` (which is by lower bound), keeping that order among
@@ -360,7 +360,7 @@ SearchResult search(const CostModel& model, const SearchOptions& options) {
   LeftOut left = std::move(result.left_out);
   if (!options.bound_left_out && !left.candidates.empty()) {
     left.floor_ms = 0.0;
-    left.candidates = {};
+    left.candidates = std::vector<Candidate>();
   }
   std::atomic<double> stop_at{kInfinity};
   auto winner_ms = [&] { return result.ranked.empty() ? kInfinity : result.ranked.front().step_ms; };

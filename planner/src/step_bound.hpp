@@ -104,15 +104,23 @@ class StepLowerBound {
   // transfer over its input boundary on its fastest replica, and its allreduce latency.
   struct StageLinks {
     double lane = 0, in_fast = 0, latency = 0;
+    int64_t ar_level = -1;  // the level its allreduce spans (PlacementLevels)
   };
   std::vector<StageLinks> stage_links(const Candidate& c) const;
   // The levels behind stage_links, shared by the candidates with the same depth, width and placement:
   // per stage the distinct (input, output) levels its replicas cross (-1 at an end) and the level its
-  // allreduce spans.
+  // allreduce spans. Interior stages repeat every stage period (detail::repeated_stage), so only the
+  // first period's stages and the last are kept: slot(i) is stage i's entry, and the cache of every
+  // shape at 4,096 GPUs holds a few MB instead of one entry per stage of every shape.
   struct PlacementLevels {
-    std::vector<std::pair<int, int>> pairs;  // stage i's: [first[i], first[i + 1]) (one block: no small vectors)
+    std::vector<std::pair<int, int>> pairs;  // slot s's: [first[s], first[s + 1]) (one block: no small vectors)
     std::vector<size_t> first;
-    std::vector<int64_t> ar_level;
+    std::vector<int64_t> ar_level;  // per slot
+    int64_t depth = 0, period = 1;
+    size_t slot(int64_t i) const {
+      if (i <= period) return static_cast<size_t>(i);
+      return static_cast<size_t>(i + 1 == depth ? period + 1 : 1 + (i - 1) % period);
+    }
   };
   std::shared_ptr<const PlacementLevels> placement_levels(const Candidate& c) const;
   std::vector<StageLinks> stage_links(const Candidate& c, const PlacementLevels& levels) const;

@@ -200,11 +200,10 @@ bool StepLowerBound::lanes_reach(Probe& p, double t) const {
   double need = -kInfinity, next = kInfinity;  // max_k n_k and min_k x_k so far
   int64_t held = 1;                            // the layers of the stage before (at least 1)
   const auto& links = p.links();
-  const auto& levels = p.levels();
   const Relaxed& relaxed = p.relaxed();
   for (size_t k = 0; k < d && a < L; ++k) {
     const auto& l = links[k];
-    const int64_t ar_level = levels.ar_level[k];
+    const int64_t ar_level = l.ar_level;
     const auto ua = static_cast<size_t>(a);
     const int64_t low = walks.has_short ? std::max(a, walks.short_ends[k]) : a;
     const int64_t high = walks.has_reach ? std::max(low, std::min(L, walks.reach_ends[k])) : L;

@@ -51,25 +51,17 @@ std::shared_ptr<const StepLowerBound::PlacementLevels> StepLowerBound::placement
     if (const auto it = shared_->levels.find(key); it != shared_->levels.end()) return it->second;
   }
   auto out = std::make_shared<PlacementLevels>();
-  out->ar_level.resize(static_cast<size_t>(c.depth));
+  out->depth = c.depth;
+  out->period = detail::stage_period(model_);
   const int64_t replicas = std::min(c.width, detail::replica_period(model_, c));
   // Stage i's ranks (r d + i or i w + r) are stage i - S's plus a multiple of S, S the second-to-last
   // span, so between its neighbours and across its replicas it crosses the same levels, in the same
-  // order of replicas (replica_period's argument): interior stages repeat every S.
-  const int64_t stage_period = detail::stage_period(model_);
-  out->first.reserve(static_cast<size_t>(c.depth) + 1);
+  // order of replicas (replica_period's argument): interior stages repeat every S, and only the stages
+  // with a slot of their own are walked.
   for (int64_t i = 0; i < c.depth; ++i) {
+    if (detail::repeated_stage(i, c.depth, out->period) >= 0) continue;
     const auto begin = static_cast<std::ptrdiff_t>(out->pairs.size());
     out->first.push_back(out->pairs.size());
-    if (const int64_t earlier = detail::repeated_stage(i, c.depth, stage_period); earlier >= 0) {
-      const auto from = static_cast<size_t>(earlier);
-      for (size_t k = out->first[from]; k < out->first[from + 1]; ++k) {
-        const std::pair<int, int> p = out->pairs[k];
-        out->pairs.push_back(p);
-      }
-      out->ar_level[static_cast<size_t>(i)] = out->ar_level[from];
-      continue;
-    }
     for (int64_t r = 0; r < replicas; ++r) {
       const int64_t rank = CostModel::rank_of(c, i, r);
       const std::pair<int, int> p{
@@ -77,7 +69,7 @@ std::shared_ptr<const StepLowerBound::PlacementLevels> StepLowerBound::placement
           i + 1 < c.depth ? static_cast<int>(model_.level_between(rank, CostModel::rank_of(c, i + 1, r))) : -1};
       if (std::find(out->pairs.begin() + begin, out->pairs.end(), p) == out->pairs.end()) out->pairs.push_back(p);
     }
-    out->ar_level[static_cast<size_t>(i)] = model_.allreduce_level(c, i);
+    out->ar_level.push_back(model_.allreduce_level(c, i));
   }
   out->first.push_back(out->pairs.size());
   const std::lock_guard<std::mutex> lock(shared_->levels_mutex);
@@ -95,21 +87,21 @@ std::vector<StepLowerBound::StageLinks> StepLowerBound::stage_links(const Candid
   for (size_t lv = 0; lv < p.size(); ++lv) p[lv] = model_.p2p_ms(min_out_[bi], static_cast<int64_t>(lv));
   auto at = [&](int lv) { return lv >= 0 ? p[static_cast<size_t>(lv)] : 0.0; };
   std::vector<StageLinks> out(static_cast<size_t>(c.depth));
-  const int64_t stage_period = detail::stage_period(model_);  // interior stages repeat (placement_levels)
   for (int64_t i = 0; i < c.depth; ++i) {
     auto& s = out[static_cast<size_t>(i)];
-    if (const int64_t earlier = detail::repeated_stage(i, c.depth, stage_period); earlier >= 0) {
+    if (const int64_t earlier = detail::repeated_stage(i, c.depth, levels.period); earlier >= 0) {
       s = out[static_cast<size_t>(earlier)];
       continue;
     }
     s.in_fast = i > 0 ? kInfinity : 0.0;
-    const auto ui = static_cast<size_t>(i);
-    for (size_t k = levels.first[ui]; k < levels.first[ui + 1]; ++k) {
+    const size_t slot = levels.slot(i);
+    for (size_t k = levels.first[slot]; k < levels.first[slot + 1]; ++k) {
       const auto [in, o] = levels.pairs[k];
       s.lane = std::max(s.lane, 2.0 * (at(in) + at(o)));
       s.in_fast = std::min(s.in_fast, at(in));
     }
-    s.latency = model_.allreduce_ms(0, c.width, levels.ar_level[static_cast<size_t>(i)]);
+    s.ar_level = levels.ar_level[slot];
+    s.latency = model_.allreduce_ms(0, c.width, s.ar_level);
   }
   return out;
 }

@@ -73,7 +73,6 @@ class StepLowerBound::RuleWalks {
         wp_(bound.model_.weight_prefix(p.c.microbatch_index)),
         relaxed_(p.relaxed()),
         model_(bound.model_),
-        ar_level_(p.levels().ar_level),
         rp_(bound.model_.redo_prefix(p.c.microbatch_index)) {
     all_ = cp_.back();
     m_ = static_cast<double>(c_.microbatches);
@@ -218,7 +217,7 @@ class StepLowerBound::RuleWalks {
   // end and falls as the start grows, so the furthest end within t0 only grows with the start, as the
   // walk needs. Returns the furthest end in [a, e] (a itself when even one layer does not fit).
   size_t own_cycle_end(int64_t k, size_t a, size_t e, double t0, double w) const {
-    const int64_t level = ar_level_[static_cast<size_t>(k)];
+    const int64_t level = links_[static_cast<size_t>(k)].ar_level;
     const auto& pp = model_.param_prefix();
     const auto& up = model_.update_prefix();
     const auto statics = model_.static_factors(c_.schedule);
@@ -320,7 +319,6 @@ class StepLowerBound::RuleWalks {
   const std::vector<double>&plain_, &ins_after_, &cp_, &wp_;
   const Relaxed& relaxed_;
   const CostModel& model_;
-  const std::vector<int64_t>& ar_level_;  // each stage's allreduce level (PlacementLevels), -1: one replica
   const std::vector<double>& rp_;         // the redo prefix: the most recompute of [0, a)
   double all_ = 0, m_ = 0, d_ = 0, share_ = 0, h0_ = 0, r_ = 0, excess_ = 0, bwd_share_ = 0;
   RecomputePolicy policy_ = RecomputePolicy::auto_;

@@ -189,11 +189,11 @@ TEST_CASE("replicas a replica_period apart cross the same levels at every stage 
             INFO("d=" << d << " w=" << w << " period " << period);
             CHECK(differ == 0);
           }
-          // placement_levels (which walks one period of replicas and repeats interior stages every
-          // stage_period) against every replica of every stage, in the order of first appearance.
+          // placement_levels (which walks one period of replicas and keeps one slot per stage of the first
+          // stage_period and the last) against every replica of every stage, in the order of first appearance.
           const auto got = pd2bw::planner::StepLowerBoundProbeTest::levels(bound, c);
           std::vector<std::pair<int, int>> pairs;
-          bool same = got->first.size() == static_cast<size_t>(d) + 1;
+          bool same = got->first.size() == got->ar_level.size() + 1 && got->slot(d - 1) + 1 == got->ar_level.size();
           for (int64_t i = 0; i < d && same; ++i) {
             pairs.clear();
             for (int64_t r = 0; r < w; ++r) {
@@ -201,10 +201,11 @@ TEST_CASE("replicas a replica_period apart cross the same levels at every stage 
               const std::pair<int, int> p{static_cast<int>(l.first), static_cast<int>(l.second)};
               if (std::find(pairs.begin(), pairs.end(), p) == pairs.end()) pairs.push_back(p);
             }
-            const auto ui = static_cast<size_t>(i);
-            same = std::equal(pairs.begin(), pairs.end(), got->pairs.begin() + static_cast<std::ptrdiff_t>(got->first[ui]),
-                              got->pairs.begin() + static_cast<std::ptrdiff_t>(got->first[ui + 1])) &&
-                   got->ar_level[ui] == model.allreduce_level(c, i);
+            const size_t slot = got->slot(i);
+            same = std::equal(pairs.begin(), pairs.end(),
+                              got->pairs.begin() + static_cast<std::ptrdiff_t>(got->first[slot]),
+                              got->pairs.begin() + static_cast<std::ptrdiff_t>(got->first[slot + 1])) &&
+                   got->ar_level[slot] == model.allreduce_level(c, i);
           }
           if (!same) {
             INFO("placement_levels: d=" << d << " w=" << w << " stage period " << pd2bw::planner::detail::stage_period(model));
