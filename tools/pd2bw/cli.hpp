@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstddef>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -28,6 +29,12 @@ void set_error_context(std::string context);
 struct ReportedError {
   int code = 1;
 };
+
+// Marks the next `bytes` of the process heap for transparent huge pages (Linux, glibc; elsewhere nothing),
+// for commands whose working set is large and scattered: the planner's searches touch tens to hundreds of
+// MB of tables and caches at random, and on 4 KiB pages a tenth of their time went to TLB misses. Only
+// the main thread's heap; nothing is touched until used. Call before the command allocates.
+void back_heap_with_huge_pages(size_t bytes);
 
 // The built-in example profile (schemas/examples/gpt-3.8b.profile.json, embedded at build time).
 std::string_view builtin_profile_json();

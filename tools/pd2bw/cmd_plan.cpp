@@ -106,6 +106,7 @@ void add_options(CLI::App* cmd, PlanOptions& o) {
 
 void run_plan(const PlanOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
+  back_heap_with_huge_pages(size_t{256} << 20);
   const PlanInputs in = resolve_plan_inputs(o);
   schemas::check_output_path(o.output, "-o");
   const planner::CostModel model = [&in] {
