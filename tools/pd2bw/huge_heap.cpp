@@ -31,7 +31,7 @@ void back_heap_with_huge_pages(size_t bytes) {
   const uintptr_t begin = (before + page - 1) & ~(page - 1);
   if (p != nullptr && after > begin) madvise(reinterpret_cast<void*>(begin), after - begin, MADV_HUGEPAGE);
   std::free(p);
-  mallopt(M_TOP_PAD, 0);  // later growth as before
+  mallopt(M_TOP_PAD, 128 << 10);  // later growth as before (glibc's default pad)
 #else
   (void)bytes;
 #endif
