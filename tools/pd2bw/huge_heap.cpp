@@ -2,6 +2,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 
 #include "cli.hpp"
 
@@ -20,7 +21,7 @@ void back_heap_with_huge_pages(size_t bytes) {
   // is advised while untouched (but for the request's header), and the request is freed for the later
   // allocations to reuse. Requests under M_MMAP_THRESHOLD come from this heap.
   constexpr size_t kRequest = size_t{16} << 20;
-  if (bytes > (size_t{1} << 30)) return;  // mallopt takes an int
+  if (2 * bytes > static_cast<size_t>(std::numeric_limits<int>::max())) return;  // mallopt takes an int
   if (mallopt(M_MMAP_THRESHOLD, static_cast<int>(2 * kRequest)) == 0) return;
   if (mallopt(M_TRIM_THRESHOLD, static_cast<int>(2 * bytes)) == 0) return;
   if (mallopt(M_TOP_PAD, static_cast<int>(bytes)) == 0) return;
