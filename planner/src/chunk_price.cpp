@@ -28,7 +28,6 @@ ChunkPricer::ChunkPricer(const CostModel& model, const Candidate& c) : model_(mo
       in_level_[static_cast<size_t>(k + 1)][static_cast<size_t>(r)] = lv;
     }
   }
-  walks_ = model.position_walks(c);
   for (int64_t p = 0; p < d; ++p) ar_level_.push_back(c.width > 1 ? model.allreduce_level(c, p) : -1);
   peaks_.resize(static_cast<size_t>(2 * d));
   held_cache_.resize(static_cast<size_t>(n));
@@ -115,18 +114,28 @@ ChunkPricer::RankMemory ChunkPricer::rank_memory(int64_t position, const std::ve
     redo_bytes_.push_back({in, stash, wst});
   }
   RankMemory r;
-  r.plain = saturating_add(fixed, peaks_[2 * P].peak((*walks_)[P][0], plain_bytes_));
-  r.redo = saturating_add(fixed, peaks_[2 * P + 1].peak((*walks_)[P][1], redo_bytes_));
+  const auto& walks = position_walks();
+  r.plain = saturating_add(fixed, peaks_[2 * P].peak(walks[P][0], plain_bytes_));
+  r.redo = saturating_add(fixed, peaks_[2 * P + 1].peak(walks[P][1], redo_bytes_));
   const RecomputeChoice choice = choose_recompute(pc_.policy, r.plain, r.redo, pc_.limit_bytes);
   r.recompute = choice.recompute;
   r.feasible = choice.feasible;
   return r;
 }
 
+const CostModel::PositionWalks& ChunkPricer::position_walks() const {
+  if (!walks_) walks_ = model_.position_walks(c_);
+  return *walks_;
+}
+
 double ChunkPricer::position_lane(int64_t position, const std::vector<int64_t>& bounds, bool* recompute) const {
   const RankMemory mem = rank_memory(position, bounds);
   if (recompute) *recompute = mem.recompute;
   if (!mem.feasible) return kInfinity;
+  return lane_with(position, bounds, mem.recompute);
+}
+
+double ChunkPricer::lane_with(int64_t position, const std::vector<int64_t>& bounds, bool recompute) const {
   const double m = static_cast<double>(c_.microbatches);
   double fixed = 0.0, worst = 0.0;
   const auto& held = chunks_of(position);
@@ -134,7 +143,7 @@ double ChunkPricer::position_lane(int64_t position, const std::vector<int64_t>& 
   for (int64_t k : held) {
     const int64_t b = bounds[static_cast<size_t>(k)], e = bounds[static_cast<size_t>(k + 1)];
     double compute = pc_.compute[e] - pc_.compute[b];
-    if (mem.recompute) compute += pc_.redo[e] - pc_.redo[b];
+    if (recompute) compute += pc_.redo[e] - pc_.redo[b];
     fixed += m * compute + (pc_.update[e] - pc_.update[b]);
     if (lv >= 0) fixed += model_.allreduce_ms(pc_.statics.grads(pc_.params[e] - pc_.params[b]), c_.width, lv);
   }
@@ -295,7 +304,7 @@ PositionPrice ChunkPricer::price_position(int64_t position, const std::vector<in
   const int64_t limit = pc_.limit_bytes;
   out.feasible = mem.feasible;
   const bool recompute = mem.recompute;
-  const auto& walk = (*walks_)[P][recompute ? 1 : 0];
+  const auto& walk = position_walks()[P][recompute ? 1 : 0];
   // The replica whose transfers make the rank busiest sets every chunk's p2p.
   const int64_t worst_r = busiest_replica(position, bounds).first;
   const int64_t stash_peak = peaks_[2 * P + (recompute ? 1 : 0)].peak(walk, recompute ? redo_bytes_ : plain_bytes_);

@@ -44,6 +44,10 @@ class ChunkPricer {
   // price_position's lane_ms alone (infinity when the rank does not fit), without building its StageCosts:
   // the split walk's inner step. Not thread-safe (scratch buffers); one walk per pricer.
   double position_lane(int64_t position, const std::vector<int64_t>& bounds, bool* recompute = nullptr) const;
+  // The lane of `position` under `bounds` as position_lane prices it, with the recompute choice given
+  // instead of taken from the rank's memory (no stash walk): position_lane where the choice is the rank's,
+  // and no more than it (where finite) with recompute false or forced by the rank's memory floor.
+  double lane_with(int64_t position, const std::vector<int64_t>& bounds, bool recompute) const;
   // The split's objective from its ranks' lanes and recompute choices: the busiest lane, the climb
   // (objective.hpp: chunked_climb) and, for interleaved, its cycle (interleaved_cycle). Below `cutoff` the
   // result is the objective; a result at or above it only says that the objective is too (a cheaper part
@@ -78,7 +82,10 @@ class ChunkPricer {
   std::vector<std::vector<int64_t>> in_level_, out_level_;
   std::vector<int64_t> ar_level_;                    // per position, -1 for width 1
   std::vector<std::vector<int64_t>> kinds_;          // per position: first replica of each level pattern
-  std::shared_ptr<const CostModel::PositionWalks> walks_;  // per position: without and with recompute
+  // Per position: without and with recompute; walked on first use (position_walks()), since a pricer
+  // that only prices lanes with a given recompute choice needs none.
+  mutable std::shared_ptr<const CostModel::PositionWalks> walks_;
+  const CostModel::PositionWalks& position_walks() const;
   // The rank's memory without and with recompute, and whether it recomputes and fits (the policy's choice).
   struct RankMemory {
     int64_t plain = 0, redo = 0;

@@ -3,6 +3,7 @@
 // and by the room the unfinished ranks have left for the layers still unplaced.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "chunk_floor.hpp"
 #include "chunk_price.hpp"
@@ -198,18 +199,166 @@ Split refined(const ChunkPricer& pricer, Split s) {
   return s;
 }
 
+// Layer counts per rank, each within its cap, summing to L, as level as the caps allow: min(cap_p, t) for
+// the least level t that reaches L, less one layer on the first ranks at t while the sum is over. Empty
+// when the caps hold fewer than L layers or some rank cannot hold one layer per chunk.
+std::vector<int64_t> water_filled(const std::vector<int64_t>& caps, int64_t L, int64_t per_rank_least) {
+  const auto reach = [&](int64_t t) {
+    int64_t sum = 0;
+    for (int64_t cap : caps) sum += std::min(cap, t);
+    return sum;
+  };
+  const int64_t top = *std::max_element(caps.begin(), caps.end());
+  if (*std::min_element(caps.begin(), caps.end()) < per_rank_least || reach(top) < L) return {};
+  int64_t lo = 0, hi = top;  // reach(hi) >= L
+  while (lo + 1 < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (reach(mid) >= L ? hi : lo) = mid;
+  }
+  std::vector<int64_t> counts;
+  for (int64_t cap : caps) counts.push_back(std::min(cap, hi));
+  for (int64_t over = reach(hi) - L, p = 0; over > 0; ++p)
+    if (counts[static_cast<size_t>(p)] == hi && hi > per_rank_least) --counts[static_cast<size_t>(p)], --over;
+  return counts;
+}
+
+// Per rank, the local chunk that holds the fewest microbatches in flight at the moments of its memory
+// floor (chunk_floor.hpp): the chunk where a layer costs the least stash.
+std::vector<size_t> lightest_chunks(const Candidate& c) {
+  const int64_t m = pipeline::walk_microbatches(c.schedule, c.depth, c.microbatches);
+  std::vector<size_t> out;
+  for (int64_t p = 0; p < c.depth; ++p) {
+    std::vector<int64_t> most(static_cast<size_t>(c.chunks), 0);
+    for (const FloorMoment& moment : floor_moments(c.schedule, c.depth, c.chunks, m, p))
+      for (size_t j = 0; j < moment.size(); ++j) most[j] = std::max(most[j], moment[j].activations);
+    out.push_back(static_cast<size_t>(std::min_element(most.begin(), most.end()) - most.begin()));
+  }
+  return out;
+}
+
+// The split whose rank p holds counts[p] layers: one in each of its chunks but `heavy[p]`, which holds
+// the rest.
+std::vector<int64_t> laid_out(const Candidate& c, const std::vector<int64_t>& counts,
+                              const std::vector<size_t>& heavy) {
+  std::vector<int64_t> bounds{0};
+  std::vector<size_t> placed(counts.size(), 0);
+  for (int64_t k = 0; k < c.depth * c.chunks; ++k) {
+    const auto p = static_cast<size_t>(pipeline::chunk_position(c.schedule, c.depth, k));
+    bounds.push_back(bounds.back() + (placed[p]++ == heavy[p] ? counts[p] - (c.chunks - 1) : 1));
+  }
+  return bounds;
+}
+
+// A lower bound on the objective of split `bounds` without a stash walk: the ranks' lanes recompute only
+// where the memory floor (chunk_floor.hpp) rules out keeping the stash. Above `cutoff` it only says so.
+double least_objective(const CostModel& model, const Candidate& c, const ChunkPricer& pricer,
+                       const std::vector<int64_t>& bounds, double cutoff) {
+  const auto policy = model.constraints().recompute;
+  std::vector<double> lanes;
+  std::vector<char> redo;
+  for (int64_t p = 0; p < c.depth; ++p) {
+    const bool must = policy == RecomputePolicy::always ||
+                      (policy != RecomputePolicy::never &&
+                       chunked_rank_floor(model, c, bounds, p).plain > model.memory_limit_bytes());
+    redo.push_back(must ? 1 : 0);
+    lanes.push_back(pricer.lane_with(p, bounds, must));
+  }
+  return pricer.objective(bounds, lanes, redo, cutoff);
+}
+
+// A chunked candidate's pricer, built on first use.
+class LazyPricer {
+ public:
+  LazyPricer(const CostModel& model, const Candidate& c) : model_(model), c_(c) {}
+  const ChunkPricer& operator*() {
+    if (!pricer_) pricer_.emplace(model_, c_);
+    return *pricer_;
+  }
+
+ private:
+  const CostModel& model_;
+  const Candidate& c_;
+  std::optional<ChunkPricer> pricer_;
+};
+
+// Where the equal-compute split does not fit (the middle ranks of zb-v hold the most microbatches in
+// flight): a split that gives each rank at most the layers its memory takes, nearly all of them in its
+// lightest chunk. The caps start at the memory floor's (chunk_floor.hpp: no rank holds more and fits, and
+// the floor counts a rank's layers at its lightest chunk's microbatches in flight); a rank that still
+// does not fit (the floor leaves out the comm buffers and the walk's other moments) gives up 1, 2, 4, ...
+// layers a round. Empty when no fitting split was found within the rounds, and, without a stash walk, when
+// the first layout's least objective is already above `upper_bound_ms` (the later rounds move layers
+// from the ranks that do not fit to those that do, which rarely lowers it).
+std::vector<int64_t> memory_fitted(const CostModel& model, const Candidate& c, LazyPricer& pricer,
+                                   double upper_bound_ms) {
+  constexpr int kRounds = 16;
+  const int64_t L = model.num_layers();
+  std::vector<int64_t> caps, cut(static_cast<size_t>(c.depth), 0);
+  const auto heavy = lightest_chunks(c);
+  for (const RankFloor& f : chunked_rank_capacities(model, c)) caps.push_back(std::min(L, std::max(f.plain, f.redo)));
+  for (int round = 0; round < kRounds; ++round) {
+    const auto counts = water_filled(caps, L, c.chunks);
+    if (counts.empty()) return {};
+    auto bounds = laid_out(c, counts, heavy);
+    if (round == 0 && least_objective(model, c, *pricer, bounds, upper_bound_ms) > upper_bound_ms) return {};
+    // The ranks over by their floor on this layout give up layers without a stash walk; only a layout
+    // that the floor passes is priced.
+    std::vector<char> over(caps.size(), 0);
+    bool fits = true;
+    for (size_t p = 0; p < caps.size(); ++p) {
+      const RankFloor f = chunked_rank_floor(model, c, bounds, static_cast<int64_t>(p));
+      over[p] = f.plain > model.memory_limit_bytes() && f.redo > model.memory_limit_bytes();
+      fits = fits && !over[p];
+    }
+    for (size_t p = 0; fits && p < caps.size(); ++p)
+      over[p] = !((*pricer).position_lane(static_cast<int64_t>(p), bounds) < kInfinity);
+    fits = std::none_of(over.begin(), over.end(), [](char o) { return o != 0; });
+    if (fits) return bounds;
+    for (size_t p = 0; p < caps.size(); ++p)
+      if (over[p]) {
+        cut[p] = std::max<int64_t>(1, 2 * cut[p]);
+        caps[p] = counts[p] - cut[p];
+      }
+  }
+  return {};
+}
+
+// The split the refinement starts from, priced: the equal-compute split (chunked_balanced_split, with the
+// caller's pricer) or, where that does not fit, a memory-fitted one; `equal` says which. Infeasible, with
+// the equal split's bounds, when neither fits.
+Split chunked_start(const CostModel& model, const Candidate& c, LazyPricer& pricer, double upper_bound_ms,
+                    bool* equal) {
+  Split start;
+  start.bounds = equal_chunks(model, c);
+  if (chunked_split_may_fit(model, c, start.bounds)) start = priced(*pricer, std::move(start.bounds));
+  *equal = true;
+  if (start.feasible()) return start;
+  auto bounds = memory_fitted(model, c, pricer, upper_bound_ms);
+  if (bounds.empty()) return start;
+  *equal = false;
+  return priced(*pricer, std::move(bounds));
+}
+
+// The refined start, marked exhausted; a memory-fitted start is refined only when it is within the bound
+// (refining costs as much as a few hundred rank prices and the search drops what is above the bound).
+Split refined_start(LazyPricer& pricer, const Split& start, bool equal, double upper_bound_ms) {
+  Split out = start.feasible() && (equal || start.step_ms <= upper_bound_ms) ? refined(*pricer, start) : start;
+  out.exhausted = true;
+  return out;
+}
+
 }  // namespace
 
 // The least objective, ties to the lexicographically first bounds: the same whatever the upper bound.
-// Where the splits are too many to walk (2^20 and more), the equal-compute split refined by single moves.
+// Where the splits are too many to walk (2^20 and more), the equal-compute split (or, when it does not fit,
+// a memory-fitted one) refined by single moves.
 Split chunked_best_split(const CostModel& model, const Candidate& c, double upper_bound_ms, int64_t max_work) {
   if (c.depth * c.chunks > model.num_layers() || !chunked_may_fit(model, c)) return {};
-  const Split start = chunked_balanced_split(model, c);
-  if (log2_splits(model.num_layers(), c.depth * c.chunks) > 20.0) {
-    Split out = start.feasible() ? refined(ChunkPricer(model, c), start) : start;
-    out.exhausted = true;
-    return out;
-  }
+  LazyPricer pricer(model, c);
+  bool equal = true;
+  const Split start = chunked_start(model, c, pricer, upper_bound_ms, &equal);
+  if (log2_splits(model.num_layers(), c.depth * c.chunks) > 20.0)
+    return refined_start(pricer, start, equal, upper_bound_ms);
   Split best;
   if (start.step_ms <= upper_bound_ms) best = start;
   const std::function<double(const Split&)> keep = [&](const Split& s) {
@@ -218,11 +367,7 @@ Split chunked_best_split(const CostModel& model, const Candidate& c, double uppe
   };
   const bool complete = chunked_for_each_split_within(model, c, std::min(upper_bound_ms, best.step_ms),
                                                       std::min(max_work, kChunkedSplitWork), keep);
-  if (!complete) {
-    best = start.feasible() ? refined(ChunkPricer(model, c), start) : start;
-    best.exhausted = true;
-  }
-  return best;
+  return complete ? best : refined_start(pricer, start, equal, upper_bound_ms);
 }
 
 OverageSplit chunked_least_overage_split(const CostModel& model, const Candidate& c, int64_t bound_bytes) {
