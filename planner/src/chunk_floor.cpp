@@ -20,13 +20,20 @@
 //     S_x(n) being the sum of the n smallest per-layer x (each such sum over the rank's layers is at
 //     least that), with s = a, F = 0 without recompute and s = 0, F = sum_j a_j min_in_j with it (in_j is
 //     at least the least input a chunk of that index can start at: layer 0's for model chunk 0, else the
-//     least of layers 1..L-1). Rebuilt counts, on one chunk at a time, are left out (their least is 0).
+//     least of layers 1..L-1). Rebuilt counts, on one chunk at a time, and the counts above the least
+//     weigh as in (4).
 // On a given split (chunked_split_may_fit) the rank's own bytes are weighed at the same moments: its
 // memory is at least reserve + sum_j statics.total(params_j) + the moment's sum, without and with recompute.
 // If the rank fits under the recompute choice the policy makes, its plain or its recomputing memory is
 // within the limit, so n_p <= cap_p: the largest n for which, in one of the two options, every moment's
 // bound stays within the limit. A split puts at least one layer in each chunk and every layer somewhere:
 // n_p >= v and sum_p n_p = L. So when some cap_p < v, or sum_p cap_p < L, no split fits.
+// (4) Every chunk holds at least one layer, so chunk j's stash X_j (a sum over its layers) is at least
+// s_j, the least per-layer stash of a layer it may hold (model chunk 0 any, every other chunk one of
+// layers 1..L-1), and sum_j X_j >= S_stash(n_p). Hence sum_j a_j X_j = a sum_j X_j + sum_j (a_j - a) X_j
+// >= a S_stash(n_p) + sum_j (a_j - a) s_j, and the same for the weight stashes with w; with recompute,
+// the rebuilt stash of the chunk whose backward follows is at least its s_j too. The bounds of (3) take
+// these terms (at n_p >= v, the only n_p that fit).
 #include "chunk_floor.hpp"
 
 #include <algorithm>
@@ -108,14 +115,23 @@ RankFloor rank_capacity(const FloorTable& t, const std::vector<FloorMoment>& mom
   RankFloor cap{static_cast<int64_t>(t.s_static.size()) - 1, static_cast<int64_t>(t.s_static.size()) - 1};
   for (const FloorMoment& fm : moments) {
     int64_t a = INT64_MAX, w = INT64_MAX, fixed = 0;
-    for (size_t j = 0; j < fm.size(); ++j) {
-      const auto& h = fm[j];
+    for (const auto& h : fm) {
       a = std::min(a, h.activations);
       w = std::min(w, split_backward ? h.weight_stashes : 0);
-      fixed = saturating_add(fixed, saturating_mul(h.activations, first_rank && j == 0 ? t.in_first : t.in_rest));
     }
-    cap.plain = std::min(cap.plain, most_layers(t, budget, 0, a, w));
-    cap.redo = std::min(cap.redo, most_layers(t, budget, fixed, 0, w));
+    // (4) of the proof: every chunk's own counts above the least, and its rebuilt stash, weigh its one layer.
+    int64_t above = 0, rebuilt = 0;
+    for (size_t j = 0; j < fm.size(); ++j) {
+      const auto& h = fm[j];
+      fixed = saturating_add(fixed, saturating_mul(h.activations, first_rank && j == 0 ? t.in_first : t.in_rest));
+      const bool first = first_rank && j == 0;  // model chunk 0: it may hold layer 0
+      const int64_t least_stash = first ? t.stash_first : t.stash_rest, least_wst = first ? t.wst_first : t.wst_rest;
+      const int64_t wj = split_backward ? saturating_mul(h.weight_stashes - w, least_wst) : 0;
+      above = saturating_add(above, saturating_add(saturating_mul(h.activations - a, least_stash), wj));
+      rebuilt = saturating_add(rebuilt, saturating_add(saturating_mul(h.rebuilt, least_stash), wj));
+    }
+    cap.plain = std::min(cap.plain, most_layers(t, budget, above, a, w));
+    cap.redo = std::min(cap.redo, most_layers(t, budget, saturating_add(fixed, rebuilt), 0, w));
   }
   return cap;
 }
@@ -257,6 +273,13 @@ std::shared_ptr<const FloorTable> make_floor_table(const CostModel& model, Sched
     sh.push_back(stash[u + 1] - stash[u]);
     w.push_back(wst.empty() ? 0 : wst[u + 1] - wst[u]);
   }
+  const auto least = [](const std::vector<int64_t>& x, size_t from) {
+    return from < x.size() ? *std::min_element(x.begin() + static_cast<std::ptrdiff_t>(from), x.end()) : 0;
+  };
+  t->stash_first = least(sh, 0);
+  t->stash_rest = L > 1 ? least(sh, 1) : t->stash_first;
+  t->wst_first = least(w, 0);
+  t->wst_rest = L > 1 ? least(w, 1) : t->wst_first;
   t->s_static = sorted_prefix(std::move(st));
   t->s_stash = sorted_prefix(std::move(sh));
   t->s_wst = sorted_prefix(std::move(w));

@@ -30,6 +30,9 @@ std::vector<FloorMoment> floor_moments(Schedule kind, int64_t depth, int64_t chu
 struct FloorTable {
   std::vector<int64_t> s_static, s_stash, s_wst;  // L + 1 entries each
   int64_t in_first = 0, in_rest = 0;              // chunk 0's input; the least of the others'
+  // The least per-layer stash and weight stash of a layer model chunk 0 may hold (any), and of one any
+  // other chunk may hold (layers 1..L-1).
+  int64_t stash_first = 0, stash_rest = 0, wst_first = 0, wst_rest = 0;
 };
 
 // The table of `model` for schedule `kind` at microbatch index `microbatch_index`, built in O(L log L).
