@@ -146,9 +146,9 @@ bool chunked(const Candidate& c) {
   return c.chunks >= 2 && c.depth >= 1 && (c.schedule == Schedule::interleaved || c.schedule == Schedule::zb_v);
 }
 
-// The memory floor of rank `position` on split `bounds` (chunked_rank_floor), `moments` scratch.
-RankFloor rank_floor(const CostModel& model, const Candidate& c, const std::vector<int64_t>& bounds, int64_t position,
-                     std::vector<FloorMoment>& moments) {
+// The memory floor of rank `position` on split `bounds` (chunked_rank_floor) at its closed-form moments.
+RankFloor rank_floor_at(const CostModel& model, const Candidate& c, const std::vector<int64_t>& bounds,
+                        int64_t position, const std::vector<FloorMoment>& moments) {
   const int64_t d = c.depth, v = c.chunks;
   const auto mi = c.microbatch_index;
   const auto& params = model.param_prefix();
@@ -157,7 +157,6 @@ RankFloor rank_floor(const CostModel& model, const Candidate& c, const std::vect
   const auto& in = model.input_bytes(mi);
   const StaticFactors& statics = model.static_factors(c.schedule);
   const bool split_backward = schemas::splits_backward(c.schedule);
-  fill_moments(c.schedule, d, v, pipeline::walk_microbatches(c.schedule, d, c.microbatches), position, moments);
   const auto window = [&](size_t j) {  // local chunk j's layers
     const int64_t k = position_chunk(c.schedule, d, position, static_cast<int64_t>(j));
     return std::make_pair(static_cast<size_t>(bounds[static_cast<size_t>(k)]),
@@ -185,7 +184,28 @@ RankFloor rank_floor(const CostModel& model, const Candidate& c, const std::vect
   return out;
 }
 
+// The same, `moments` scratch.
+RankFloor rank_floor(const CostModel& model, const Candidate& c, const std::vector<int64_t>& bounds, int64_t position,
+                     std::vector<FloorMoment>& moments) {
+  fill_moments(c.schedule, c.depth, c.chunks, pipeline::walk_microbatches(c.schedule, c.depth, c.microbatches),
+               position, moments);
+  return rank_floor_at(model, c, bounds, position, moments);
+}
+
 }  // namespace
+
+RankFloors::RankFloors(const CostModel& model, const Candidate& c) : model_(model), c_(c) {
+  if (!chunked(c)) return;
+  const int64_t m = pipeline::walk_microbatches(c.schedule, c.depth, c.microbatches);
+  moments_.resize(static_cast<size_t>(c.depth));
+  for (int64_t p = 0; p < c.depth; ++p)
+    fill_moments(c.schedule, c.depth, c.chunks, m, p, moments_[static_cast<size_t>(p)]);
+}
+
+RankFloor RankFloors::operator()(const std::vector<int64_t>& bounds, int64_t position) const {
+  if (moments_.empty()) return {};
+  return rank_floor_at(model_, c_, bounds, position, moments_[static_cast<size_t>(position)]);
+}
 
 std::vector<FloorMoment> floor_moments(Schedule kind, int64_t depth, int64_t chunks, int64_t microbatches,
                                        int64_t position) {

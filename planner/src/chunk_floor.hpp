@@ -64,6 +64,19 @@ bool chunked_may_fit(const CostModel& model, const Candidate& c, int64_t slack_b
 RankFloor chunked_rank_floor(const CostModel& model, const Candidate& c, const std::vector<int64_t>& bounds,
                              int64_t position);
 
+// chunked_rank_floor of candidate c's ranks on as many splits as asked, the closed-form moments laid
+// out once. Zero for the other schedules. Keeps a reference to `model`.
+class RankFloors {
+ public:
+  RankFloors(const CostModel& model, const Candidate& c);
+  RankFloor operator()(const std::vector<int64_t>& bounds, int64_t position) const;
+
+ private:
+  const CostModel& model_;
+  Candidate c_;
+  std::vector<std::vector<FloorMoment>> moments_;  // per position
+};
+
 // False only when, on the split `bounds` (d v + 1 entries) of chunked candidate c, some rank exceeds
 // memory_limit_bytes() + slack_bytes (slack saturates; negative is taken as 0) both without and with
 // recompute: then the split fits under no recompute policy, and its overage (the least of the two, less

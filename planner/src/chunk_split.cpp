@@ -251,15 +251,14 @@ std::vector<int64_t> laid_out(const Candidate& c, const std::vector<int64_t>& co
 
 // A lower bound on the objective of split `bounds` without a stash walk: the ranks' lanes recompute only
 // where the memory floor (chunk_floor.hpp) rules out keeping the stash. Above `cutoff` it only says so.
-double least_objective(const CostModel& model, const Candidate& c, const ChunkPricer& pricer,
+double least_objective(const CostModel& model, const Candidate& c, const ChunkPricer& pricer, const RankFloors& floors,
                        const std::vector<int64_t>& bounds, double cutoff) {
   const auto policy = model.constraints().recompute;
   std::vector<double> lanes;
   std::vector<char> redo;
   for (int64_t p = 0; p < c.depth; ++p) {
     const bool must = policy == RecomputePolicy::always ||
-                      (policy != RecomputePolicy::never &&
-                       chunked_rank_floor(model, c, bounds, p).plain > model.memory_limit_bytes());
+                      (policy != RecomputePolicy::never && floors(bounds, p).plain > model.memory_limit_bytes());
     redo.push_back(must ? 1 : 0);
     lanes.push_back(pricer.lane_with(p, bounds, must));
   }
@@ -285,35 +284,37 @@ class LazyPricer {
 // flight): a split that gives each rank at most the layers its memory takes, nearly all of them in its
 // lightest chunk. The caps start at the memory floor's (chunk_floor.hpp: no rank holds more and fits, and
 // the floor counts a rank's layers at its lightest chunk's microbatches in flight); a rank that still
-// does not fit (the floor leaves out the comm buffers and the walk's other moments) gives up 1, 2, 4, ...
-// layers a round. Empty when no fitting split was found within the rounds, and, without a stash walk, when
-// the first layout's least objective is already above `upper_bound_ms` (the later rounds move layers
-// from the ranks that do not fit to those that do, which rarely lowers it).
+// does not fit gives up 1, 2, 4, ... layers a round: first by its floor on the layout (no stash walk),
+// then by its price. Empty when no fitting split was found within the rounds, and, unpriced, when the
+// first layout the floor passes has a least objective above `upper_bound_ms` (the later rounds move
+// layers from the ranks that do not fit to those that do, which rarely lowers it).
 std::vector<int64_t> memory_fitted(const CostModel& model, const Candidate& c, LazyPricer& pricer,
                                    double upper_bound_ms) {
   constexpr int kRounds = 16;
-  const int64_t L = model.num_layers();
+  const int64_t L = model.num_layers(), limit = model.memory_limit_bytes();
+  const RankFloors floors(model, c);
   std::vector<int64_t> caps, cut(static_cast<size_t>(c.depth), 0);
   const auto heavy = lightest_chunks(c);
   for (const RankFloor& f : chunked_rank_capacities(model, c)) caps.push_back(std::min(L, std::max(f.plain, f.redo)));
+  bool bounded = false;  // the least objective was checked
   for (int round = 0; round < kRounds; ++round) {
     const auto counts = water_filled(caps, L, c.chunks);
     if (counts.empty()) return {};
     auto bounds = laid_out(c, counts, heavy);
-    if (round == 0 && least_objective(model, c, *pricer, bounds, upper_bound_ms) > upper_bound_ms) return {};
-    // The ranks over by their floor on this layout give up layers without a stash walk; only a layout
-    // that the floor passes is priced.
     std::vector<char> over(caps.size(), 0);
     bool fits = true;
     for (size_t p = 0; p < caps.size(); ++p) {
-      const RankFloor f = chunked_rank_floor(model, c, bounds, static_cast<int64_t>(p));
-      over[p] = f.plain > model.memory_limit_bytes() && f.redo > model.memory_limit_bytes();
+      const RankFloor f = floors(bounds, static_cast<int64_t>(p));
+      over[p] = f.plain > limit && f.redo > limit;
       fits = fits && !over[p];
+    }
+    if (fits && !bounded) {
+      bounded = true;
+      if (least_objective(model, c, *pricer, floors, bounds, upper_bound_ms) > upper_bound_ms) return {};
     }
     for (size_t p = 0; fits && p < caps.size(); ++p)
       over[p] = !((*pricer).position_lane(static_cast<int64_t>(p), bounds) < kInfinity);
-    fits = std::none_of(over.begin(), over.end(), [](char o) { return o != 0; });
-    if (fits) return bounds;
+    if (std::none_of(over.begin(), over.end(), [](char o) { return o != 0; })) return bounds;
     for (size_t p = 0; p < caps.size(); ++p)
       if (over[p]) {
         cut[p] = std::max<int64_t>(1, 2 * cut[p]);
