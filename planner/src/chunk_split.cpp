@@ -201,13 +201,15 @@ Split refined(const ChunkPricer& pricer, Split s) {
 
 // Layer counts per rank, each within its cap, summing to L, as level as the caps allow: min(cap_p, t) for
 // the least level t that reaches L, less one layer on the first ranks at t while the sum is over. Empty
-// when the caps hold fewer than L layers or some rank cannot hold one layer per chunk.
+// when the caps hold fewer than L layers, some rank cannot hold one layer per chunk, or L is too few
+// layers for one per chunk.
 std::vector<int64_t> water_filled(const std::vector<int64_t>& caps, int64_t L, int64_t per_rank_least) {
   const auto reach = [&](int64_t t) {
     int64_t sum = 0;
     for (int64_t cap : caps) sum += std::min(cap, t);
     return sum;
   };
+  if (caps.empty() || static_cast<int64_t>(caps.size()) * per_rank_least > L) return {};
   const int64_t top = *std::max_element(caps.begin(), caps.end());
   if (*std::min_element(caps.begin(), caps.end()) < per_rank_least || reach(top) < L) return {};
   int64_t lo = 0, hi = top;  // reach(hi) >= L

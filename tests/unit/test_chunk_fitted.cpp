@@ -2,19 +2,24 @@
 // memory_fitted): on the BERT example's block repeated to 200 layers, eight 80 GiB devices, zb-v's middle
 // ranks cannot hold their equal share, yet a split that gives the outer ranks more does fit. For every
 // such candidate the search returns a split whose ranks all fit by the simulator's own memory walk (the
-// equal split's do not), covering every layer once.
+// equal split's do not), covering every layer once. On models small enough to walk every split (zb-v and
+// interleaved, 9 and 12 layers, devices of 2 to 80 GiB), where the equal split does not fit and the
+// fitted one starts the walk, the search's split is still the optimum of every split (brute force).
 #include <doctest/doctest.h>
 
 #include <cstdint>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "chunk_floor.hpp"
 #include "chunk_price.hpp"
 #include "pd2bw/planner/partition.hpp"
 #include "pd2bw/planner/simulator.hpp"
+#include "pd2bw/schemas/plan.hpp"
 #include "pd2bw/schemas/profile.hpp"
 
 using namespace pd2bw::planner;
@@ -59,6 +64,32 @@ std::vector<int64_t> simulated_peaks(const CostModel& model, const Candidate& c,
   std::vector<int64_t> peaks;
   for (int64_t i = 0; i < c.depth; ++i) peaks.push_back(r.stages[static_cast<size_t>(i)].peak_bytes);
   return peaks;
+}
+
+// Every composition of L layers into n non-empty chunks (d v + 1 bounds).
+void for_each_split(int64_t L, int64_t n, std::vector<int64_t>& bounds, int64_t k,
+                    const std::function<void(const std::vector<int64_t>&)>& visit) {
+  if (k == n - 1) return visit(bounds);
+  for (int64_t e = bounds[static_cast<size_t>(k)] + 1; e <= L - (n - 1 - k); ++e) {
+    bounds[static_cast<size_t>(k + 1)] = e;
+    for_each_split(L, n, bounds, k + 1, visit);
+  }
+}
+
+// The least objective of any split of candidate c, each priced by ChunkPricer (infinity when none fits),
+// ties to the lexicographically first bounds.
+Split brute_force_best(const CostModel& model, const Candidate& c) {
+  const int64_t L = model.num_layers(), n = c.depth * c.chunks;
+  const detail::ChunkPricer pricer(model, c);
+  Split best;
+  std::vector<int64_t> bounds(static_cast<size_t>(n + 1), 0);
+  bounds.back() = L;
+  for_each_split(L, n, bounds, 0, [&](const std::vector<int64_t>& b) {
+    double objective = kInfinity;
+    pricer.price(b, &objective);
+    if (objective < best.step_ms) best = {b, objective};
+  });
+  return best;
 }
 
 bool all_within(const std::vector<int64_t>& peaks, int64_t limit) {
@@ -108,4 +139,42 @@ TEST_CASE("where zb-v's equal-compute split does not fit, the search's split fit
   // no split: the memory floor's test is one-sided).
   CHECK(tried >= 4);
   CHECK(fitted >= 2);
+}
+
+TEST_CASE("on splits few enough to walk, a fitted start leaves the search's split the optimum of every split") {
+  int64_t fitted = 0;
+  for (int64_t layers : {9, 12}) {
+    const Profile profile = repeated_bert(layers);
+    for (int64_t gib = 2; gib <= 80; gib += 1)
+      for (const auto& [kind, v] :
+           std::vector<std::pair<Schedule, int64_t>>{{Schedule::zb_v, 2}, {Schedule::interleaved, 2}})
+        for (int64_t d = 2; d <= 4; ++d)
+          for (size_t bi = 0; bi < profile.microbatch_sizes.size(); ++bi) {
+            const int64_t b = profile.microbatch_sizes[bi], m = 4 * d;
+            Cluster cluster = one_node();
+            cluster.device.memory_bytes = gib << 30;
+            Constraints constraints;
+            constraints.global_batch = m * b;
+            const CostModel model(profile, cluster, constraints);
+            const Candidate c{kind, static_cast<int64_t>(bi), b, 1, d, m, pd2bw::schemas::Placement::replicas_inner, v};
+            if (!detail::chunked_may_fit(model, c) || balanced_split(model, c).feasible()) continue;
+            const Split brute = brute_force_best(model, c);
+            const std::string schedule(pd2bw::schemas::to_string(kind));
+            CAPTURE(layers);
+            CAPTURE(gib);
+            CAPTURE(d);
+            CAPTURE(b);
+            CAPTURE(schedule);
+            const Split s = best_split(model, c);
+            REQUIRE(s.feasible() == brute.feasible());
+            if (!brute.feasible()) continue;
+            CHECK(!s.exhausted);
+            CHECK(s.step_ms == doctest::Approx(brute.step_ms).epsilon(1e-12));
+            double at_split = kInfinity;  // the search's split, priced as the brute force prices
+            detail::ChunkPricer(model, c).price(s.bounds, &at_split);
+            CHECK(at_split == doctest::Approx(brute.step_ms).epsilon(1e-12));
+            ++fitted;
+          }
+  }
+  CHECK(fitted >= 20);  // cases where some split fits and the equal one does not
 }

@@ -45,7 +45,10 @@ class GreedyMemo {
 
 // The split of `c` minimising step_objective with every stage within memory. Exact unless the work
 // passes max_work: then the result is the split greedy_step_ms found (balanced_split's when it found
-// none and max_work >= kSplitWork, else no split), with exhausted set, whatever its step_ms and the bound. Only splits with step_ms <= upper_bound_ms are looked for: when none exists the result is
+// none and max_work >= kSplitWork, else no split), with exhausted set, whatever its step_ms and the bound
+// (chunked candidates: the equal-compute split refined, or where it does not fit a memory-fitted split,
+// refined when within the bound and left out when a lower bound on it is above the bound). Only splits
+// with step_ms <= upper_bound_ms are looked for: when none exists the result is
 // infeasible (step_ms = infinity). Among equal step times the result is the same whatever the bound: at
 // each stage the canonical choice among equal partial states (earliest next boundary first). About
 // O(layers^2) when the bound is tight; a smaller bound never needs more work.
