@@ -123,8 +123,8 @@ RankFloor rank_capacity(const FloorTable& t, const std::vector<FloorMoment>& mom
     int64_t above = 0, rebuilt = 0;
     for (size_t j = 0; j < fm.size(); ++j) {
       const auto& h = fm[j];
-      fixed = saturating_add(fixed, saturating_mul(h.activations, first_rank && j == 0 ? t.in_first : t.in_rest));
-      const bool first = first_rank && j == 0;  // model chunk 0: it may hold layer 0
+      const bool first = first_rank && j == 0;  // model chunk 0: it starts at layer 0
+      fixed = saturating_add(fixed, saturating_mul(h.activations, first ? t.in_first : t.in_rest));
       const int64_t least_stash = first ? t.stash_first : t.stash_rest, least_wst = first ? t.wst_first : t.wst_rest;
       const int64_t wj = split_backward ? saturating_mul(h.weight_stashes - w, least_wst) : 0;
       above = saturating_add(above, saturating_add(saturating_mul(h.activations - a, least_stash), wj));

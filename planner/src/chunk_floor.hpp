@@ -70,6 +70,8 @@ class RankFloors {
  public:
   RankFloors(const CostModel& model, const Candidate& c);
   RankFloor operator()(const std::vector<int64_t>& bounds, int64_t position) const;
+  // The closed-form moments of rank `position` (floor_moments; requires a chunked candidate).
+  const std::vector<FloorMoment>& moments(int64_t position) const { return moments_[static_cast<size_t>(position)]; }
 
  private:
   const CostModel& model_;

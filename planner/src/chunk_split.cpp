@@ -121,19 +121,37 @@ Split priced(const ChunkPricer& pricer, std::vector<int64_t> bounds) {
   return s;
 }
 
+// A chunked candidate's pricer, built on first use.
+class LazyPricer {
+ public:
+  LazyPricer(const CostModel& model, const Candidate& c) : model_(model), c_(c) {}
+  const ChunkPricer& operator*() {
+    if (!pricer_) pricer_.emplace(model_, c_);
+    return *pricer_;
+  }
+
+ private:
+  const CostModel& model_;
+  const Candidate& c_;
+  std::optional<ChunkPricer> pricer_;
+};
+
+// The equal-compute split, priced; one the memory floor rules out (chunk_floor.hpp) does not fit: it is
+// not priced (nor the pricer built).
+Split equal_split(const CostModel& model, const Candidate& c, LazyPricer& pricer) {
+  auto bounds = equal_chunks(model, c);
+  if (chunked_split_may_fit(model, c, bounds)) return priced(*pricer, std::move(bounds));
+  Split s;
+  s.bounds = std::move(bounds);
+  return s;
+}
+
 }  // namespace
 
-// An equal-compute split the memory floor rules out (chunk_floor.hpp) does not fit: it is not priced.
 Split chunked_balanced_split(const CostModel& model, const Candidate& c) {
   if (c.depth * c.chunks > model.num_layers()) return {};
-  auto bounds = equal_chunks(model, c);
-  if (!chunked_split_may_fit(model, c, bounds)) {
-    Split s;
-    s.bounds = std::move(bounds);
-    return s;
-  }
-  const ChunkPricer pricer(model, c);
-  return priced(pricer, std::move(bounds));
+  LazyPricer pricer(model, c);
+  return equal_split(model, c, pricer);
 }
 
 bool chunked_for_each_split_within(const CostModel& model, const Candidate& c, double limit_ms, int64_t max_nodes,
@@ -226,12 +244,11 @@ std::vector<int64_t> water_filled(const std::vector<int64_t>& caps, int64_t L, i
 
 // Per rank, the local chunk that holds the fewest microbatches in flight at the moments of its memory
 // floor (chunk_floor.hpp): the chunk where a layer costs the least stash.
-std::vector<size_t> lightest_chunks(const Candidate& c) {
-  const int64_t m = pipeline::walk_microbatches(c.schedule, c.depth, c.microbatches);
+std::vector<size_t> lightest_chunks(const Candidate& c, const RankFloors& floors) {
   std::vector<size_t> out;
   for (int64_t p = 0; p < c.depth; ++p) {
     std::vector<int64_t> most(static_cast<size_t>(c.chunks), 0);
-    for (const FloorMoment& moment : floor_moments(c.schedule, c.depth, c.chunks, m, p))
+    for (const FloorMoment& moment : floors.moments(p))
       for (size_t j = 0; j < moment.size(); ++j) most[j] = std::max(most[j], moment[j].activations);
     out.push_back(static_cast<size_t>(std::min_element(most.begin(), most.end()) - most.begin()));
   }
@@ -267,21 +284,6 @@ double least_objective(const CostModel& model, const Candidate& c, const ChunkPr
   return pricer.objective(bounds, lanes, redo, cutoff);
 }
 
-// A chunked candidate's pricer, built on first use.
-class LazyPricer {
- public:
-  LazyPricer(const CostModel& model, const Candidate& c) : model_(model), c_(c) {}
-  const ChunkPricer& operator*() {
-    if (!pricer_) pricer_.emplace(model_, c_);
-    return *pricer_;
-  }
-
- private:
-  const CostModel& model_;
-  const Candidate& c_;
-  std::optional<ChunkPricer> pricer_;
-};
-
 // Where the equal-compute split does not fit (the middle ranks of zb-v hold the most microbatches in
 // flight): a split that gives each rank at most the layers its memory takes, nearly all of them in its
 // lightest chunk. The caps start at the memory floor's (chunk_floor.hpp: no rank holds more and fits, and
@@ -296,7 +298,7 @@ std::vector<int64_t> memory_fitted(const CostModel& model, const Candidate& c, L
   const int64_t L = model.num_layers(), limit = model.memory_limit_bytes();
   const RankFloors floors(model, c);
   std::vector<int64_t> caps, cut(static_cast<size_t>(c.depth), 0);
-  const auto heavy = lightest_chunks(c);
+  const auto heavy = lightest_chunks(c, floors);
   for (const RankFloor& f : chunked_rank_capacities(model, c)) caps.push_back(std::min(L, std::max(f.plain, f.redo)));
   bool bounded = false;  // the least objective was checked
   for (int round = 0; round < kRounds; ++round) {
@@ -326,14 +328,12 @@ std::vector<int64_t> memory_fitted(const CostModel& model, const Candidate& c, L
   return {};
 }
 
-// The split the refinement starts from, priced: the equal-compute split (chunked_balanced_split, with the
-// caller's pricer) or, where that does not fit, a memory-fitted one; `equal` says which. Infeasible, with
+// The split the refinement starts from, priced: the equal-compute split (equal_split) or, where that does
+// not fit, a memory-fitted one; `equal` says which. Infeasible, with
 // the equal split's bounds, when neither fits.
 Split chunked_start(const CostModel& model, const Candidate& c, LazyPricer& pricer, double upper_bound_ms,
                     bool* equal) {
-  Split start;
-  start.bounds = equal_chunks(model, c);
-  if (chunked_split_may_fit(model, c, start.bounds)) start = priced(*pricer, std::move(start.bounds));
+  Split start = equal_split(model, c, pricer);
   *equal = true;
   if (start.feasible()) return start;
   auto bounds = memory_fitted(model, c, pricer, upper_bound_ms);

@@ -9,12 +9,12 @@
 
 #include <cstdint>
 #include <fstream>
-#include <functional>
 #include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "brute_force.hpp"
 #include "chunk_floor.hpp"
 #include "chunk_price.hpp"
 #include "pd2bw/planner/partition.hpp"
@@ -66,28 +66,13 @@ std::vector<int64_t> simulated_peaks(const CostModel& model, const Candidate& c,
   return peaks;
 }
 
-// Every composition of L layers into n non-empty chunks (d v + 1 bounds).
-void for_each_split(int64_t L, int64_t n, std::vector<int64_t>& bounds, int64_t k,
-                    const std::function<void(const std::vector<int64_t>&)>& visit) {
-  if (k == n - 1) return visit(bounds);
-  for (int64_t e = bounds[static_cast<size_t>(k)] + 1; e <= L - (n - 1 - k); ++e) {
-    bounds[static_cast<size_t>(k + 1)] = e;
-    for_each_split(L, n, bounds, k + 1, visit);
-  }
-}
-
-// The least objective of any split of candidate c, each priced by ChunkPricer (infinity when none fits),
-// ties to the lexicographically first bounds.
+// The least reference objective (brute_force.hpp) of any split of candidate c that fits (infinity when
+// none does), ties to the lexicographically first bounds.
 Split brute_force_best(const CostModel& model, const Candidate& c) {
-  const int64_t L = model.num_layers(), n = c.depth * c.chunks;
-  const detail::ChunkPricer pricer(model, c);
   Split best;
-  std::vector<int64_t> bounds(static_cast<size_t>(n + 1), 0);
-  bounds.back() = L;
-  for_each_split(L, n, bounds, 0, [&](const std::vector<int64_t>& b) {
-    double objective = kInfinity;
-    pricer.price(b, &objective);
-    if (objective < best.step_ms) best = {b, objective};
+  pd2bw::testing::for_each_split(model, c, [&](const std::vector<int64_t>& bounds, const std::vector<StageCost>& st) {
+    const double objective = pd2bw::testing::reference_objective(c, st);
+    if (objective < best.step_ms) best = {bounds, objective};
   });
   return best;
 }
@@ -170,7 +155,7 @@ TEST_CASE("on splits few enough to walk, a fitted start leaves the search's spli
             if (!brute.feasible()) continue;
             CHECK(!s.exhausted);
             CHECK(s.step_ms == doctest::Approx(brute.step_ms).epsilon(1e-12));
-            double at_split = kInfinity;  // the search's split, priced as the brute force prices
+            double at_split = kInfinity;  // the search's split, priced by the planner
             detail::ChunkPricer(model, c).price(s.bounds, &at_split);
             CHECK(at_split == doctest::Approx(brute.step_ms).epsilon(1e-12));
             ++fitted;
