@@ -146,10 +146,10 @@ bool chunked(const Candidate& c) {
   return c.chunks >= 2 && c.depth >= 1 && (c.schedule == Schedule::interleaved || c.schedule == Schedule::zb_v);
 }
 
-// The memory floor of rank `position` on split `bounds` (chunked_rank_floor) at its closed-form moments.
-RankFloor rank_floor_at(const CostModel& model, const Candidate& c, const std::vector<int64_t>& bounds,
-                        int64_t position, const std::vector<FloorMoment>& moments) {
-  const int64_t d = c.depth, v = c.chunks;
+// The memory floor of rank `position` whose local chunk j holds layers [windows[j].first, windows[j].second)
+// (chunked_rank_floor) at its closed-form moments.
+RankFloor rank_floor_in(const CostModel& model, const Candidate& c, const ChunkWindows& windows,
+                        const std::vector<FloorMoment>& moments) {
   const auto mi = c.microbatch_index;
   const auto& params = model.param_prefix();
   const auto& stash = model.stash_prefix(mi);
@@ -157,13 +157,11 @@ RankFloor rank_floor_at(const CostModel& model, const Candidate& c, const std::v
   const auto& in = model.input_bytes(mi);
   const StaticFactors& statics = model.static_factors(c.schedule);
   const bool split_backward = schemas::splits_backward(c.schedule);
-  const auto window = [&](size_t j) {  // local chunk j's layers
-    const int64_t k = position_chunk(c.schedule, d, position, static_cast<int64_t>(j));
-    return std::make_pair(static_cast<size_t>(bounds[static_cast<size_t>(k)]),
-                          static_cast<size_t>(bounds[static_cast<size_t>(k) + 1]));
+  const auto window = [&](size_t j) {
+    return std::make_pair(static_cast<size_t>(windows[j].first), static_cast<size_t>(windows[j].second));
   };
   int64_t fixed = model.constraints().reserve_bytes;
-  for (size_t j = 0; j < static_cast<size_t>(v); ++j) {
+  for (size_t j = 0; j < windows.size(); ++j) {
     const auto [b, e] = window(j);
     fixed = saturating_add(fixed, statics.total(params[e] - params[b]));
   }
@@ -182,6 +180,21 @@ RankFloor rank_floor_at(const CostModel& model, const Candidate& c, const std::v
     out.redo = std::max(out.redo, redo);
   }
   return out;
+}
+
+// The windows of rank `position`'s chunks on split `bounds`.
+ChunkWindows windows_on(const Candidate& c, const std::vector<int64_t>& bounds, int64_t position) {
+  ChunkWindows out;
+  for (int64_t j = 0; j < c.chunks; ++j) {
+    const auto k = static_cast<size_t>(position_chunk(c.schedule, c.depth, position, j));
+    out.emplace_back(bounds[k], bounds[k + 1]);
+  }
+  return out;
+}
+
+RankFloor rank_floor_at(const CostModel& model, const Candidate& c, const std::vector<int64_t>& bounds,
+                        int64_t position, const std::vector<FloorMoment>& moments) {
+  return rank_floor_in(model, c, windows_on(c, bounds, position), moments);
 }
 
 // The same, `moments` scratch.
@@ -205,6 +218,11 @@ RankFloors::RankFloors(const CostModel& model, const Candidate& c) : model_(mode
 RankFloor RankFloors::operator()(const std::vector<int64_t>& bounds, int64_t position) const {
   if (moments_.empty()) return {};
   return rank_floor_at(model_, c_, bounds, position, moments_[static_cast<size_t>(position)]);
+}
+
+RankFloor RankFloors::in(int64_t position, const ChunkWindows& windows) const {
+  if (moments_.empty()) return {};
+  return rank_floor_in(model_, c_, windows, moments_[static_cast<size_t>(position)]);
 }
 
 std::vector<FloorMoment> floor_moments(Schedule kind, int64_t depth, int64_t chunks, int64_t microbatches,

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "pd2bw/pipeline/stash.hpp"
@@ -64,12 +65,18 @@ bool chunked_may_fit(const CostModel& model, const Candidate& c, int64_t slack_b
 RankFloor chunked_rank_floor(const CostModel& model, const Candidate& c, const std::vector<int64_t>& bounds,
                              int64_t position);
 
+// Per local chunk of a rank (local order), the layers [first, second) it holds.
+using ChunkWindows = std::vector<std::pair<int64_t, int64_t>>;
+
 // chunked_rank_floor of candidate c's ranks on as many splits as asked, the closed-form moments laid
 // out once. Zero for the other schedules. Keeps a reference to `model`.
 class RankFloors {
  public:
   RankFloors(const CostModel& model, const Candidate& c);
   RankFloor operator()(const std::vector<int64_t>& bounds, int64_t position) const;
+  // The same floor of rank `position` holding `windows` (v entries, each within [0, L]) as if no other
+  // rank's chunks constrained them: the windows may overlap, and need not be the ones of any split.
+  RankFloor in(int64_t position, const ChunkWindows& windows) const;
   // The closed-form moments of rank `position` (floor_moments; requires a chunked candidate).
   const std::vector<FloorMoment>& moments(int64_t position) const { return moments_[static_cast<size_t>(position)]; }
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <optional>
 
+#include "chunk_fit.hpp"
 #include "chunk_floor.hpp"
 #include "chunk_price.hpp"
 
@@ -217,57 +218,6 @@ Split refined(const ChunkPricer& pricer, Split s) {
   return s;
 }
 
-// Layer counts per rank, each within its cap, summing to L, as level as the caps allow: min(cap_p, t) for
-// the least level t that reaches L, less one layer on the first ranks at t while the sum is over. Empty
-// when the caps hold fewer than L layers, some rank cannot hold one layer per chunk, or L is too few
-// layers for one per chunk.
-std::vector<int64_t> water_filled(const std::vector<int64_t>& caps, int64_t L, int64_t per_rank_least) {
-  const auto reach = [&](int64_t t) {
-    int64_t sum = 0;
-    for (int64_t cap : caps) sum += std::min(cap, t);
-    return sum;
-  };
-  if (caps.empty() || static_cast<int64_t>(caps.size()) * per_rank_least > L) return {};
-  const int64_t top = *std::max_element(caps.begin(), caps.end());
-  if (*std::min_element(caps.begin(), caps.end()) < per_rank_least || reach(top) < L) return {};
-  int64_t lo = 0, hi = top;  // reach(hi) >= L
-  while (lo + 1 < hi) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    (reach(mid) >= L ? hi : lo) = mid;
-  }
-  std::vector<int64_t> counts;
-  for (int64_t cap : caps) counts.push_back(std::min(cap, hi));
-  for (int64_t over = reach(hi) - L, p = 0; over > 0; ++p)
-    if (counts[static_cast<size_t>(p)] == hi && hi > per_rank_least) --counts[static_cast<size_t>(p)], --over;
-  return counts;
-}
-
-// Per rank, the local chunk that holds the fewest microbatches in flight at the moments of its memory
-// floor (chunk_floor.hpp): the chunk where a layer costs the least stash.
-std::vector<size_t> lightest_chunks(const Candidate& c, const RankFloors& floors) {
-  std::vector<size_t> out;
-  for (int64_t p = 0; p < c.depth; ++p) {
-    std::vector<int64_t> most(static_cast<size_t>(c.chunks), 0);
-    for (const FloorMoment& moment : floors.moments(p))
-      for (size_t j = 0; j < moment.size(); ++j) most[j] = std::max(most[j], moment[j].activations);
-    out.push_back(static_cast<size_t>(std::min_element(most.begin(), most.end()) - most.begin()));
-  }
-  return out;
-}
-
-// The split whose rank p holds counts[p] layers: one in each of its chunks but `heavy[p]`, which holds
-// the rest.
-std::vector<int64_t> laid_out(const Candidate& c, const std::vector<int64_t>& counts,
-                              const std::vector<size_t>& heavy) {
-  std::vector<int64_t> bounds{0};
-  std::vector<size_t> placed(counts.size(), 0);
-  for (int64_t k = 0; k < c.depth * c.chunks; ++k) {
-    const auto p = static_cast<size_t>(pipeline::chunk_position(c.schedule, c.depth, k));
-    bounds.push_back(bounds.back() + (placed[p]++ == heavy[p] ? counts[p] - (c.chunks - 1) : 1));
-  }
-  return bounds;
-}
-
 // A lower bound on the objective of split `bounds` without a stash walk: the ranks' lanes recompute only
 // where the memory floor (chunk_floor.hpp) rules out keeping the stash. Above `cutoff` it only says so.
 double least_objective(const CostModel& model, const Candidate& c, const ChunkPricer& pricer, const RankFloors& floors,
@@ -285,25 +235,31 @@ double least_objective(const CostModel& model, const Candidate& c, const ChunkPr
 }
 
 // Where the equal-compute split does not fit (the middle ranks of zb-v hold the most microbatches in
-// flight): a split that gives each rank at most the layers its memory takes, nearly all of them in its
-// lightest chunk. The caps start at the memory floor's (chunk_floor.hpp: no rank holds more and fits, and
-// the floor counts a rank's layers at its lightest chunk's microbatches in flight); a rank that still
-// does not fit gives up 1, 2, 4, ... layers a round: first by its floor on the layout (no stash walk),
-// then by its price. Empty when no fitting split was found within the rounds, and, unpriced, when the
-// first layout the floor passes has a least objective above `upper_bound_ms` (the later rounds move
-// layers from the ranks that do not fit to those that do, which rarely lowers it).
+// flight): a split that gives each rank at most the layers its memory takes, laid out one layer per
+// chunk but the chunk where its memory floor is least (chunk_fit.hpp). The caps start at what each rank
+// holds in that layout by its floor (at most the proof's cap, chunk_floor.hpp); a rank that still does
+// not fit on the split gives up 1, 2, 4, ... layers a round: first by its floor on the split (no stash
+// walk), then by its price. Empty when no fitting split was found within the rounds, and, unpriced,
+// when the first split the floor passes has a least objective above `upper_bound_ms` (the later rounds
+// move layers from the ranks that do not fit to those that do, which rarely lowers it).
 std::vector<int64_t> memory_fitted(const CostModel& model, const Candidate& c, LazyPricer& pricer,
                                    double upper_bound_ms) {
   constexpr int kRounds = 16;
   const int64_t L = model.num_layers(), limit = model.memory_limit_bytes();
   const RankFloors floors(model, c);
+  const RankLayouts layouts(model, c, floors);
   std::vector<int64_t> caps, cut(static_cast<size_t>(c.depth), 0);
-  const auto heavy = lightest_chunks(c, floors);
-  for (const RankFloor& f : chunked_rank_capacities(model, c)) caps.push_back(std::min(L, std::max(f.plain, f.redo)));
+  const auto proven = chunked_rank_capacities(model, c);
+  for (int64_t p = 0; p < c.depth; ++p) {
+    const RankFloor f = proven[static_cast<size_t>(p)];
+    caps.push_back(layouts.capacity(p, std::min(L, std::max(f.plain, f.redo))));
+  }
   bool bounded = false;  // the least objective was checked
   for (int round = 0; round < kRounds; ++round) {
     const auto counts = water_filled(caps, L, c.chunks);
     if (counts.empty()) return {};
+    std::vector<size_t> heavy;
+    for (int64_t p = 0; p < c.depth; ++p) heavy.push_back(layouts.best(p, counts[static_cast<size_t>(p)]).heavy);
     auto bounds = laid_out(c, counts, heavy);
     std::vector<char> over(caps.size(), 0);
     bool fits = true;

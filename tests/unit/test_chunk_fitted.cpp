@@ -2,9 +2,10 @@
 // memory_fitted): on the BERT example's block repeated to 200 layers, eight 80 GiB devices, zb-v's middle
 // ranks cannot hold their equal share, yet a split that gives the outer ranks more does fit. For every
 // such candidate the search returns a split whose ranks all fit by the simulator's own memory walk (the
-// equal split's do not), covering every layer once. On models small enough to walk every split (zb-v and
-// interleaved, 9 and 12 layers, devices of 2 to 80 GiB), where the equal split does not fit and the
-// fitted one starts the walk, the search's split is still the optimum of every split (brute force).
+// equal split's do not), covering every layer once. The GPT block's, whose deferred weight gradients
+// stash half as much as its activations, fits only when the layout weighs that stash too. On models small enough to
+// walk every split (zb-v and interleaved, 9 and 12 layers, devices of 2 to 80 GiB), where the equal split does not fit
+// and the fitted one starts the walk, the search's split is still the optimum of every split (brute force).
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -28,10 +29,10 @@ namespace detail = pd2bw::planner::detail;
 
 namespace {
 
-// schemas/examples/bert-3.8b.profile.json with its block repeated to `layers` layers (embedding and
-// head kept), as tools/bench-planner builds its profiles.
-Profile repeated_bert(int64_t layers) {
-  std::ifstream f(std::string(PD2BW_SOURCE_DIR) + "/schemas/examples/bert-3.8b.profile.json");
+// schemas/examples/<name>.profile.json with its block repeated to `layers` layers (embedding and head
+// kept), as tools/bench-planner builds its profiles.
+Profile repeated(const std::string& name, int64_t layers) {
+  std::ifstream f(std::string(PD2BW_SOURCE_DIR) + "/schemas/examples/" + name + ".profile.json");
   std::stringstream s;
   s << f.rdbuf();
   Profile p = pd2bw::schemas::parse_profile(s.str());
@@ -44,6 +45,10 @@ Profile repeated_bert(int64_t layers) {
   p.layers.push_back(head);
   p.model.blocks = layers - 2;
   return p;
+}
+
+Profile repeated_bert(int64_t layers) {
+  return repeated("bert-3.8b", layers);
 }
 
 Cluster one_node() {
@@ -124,6 +129,47 @@ TEST_CASE("where zb-v's equal-compute split does not fit, the search's split fit
   // no split: the memory floor's test is one-sided).
   CHECK(tried >= 4);
   CHECK(fitted >= 2);
+}
+
+TEST_CASE("zb-v's fitted split weighs the deferred weight-gradient stash: the GPT block fits where m < 2d") {
+  // The GPT block's deferred W stash is half its activation stash. Where m < 2d, a late rank's two
+  // chunks hold the same microbatches in flight before its first B, and the layout only fits with the
+  // chunk that waits on fewer W's holding most layers.
+  const Profile profile = repeated("gpt-3.8b", 200);
+  int64_t fitted = 0, tried = 0;
+  for (int64_t gib : {40, 60, 80})
+    for (int64_t batch : {16, 32, 64})
+      for (int64_t d = 4; d <= 8; ++d)
+        for (size_t bi = 0; bi < profile.microbatch_sizes.size(); ++bi) {
+          const int64_t b = profile.microbatch_sizes[bi];
+          if (batch % b != 0 || batch / b >= 2 * d) continue;
+          Cluster cluster = one_node();
+          cluster.device.memory_bytes = gib << 30;
+          Constraints constraints;
+          constraints.global_batch = batch;
+          const CostModel model(profile, cluster, constraints);
+          const Candidate c{Schedule::zb_v,
+                            static_cast<int64_t>(bi),
+                            b,
+                            1,
+                            d,
+                            batch / b,
+                            pd2bw::schemas::Placement::replicas_inner,
+                            2};
+          if (!detail::chunked_may_fit(model, c) || balanced_split(model, c).feasible()) continue;
+          CAPTURE(gib);
+          CAPTURE(batch);
+          CAPTURE(d);
+          CAPTURE(b);
+          ++tried;
+          const Split s = best_split(model, c);
+          if (!s.feasible()) continue;
+          ++fitted;
+          CHECK(all_within(simulated_peaks(model, c, s.bounds), model.memory_limit_bytes()));
+        }
+  // 15 candidates' equal splits are over; a layout that ignores the W stash fits one of them.
+  CHECK(tried >= 10);
+  CHECK(fitted >= 4);
 }
 
 TEST_CASE("on splits few enough to walk, a fitted start leaves the search's split the optimum of every split") {
