@@ -7,11 +7,11 @@
 #include <array>
 #include <atomic>
 #include <cmath>
-#include <optional>
 #include <set>
 
 #include "parallel.hpp"
 #include "pd2bw/planner/simulator.hpp"
+#include "replays.hpp"
 #include "search_internal.hpp"
 
 namespace pd2bw::planner::detail {
@@ -143,40 +143,6 @@ int64_t replay_ops_of(const CostModel& model, const Evaluated& e) {
 }
 
 namespace {
-
-// The replays so far, by candidate index. A few hundred of up to a few hundred thousand candidates are
-// replayed, so the entries live apart from a dense index of 4 bytes per candidate (a dense vector of
-// optional Evaluated took 45 MB at 4,096 GPUs, all of it touched). Distinct candidates' entries may be
-// reset concurrently; set() is not concurrent with anything.
-class Replays {
- public:
-  explicit Replays(size_t candidates) : slot_(candidates, -1) {}
-  const Evaluated* operator[](size_t idx) const {
-    const int32_t s = slot_[idx];
-    return s >= 0 && entries_[static_cast<size_t>(s)].second ? &*entries_[static_cast<size_t>(s)].second : nullptr;
-  }
-  void set(size_t idx, Evaluated e) {
-    if (slot_[idx] < 0) {
-      slot_[idx] = static_cast<int32_t>(entries_.size());
-      entries_.emplace_back(idx, std::nullopt);
-    }
-    entries_[static_cast<size_t>(slot_[idx])].second = std::move(e);
-  }
-  void reset(size_t idx) {
-    if (slot_[idx] >= 0) entries_[static_cast<size_t>(slot_[idx])].second.reset();
-  }
-  // The candidates replayed (and not reset), in no particular order.
-  std::vector<size_t> indices() const {
-    std::vector<size_t> out;
-    for (const auto& [idx, e] : entries_)
-      if (e) out.push_back(idx);
-    return out;
-  }
-
- private:
-  std::vector<int32_t> slot_;
-  std::vector<std::pair<size_t, std::optional<Evaluated>>> entries_;
-};
 
 // The replayed candidates, best first: the top `keep` and the best of each schedule.
 std::vector<Evaluated> rank(const Replays& replayed, size_t keep) {
