@@ -11,7 +11,13 @@ namespace pd2bw::planner::detail {
 
 RankLayouts::RankLayouts(const CostModel& model, const Candidate& c, const RankFloors& floors)
     : model_(model), c_(c), floors_(floors) {
-  for (int64_t p = 0; p < c.depth; ++p) chunks_.push_back(pipeline::chunks_at(c.schedule, c.depth, c.chunks, p));
+  for (int64_t p = 0; p < c.depth; ++p) {
+    chunks_.push_back(pipeline::chunks_at(c.schedule, c.depth, c.chunks, p));
+    std::vector<int64_t> most(static_cast<size_t>(c.chunks), 0);
+    for (const FloorMoment& moment : floors.moments(p))
+      for (size_t j = 0; j < moment.size(); ++j) most[j] = std::max(most[j], moment[j].activations);
+    fewest_.push_back(static_cast<size_t>(std::min_element(most.begin(), most.end()) - most.begin()));
+  }
 }
 
 RankFloor RankLayouts::floor(int64_t position, int64_t n, size_t heavy) const {
@@ -34,18 +40,23 @@ RankLayout RankLayouts::best(int64_t position, int64_t n) const {
   const int64_t limit = model_.memory_limit_bytes();
   const auto policy = model_.constraints().recompute;
   const bool plain_ok = policy != RecomputePolicy::always, redo_ok = policy != RecomputePolicy::never;
-  RankLayout out;
-  int64_t best_plain = INT64_MAX, best_redo = INT64_MAX;
-  size_t redo_heavy = 0;
-  for (size_t j = 0; j < static_cast<size_t>(c_.chunks); ++j) {
-    const RankFloor f = floor(position, n, j);
-    const int64_t plain = plain_ok ? f.plain : INT64_MAX, redo = redo_ok ? f.redo : INT64_MAX;
-    if (plain < best_plain) best_plain = plain, out.heavy = j;
-    if (redo < best_redo) best_redo = redo, redo_heavy = j;
-  }
-  out.fits = best_plain <= limit || best_redo <= limit;
-  if (best_plain > limit && best_redo < best_plain) out.heavy = redo_heavy;
-  return out;
+  const size_t fewest = fewest_[static_cast<size_t>(position)];
+  std::vector<RankFloor> floors;
+  for (size_t j = 0; j < static_cast<size_t>(c_.chunks); ++j) floors.push_back(floor(position, n, j));
+  // The chunk of least floor in one option, the fewest-activations chunk on ties.
+  const auto least = [&](bool plain) {
+    size_t out = fewest;
+    const auto at = [&](size_t j) { return plain ? floors[j].plain : floors[j].redo; };
+    for (size_t j = 0; j < floors.size(); ++j)
+      if (at(j) < at(out)) out = j;
+    return RankLayout{out, at(out) <= limit};
+  };
+  const auto fits = [&](size_t j, bool plain) { return (plain ? floors[j].plain : floors[j].redo) <= limit; };
+  if (plain_ok && fits(fewest, true)) return {fewest, true};
+  if (plain_ok && least(true).fits) return least(true);
+  if (redo_ok && fits(fewest, false)) return {fewest, true};
+  if (redo_ok) return least(false);
+  return least(true);
 }
 
 int64_t RankLayouts::capacity(int64_t position, int64_t hi) const {

@@ -25,8 +25,10 @@ struct RankLayout {
 class RankLayouts {
  public:
   RankLayouts(const CostModel& model, const Candidate& c, const RankFloors& floors);
-  // Rank `position` holding n >= v layers: the chunk to hold the most, preferring (under an `auto_`
-  // recompute policy) one that fits without recompute, then the least floor of the options allowed.
+  // Rank `position` holding n >= v layers: the chunk to hold the most. Of the options the recompute
+  // policy allows, without recompute first: the chunk with the fewest activations in flight where it
+  // fits, else the chunk of least floor where that fits; with recompute likewise; else the least
+  // recomputing floor (`fits` false).
   RankLayout best(int64_t position, int64_t n) const;
   // The most layers in [v, hi] rank `position` holds in its best layout and fits by the floor (found by
   // bisection, the floor growing with n); v - 1 when not even v fit.
@@ -38,6 +40,7 @@ class RankLayouts {
   Candidate c_;
   const RankFloors& floors_;
   std::vector<std::vector<int64_t>> chunks_;  // per position, its model chunks in local order
+  std::vector<size_t> fewest_;                // per position, the local chunk of fewest activations in flight
 };
 
 // Layer counts per rank, each within its cap, summing to L, as level as the caps allow: min(cap_p, t)
