@@ -1,0 +1,133 @@
+// The memory-fitted start's rank layouts (planner/src/chunk_fit.cpp: RankLayouts), against a reference
+// built on real splits. On a model whose blocks are all alike (the BERT and GPT examples' blocks
+// repeated), the windows RankLayouts prices a rank's chunks on hold the same layers as a split that
+// gives that rank the same chunk sizes, so its choice must be exactly the one the selection rule makes
+// with each candidate layout's floor on such a split (chunked_rank_floor): the fewest-activations chunk
+// where it fits without recompute, else the least plain floor where that fits, else the same with
+// recompute, under every --recompute policy. And capacity is the most layers whose best layout fits, by
+// a linear scan.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "chunk_fit.hpp"
+#include "chunk_floor.hpp"
+#include "pd2bw/pipeline/stash.hpp"
+#include "pd2bw/schemas/profile.hpp"
+
+using namespace pd2bw::planner;
+using pd2bw::schemas::Schedule;
+namespace detail = pd2bw::planner::detail;
+
+namespace {
+
+Profile repeated(const std::string& name, int64_t layers) {
+  std::ifstream f(std::string(PD2BW_SOURCE_DIR) + "/schemas/examples/" + name + ".profile.json");
+  std::stringstream s;
+  s << f.rdbuf();
+  Profile p = pd2bw::schemas::parse_profile(s.str());
+  const auto embed = p.layers.front(), block = p.layers[1], head = p.layers.back();
+  p.layers.assign(1, embed);
+  for (int64_t i = 0; i + 2 < layers; ++i) p.layers.push_back(block);
+  p.layers.push_back(head);
+  p.model.blocks = layers - 2;
+  return p;
+}
+
+// The local chunk of rank p with the fewest activations in flight at its floor's moments (first on ties).
+size_t fewest_chunk(const Candidate& c, int64_t p) {
+  const int64_t m = pd2bw::pipeline::walk_microbatches(c.schedule, c.depth, c.microbatches);
+  std::vector<int64_t> most(static_cast<size_t>(c.chunks), 0);
+  for (const auto& moment : detail::floor_moments(c.schedule, c.depth, c.chunks, m, p))
+    for (size_t j = 0; j < moment.size(); ++j) most[j] = std::max(most[j], moment[j].activations);
+  return static_cast<size_t>(std::min_element(most.begin(), most.end()) - most.begin());
+}
+
+// The floor of rank p holding n layers with `heavy` its big chunk, on a real split: every other rank
+// holds v layers but rank q = p + 1 (mod d), which takes the rest in its first chunk.
+detail::RankFloor floor_on_split(const CostModel& model, const Candidate& c, int64_t p, int64_t n, size_t heavy) {
+  const int64_t L = model.num_layers(), v = c.chunks;
+  std::vector<int64_t> counts(static_cast<size_t>(c.depth), v);
+  counts[static_cast<size_t>(p)] = n;
+  counts[static_cast<size_t>((p + 1) % c.depth)] += L - n - (c.depth - 1) * v;
+  std::vector<size_t> heavies(static_cast<size_t>(c.depth), 0);
+  heavies[static_cast<size_t>(p)] = heavy;
+  return detail::chunked_rank_floor(model, c, detail::laid_out(c, counts, heavies), p);
+}
+
+// The selection rule, on the floors of every layout of rank p holding n layers.
+detail::RankLayout reference_best(const CostModel& model, const Candidate& c, int64_t p, int64_t n) {
+  const int64_t limit = model.memory_limit_bytes();
+  const auto policy = model.constraints().recompute;
+  std::vector<detail::RankFloor> f;
+  for (size_t j = 0; j < static_cast<size_t>(c.chunks); ++j) f.push_back(floor_on_split(model, c, p, n, j));
+  const size_t fewest = fewest_chunk(c, p);
+  for (const bool plain : {true, false}) {
+    if (plain ? policy == RecomputePolicy::always : policy == RecomputePolicy::never) continue;
+    const auto at = [&](size_t j) { return plain ? f[j].plain : f[j].redo; };
+    if (at(fewest) <= limit) return {fewest, true};
+    size_t least = fewest;
+    for (size_t j = 0; j < f.size(); ++j)
+      if (at(j) < at(least)) least = j;
+    if (at(least) <= limit) return {least, true};
+  }
+  return {0, false};
+}
+
+}  // namespace
+
+TEST_CASE("rank layouts choose as the selection rule does on real splits, and capacity is the last fit") {
+  int64_t checked = 0, fit = 0, unfit = 0, not_fewest = 0;
+  for (const std::string name : {"bert-3.8b", "gpt-3.8b"}) {
+    const Profile profile = repeated(name, 40);
+    for (const auto policy : {RecomputePolicy::auto_, RecomputePolicy::never, RecomputePolicy::always})
+      for (const int64_t gib : {24, 48, 80})
+        for (const auto& [kind, v] : std::vector<std::pair<Schedule, int64_t>>{
+                 {Schedule::zb_v, 2}, {Schedule::interleaved, 2}, {Schedule::interleaved, 3}})
+          for (int64_t d = 2; d <= 5; ++d)
+            for (const int64_t m : {d, 2 * d, 3 * d}) {
+              Cluster cluster;
+              cluster.device = {"NVIDIA H200", gib << 30};
+              cluster.levels.push_back({"node", 8, 300.0, 0.005, 300.0});
+              Constraints constraints;
+              constraints.global_batch = m * 2;
+              constraints.recompute = policy;
+              const CostModel model(profile, cluster, constraints);
+              const Candidate c{kind, 1, 2, 1, d, m, pd2bw::schemas::Placement::replicas_inner, v};
+              REQUIRE(profile.microbatch_sizes[1] == 2);
+              const detail::RankFloors floors(model, c);
+              const detail::RankLayouts layouts(model, c, floors);
+              const int64_t most = model.num_layers() - (d - 1) * v;
+              for (int64_t p = 0; p < d; ++p) {
+                CAPTURE(name);
+                CAPTURE(gib);
+                CAPTURE(d);
+                CAPTURE(v);
+                CAPTURE(m);
+                CAPTURE(p);
+                int64_t last_fit = v - 1;
+                for (int64_t n = v; n <= most; ++n) {
+                  CAPTURE(n);
+                  const detail::RankLayout got = layouts.best(p, n), want = reference_best(model, c, p, n);
+                  REQUIRE(got.fits == want.fits);
+                  if (want.fits) CHECK(got.heavy == want.heavy);
+                  if (got.fits) last_fit = n, ++fit, not_fewest += got.heavy != fewest_chunk(c, p);
+                  unfit += !got.fits;
+                  ++checked;
+                }
+                // Fitting holds on a prefix of n here, so the bisection finds the last fit.
+                CHECK(layouts.capacity(p, most) == last_fit);
+              }
+            }
+  }
+  // Both answers occur, and so do layouts away from the fewest-activations chunk.
+  CHECK(checked > 10000);
+  CHECK(fit > 1000);
+  CHECK(unfit > 1000);
+  CHECK(not_fewest > 100);
+}
