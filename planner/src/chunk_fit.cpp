@@ -13,22 +13,26 @@ RankLayouts::RankLayouts(const CostModel& model, const Candidate& c, const RankF
     : model_(model), c_(c), floors_(floors) {
   for (int64_t p = 0; p < c.depth; ++p) {
     chunks_.push_back(pipeline::chunks_at(c.schedule, c.depth, c.chunks, p));
-    std::vector<int64_t> most(static_cast<size_t>(c.chunks), 0);
+    // Per chunk, the most activations and then the most W's waiting at the floor's moments.
+    std::vector<std::pair<int64_t, int64_t>> most(static_cast<size_t>(c.chunks), {0, 0});
     for (const FloorMoment& moment : floors.moments(p))
-      for (size_t j = 0; j < moment.size(); ++j) most[j] = std::max(most[j], moment[j].activations);
+      for (size_t j = 0; j < moment.size(); ++j) {
+        most[j].first = std::max(most[j].first, moment[j].activations);
+        most[j].second = std::max(most[j].second, moment[j].weight_stashes);
+      }
     fewest_.push_back(static_cast<size_t>(std::min_element(most.begin(), most.end()) - most.begin()));
   }
 }
 
-RankFloor RankLayouts::floor(int64_t position, int64_t n, size_t heavy) const {
+RankFloor RankLayouts::layout_floor(int64_t position, int64_t n, size_t heavy) const {
   const int64_t L = model_.num_layers(), last = c_.depth * c_.chunks - 1;
   const auto& chunks = chunks_[static_cast<size_t>(position)];
   ChunkWindows windows;
   for (size_t j = 0; j < chunks.size(); ++j) {
-    const int64_t size = j == heavy ? n - (c_.chunks - 1) : 1;
-    // Model chunk 0 starts at layer 0 and the last ends at L; the others start past layer 0 and end
-    // before L - 1 where they can.
-    int64_t begin = std::clamp<int64_t>(1, 0, std::max<int64_t>(0, L - 1 - size));
+    const int64_t size = j == heavy ? n - (c_.chunks - 1) : 1;  // 1 <= size <= L - v + 1
+    // Model chunk 0 starts at layer 0 and the last ends at L; the others hold blocks from layer 1 on,
+    // clear of the last layer where they can.
+    int64_t begin = size <= L - 2 ? 1 : 0;
     if (chunks[j] == 0) begin = 0;
     if (chunks[j] == last) begin = L - size;
     windows.emplace_back(begin, begin + size);
@@ -39,24 +43,22 @@ RankFloor RankLayouts::floor(int64_t position, int64_t n, size_t heavy) const {
 RankLayout RankLayouts::best(int64_t position, int64_t n) const {
   const int64_t limit = model_.memory_limit_bytes();
   const auto policy = model_.constraints().recompute;
-  const bool plain_ok = policy != RecomputePolicy::always, redo_ok = policy != RecomputePolicy::never;
   const size_t fewest = fewest_[static_cast<size_t>(position)];
   std::vector<RankFloor> floors;
-  for (size_t j = 0; j < static_cast<size_t>(c_.chunks); ++j) floors.push_back(floor(position, n, j));
-  // The chunk of least floor in one option, the fewest-activations chunk on ties.
-  const auto least = [&](bool plain) {
-    size_t out = fewest;
+  for (size_t j = 0; j < static_cast<size_t>(c_.chunks); ++j) floors.push_back(layout_floor(position, n, j));
+  // In one option: the fewest-activations chunk where it fits, else the chunk of least floor (the
+  // fewest-activations one on ties).
+  const auto choose = [&](bool plain) {
     const auto at = [&](size_t j) { return plain ? floors[j].plain : floors[j].redo; };
-    for (size_t j = 0; j < floors.size(); ++j)
+    size_t out = fewest;
+    for (size_t j = 0; at(fewest) > limit && j < floors.size(); ++j)
       if (at(j) < at(out)) out = j;
     return RankLayout{out, at(out) <= limit};
   };
-  const auto fits = [&](size_t j, bool plain) { return (plain ? floors[j].plain : floors[j].redo) <= limit; };
-  if (plain_ok && fits(fewest, true)) return {fewest, true};
-  if (plain_ok && least(true).fits) return least(true);
-  if (redo_ok && fits(fewest, false)) return {fewest, true};
-  if (redo_ok) return least(false);
-  return least(true);
+  if (policy == RecomputePolicy::always) return choose(false);
+  const RankLayout plain = choose(true);
+  if (plain.fits || policy == RecomputePolicy::never) return plain;
+  return choose(false);
 }
 
 int64_t RankLayouts::capacity(int64_t position, int64_t hi) const {

@@ -13,7 +13,7 @@
 namespace pd2bw::planner::detail {
 
 // One rank's layout of n layers: one layer in each local chunk but `heavy`, which holds the other
-// n - (v - 1), the chunk where the rank's memory floor is least.
+// n - (v - 1) (RankLayouts::best says which).
 struct RankLayout {
   size_t heavy = 0;
   bool fits = false;  // the floor, under the recompute policy, is within the memory limit
@@ -25,17 +25,19 @@ struct RankLayout {
 class RankLayouts {
  public:
   RankLayouts(const CostModel& model, const Candidate& c, const RankFloors& floors);
-  // Rank `position` holding n >= v layers: the chunk to hold the most. Of the options the recompute
-  // policy allows, without recompute first: the chunk with the fewest activations in flight where it
-  // fits, else the chunk of least floor where that fits; with recompute likewise; else the least
-  // recomputing floor (`fits` false).
+  // Rank `position` holding v <= n <= L layers: the chunk to hold the most. Without recompute first
+  // (unless the policy is `always`): the chunk of fewest activations in flight (then fewest W's
+  // waiting) at the floor's moments where its layout fits, else the chunk of least floor; with recompute
+  // (unless the policy is `never`) likewise when no layout fits without. `fits` false: no layout fits in
+  // the options allowed, and `heavy` is that of the last option tried.
   RankLayout best(int64_t position, int64_t n) const;
-  // The most layers in [v, hi] rank `position` holds in its best layout and fits by the floor (found by
-  // bisection, the floor growing with n); v - 1 when not even v fit.
+  // The most layers in [v, hi] (hi <= L) rank `position` holds in its best layout and fits by the floor,
+  // by bisection: exact where fitting holds for a prefix of n, as on blocks that are all alike (a chunk's
+  // floor grows with its size); elsewhere some n that fits. v - 1 when not even v fit.
   int64_t capacity(int64_t position, int64_t hi) const;
 
  private:
-  RankFloor floor(int64_t position, int64_t n, size_t heavy) const;
+  RankFloor layout_floor(int64_t position, int64_t n, size_t heavy) const;
   const CostModel& model_;
   Candidate c_;
   const RankFloors& floors_;

@@ -74,8 +74,9 @@ class RankFloors {
  public:
   RankFloors(const CostModel& model, const Candidate& c);
   RankFloor operator()(const std::vector<int64_t>& bounds, int64_t position) const;
-  // The same floor of rank `position` holding `windows` (v entries, each within [0, L]) as if no other
-  // rank's chunks constrained them: the windows may overlap, and need not be the ones of any split.
+  // The same floor of rank `position` holding `windows` (v entries in local order, each a non-empty
+  // [first, second) with 0 <= first < second <= L) as if no other rank's chunks constrained them: the
+  // windows may overlap, and need not be the ones of any split.
   RankFloor in(int64_t position, const ChunkWindows& windows) const;
   // The closed-form moments of rank `position` (floor_moments; requires a chunked candidate).
   const std::vector<FloorMoment>& moments(int64_t position) const { return moments_[static_cast<size_t>(position)]; }

@@ -39,13 +39,20 @@ Profile repeated(const std::string& name, int64_t layers) {
   return p;
 }
 
-// The local chunk of rank p with the fewest activations in flight at its floor's moments (first on ties).
+// The local chunk of rank p with the fewest activations in flight at its floor's moments, on ties the
+// fewest W's waiting, then the first.
 size_t fewest_chunk(const Candidate& c, int64_t p) {
   const int64_t m = pd2bw::pipeline::walk_microbatches(c.schedule, c.depth, c.microbatches);
-  std::vector<int64_t> most(static_cast<size_t>(c.chunks), 0);
+  std::vector<int64_t> acts(static_cast<size_t>(c.chunks), 0), ws(static_cast<size_t>(c.chunks), 0);
   for (const auto& moment : detail::floor_moments(c.schedule, c.depth, c.chunks, m, p))
-    for (size_t j = 0; j < moment.size(); ++j) most[j] = std::max(most[j], moment[j].activations);
-  return static_cast<size_t>(std::min_element(most.begin(), most.end()) - most.begin());
+    for (size_t j = 0; j < moment.size(); ++j) {
+      acts[j] = std::max(acts[j], moment[j].activations);
+      ws[j] = std::max(ws[j], moment[j].weight_stashes);
+    }
+  size_t out = 0;
+  for (size_t j = 1; j < acts.size(); ++j)
+    if (acts[j] < acts[out] || (acts[j] == acts[out] && ws[j] < ws[out])) out = j;
+  return out;
 }
 
 // The floor of rank p holding n layers with `heavy` its big chunk, on a real split: every other rank
