@@ -24,7 +24,7 @@ class Replays {
     const int32_t s = slot_[idx];
     return s >= 0 && entries_[static_cast<size_t>(s)].second ? &*entries_[static_cast<size_t>(s)].second : nullptr;
   }
-  // Records (or replaces) candidate idx's replay; a candidate keeps its entry's place when set again.
+  // Records (or replaces) candidate idx's replay; a candidate set again is still listed once.
   void set(size_t idx, Evaluated e) {
     if (slot_[idx] < 0) {
       slot_[idx] = static_cast<int32_t>(entries_.size());
