@@ -172,6 +172,41 @@ TEST_CASE("zb-v's fitted split weighs the deferred weight-gradient stash: the GP
   CHECK(fitted >= 4);
 }
 
+TEST_CASE("under --recompute never and always, the fitted split fits by the walk with the policy's recompute") {
+  const Profile profile = repeated_bert(200);
+  for (const auto policy : {RecomputePolicy::never, RecomputePolicy::always}) {
+    int64_t fitted = 0, tried = 0;
+    for (int64_t gib : {40, 80})
+      for (int64_t d = 2; d <= 8; ++d)
+        for (size_t bi = 0; bi < profile.microbatch_sizes.size(); ++bi) {
+          const int64_t b = profile.microbatch_sizes[bi];
+          Cluster cluster = one_node();
+          cluster.device.memory_bytes = gib << 30;
+          Constraints constraints;
+          constraints.global_batch = 128;
+          constraints.recompute = policy;
+          if (constraints.global_batch % b != 0) continue;
+          const CostModel model(profile, cluster, constraints);
+          const Candidate c{Schedule::zb_v,       static_cast<int64_t>(bi), b, 1, d, constraints.global_batch / b,
+                            pd2bw::schemas::Placement::replicas_inner, 2};
+          if (!detail::chunked_may_fit(model, c) || balanced_split(model, c).feasible()) continue;
+          CAPTURE(static_cast<int>(policy));
+          CAPTURE(gib);
+          CAPTURE(d);
+          CAPTURE(b);
+          ++tried;
+          const Split s = best_split(model, c);
+          if (!s.feasible()) continue;
+          ++fitted;
+          for (const StageCost& sc : detail::ChunkPricer(model, c).price(s.bounds, nullptr))
+            CHECK(sc.recompute == (policy == RecomputePolicy::always));
+          CHECK(all_within(simulated_peaks(model, c, s.bounds), model.memory_limit_bytes()));
+        }
+    CHECK(tried >= 5);   // 10 under never, 5 under always
+    CHECK(fitted >= 1);  // 1 and 2: none when a rank's layouts never fit under the policy
+  }
+}
+
 TEST_CASE("on splits few enough to walk, a fitted start leaves the search's split the optimum of every split") {
   int64_t fitted = 0;
   for (int64_t layers : {9, 12}) {
