@@ -10,34 +10,19 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "chunk_fit.hpp"
 #include "chunk_floor.hpp"
 #include "pd2bw/pipeline/stash.hpp"
-#include "pd2bw/schemas/profile.hpp"
+#include "repeated_profile.hpp"
 
 using namespace pd2bw::planner;
 using pd2bw::schemas::Schedule;
 namespace detail = pd2bw::planner::detail;
 
 namespace {
-
-Profile repeated(const std::string& name, int64_t layers) {
-  std::ifstream f(std::string(PD2BW_SOURCE_DIR) + "/schemas/examples/" + name + ".profile.json");
-  std::stringstream s;
-  s << f.rdbuf();
-  Profile p = pd2bw::schemas::parse_profile(s.str());
-  const auto embed = p.layers.front(), block = p.layers[1], head = p.layers.back();
-  p.layers.assign(1, embed);
-  for (int64_t i = 0; i + 2 < layers; ++i) p.layers.push_back(block);
-  p.layers.push_back(head);
-  p.model.blocks = layers - 2;
-  return p;
-}
 
 // The local chunk of rank p with the fewest activations in flight at its floor's moments, on ties the
 // fewest W's waiting, then the first.
@@ -91,20 +76,17 @@ detail::RankLayout reference_best(const CostModel& model, const Candidate& c, in
 TEST_CASE("rank layouts choose as the selection rule does on real splits, and capacity is the last fit") {
   int64_t checked = 0, fit = 0, unfit = 0, not_fewest = 0;
   for (const std::string name : {"bert-3.8b", "gpt-3.8b"}) {
-    const Profile profile = repeated(name, 40);
+    const Profile profile = pd2bw::testing::repeated_profile(name, 40);
     for (const auto policy : {RecomputePolicy::auto_, RecomputePolicy::never, RecomputePolicy::always})
       for (const int64_t gib : {24, 48, 80})
         for (const auto& [kind, v] : std::vector<std::pair<Schedule, int64_t>>{
                  {Schedule::zb_v, 2}, {Schedule::interleaved, 2}, {Schedule::interleaved, 3}})
           for (int64_t d = 2; d <= 5; ++d)
             for (const int64_t m : {d, 2 * d, 3 * d}) {
-              Cluster cluster;
-              cluster.device = {"NVIDIA H200", gib << 30};
-              cluster.levels.push_back({"node", 8, 300.0, 0.005, 300.0});
               Constraints constraints;
               constraints.global_batch = m * 2;
               constraints.recompute = policy;
-              const CostModel model(profile, cluster, constraints);
+              const CostModel model(profile, pd2bw::testing::one_node(gib), constraints);
               const Candidate c{kind, 1, 2, 1, d, m, pd2bw::schemas::Placement::replicas_inner, v};
               REQUIRE(profile.microbatch_sizes[1] == 2);
               const detail::RankFloors floors(model, c);

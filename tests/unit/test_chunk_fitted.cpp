@@ -9,13 +9,13 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
-#include <fstream>
-#include <sstream>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "brute_force.hpp"
+#include "repeated_profile.hpp"
 #include "chunk_floor.hpp"
 #include "chunk_price.hpp"
 #include "pd2bw/planner/partition.hpp"
@@ -29,33 +29,20 @@ namespace detail = pd2bw::planner::detail;
 
 namespace {
 
-// schemas/examples/<name>.profile.json with its block repeated to `layers` layers (embedding and head
-// kept), as tools/bench-planner builds its profiles.
-Profile repeated(const std::string& name, int64_t layers) {
-  std::ifstream f(std::string(PD2BW_SOURCE_DIR) + "/schemas/examples/" + name + ".profile.json");
-  std::stringstream s;
-  s << f.rdbuf();
-  Profile p = pd2bw::schemas::parse_profile(s.str());
-  const auto embed = p.layers.front(), block = p.layers[1], head = p.layers.back();
-  p.layers.assign(1, embed);
-  for (int64_t i = 0; i + 2 < layers; ++i) {
-    p.layers.push_back(block);
-    p.layers.back().name = "block." + std::to_string(i);
-  }
-  p.layers.push_back(head);
-  p.model.blocks = layers - 2;
-  return p;
-}
+using pd2bw::testing::one_node;
 
-Profile repeated_bert(int64_t layers) {
-  return repeated("bert-3.8b", layers);
-}
+Profile repeated_bert(int64_t layers) { return pd2bw::testing::repeated_profile("bert-3.8b", layers); }
 
-Cluster one_node() {
-  Cluster c;
-  c.device = {"NVIDIA H200", int64_t{80} << 30};
-  c.levels.push_back({"node", 8, 300.0, 0.005, 300.0});
-  return c;
+// Where the equal split of zb-v candidate c is over but the floor does not rule c out: counts it in
+// `tried`, and returns the search's split (counted in `fitted` when it fits). Empty otherwise.
+std::optional<Split> fitted_where_equal_over(const CostModel& model, const Candidate& c, int64_t& tried,
+                                             int64_t& fitted) {
+  if (!detail::chunked_may_fit(model, c) || balanced_split(model, c).feasible()) return std::nullopt;
+  ++tried;
+  Split s = best_split(model, c);
+  if (!s.feasible()) return std::nullopt;
+  ++fitted;
+  return s;
 }
 
 // The simulator's peak memory of each rank of candidate c on split `bounds`, each chunk recomputing as
@@ -135,7 +122,7 @@ TEST_CASE("zb-v's fitted split weighs the deferred weight-gradient stash: the GP
   // The GPT block's deferred W stash is half its activation stash. Where m < 2d, a late rank's two
   // chunks hold the same microbatches in flight before its first B, and the layout only fits with the
   // chunk that waits on fewer W's holding most layers.
-  const Profile profile = repeated("gpt-3.8b", 200);
+  const Profile profile = pd2bw::testing::repeated_profile("gpt-3.8b", 200);
   int64_t fitted = 0, tried = 0;
   for (int64_t gib : {40, 60, 80})
     for (int64_t batch : {16, 32, 64})
@@ -143,29 +130,17 @@ TEST_CASE("zb-v's fitted split weighs the deferred weight-gradient stash: the GP
         for (size_t bi = 0; bi < profile.microbatch_sizes.size(); ++bi) {
           const int64_t b = profile.microbatch_sizes[bi];
           if (batch % b != 0 || batch / b >= 2 * d) continue;
-          Cluster cluster = one_node();
-          cluster.device.memory_bytes = gib << 30;
           Constraints constraints;
           constraints.global_batch = batch;
-          const CostModel model(profile, cluster, constraints);
-          const Candidate c{Schedule::zb_v,
-                            static_cast<int64_t>(bi),
-                            b,
-                            1,
-                            d,
-                            batch / b,
-                            pd2bw::schemas::Placement::replicas_inner,
-                            2};
-          if (!detail::chunked_may_fit(model, c) || balanced_split(model, c).feasible()) continue;
+          const CostModel model(profile, one_node(gib), constraints);
+          const Candidate c{Schedule::zb_v, static_cast<int64_t>(bi), b, 1, d, batch / b,
+                            pd2bw::schemas::Placement::replicas_inner, 2};
           CAPTURE(gib);
           CAPTURE(batch);
           CAPTURE(d);
           CAPTURE(b);
-          ++tried;
-          const Split s = best_split(model, c);
-          if (!s.feasible()) continue;
-          ++fitted;
-          CHECK(all_within(simulated_peaks(model, c, s.bounds), model.memory_limit_bytes()));
+          if (const auto s = fitted_where_equal_over(model, c, tried, fitted))
+            CHECK(all_within(simulated_peaks(model, c, s->bounds), model.memory_limit_bytes()));
         }
   // 15 candidates' equal splits are over; a layout that ignores the W stash fits one of them.
   CHECK(tried >= 10);
@@ -179,28 +154,22 @@ TEST_CASE("under --recompute never and always, the fitted split fits by the walk
     for (int64_t gib : {40, 80})
       for (int64_t d = 2; d <= 8; ++d)
         for (size_t bi = 0; bi < profile.microbatch_sizes.size(); ++bi) {
-          const int64_t b = profile.microbatch_sizes[bi];
-          Cluster cluster = one_node();
-          cluster.device.memory_bytes = gib << 30;
+          const int64_t b = profile.microbatch_sizes[bi], batch = 128;
           Constraints constraints;
-          constraints.global_batch = 128;
+          constraints.global_batch = batch;
           constraints.recompute = policy;
-          if (constraints.global_batch % b != 0) continue;
-          const CostModel model(profile, cluster, constraints);
-          const Candidate c{Schedule::zb_v,       static_cast<int64_t>(bi), b, 1, d, constraints.global_batch / b,
+          const CostModel model(profile, one_node(gib), constraints);
+          const Candidate c{Schedule::zb_v, static_cast<int64_t>(bi), b, 1, d, batch / b,
                             pd2bw::schemas::Placement::replicas_inner, 2};
-          if (!detail::chunked_may_fit(model, c) || balanced_split(model, c).feasible()) continue;
           CAPTURE(static_cast<int>(policy));
           CAPTURE(gib);
           CAPTURE(d);
           CAPTURE(b);
-          ++tried;
-          const Split s = best_split(model, c);
-          if (!s.feasible()) continue;
-          ++fitted;
-          for (const StageCost& sc : detail::ChunkPricer(model, c).price(s.bounds, nullptr))
+          const auto s = fitted_where_equal_over(model, c, tried, fitted);
+          if (!s) continue;
+          for (const StageCost& sc : detail::ChunkPricer(model, c).price(s->bounds, nullptr))
             CHECK(sc.recompute == (policy == RecomputePolicy::always));
-          CHECK(all_within(simulated_peaks(model, c, s.bounds), model.memory_limit_bytes()));
+          CHECK(all_within(simulated_peaks(model, c, s->bounds), model.memory_limit_bytes()));
         }
     CHECK(tried >= 5);   // 10 under never, 5 under always
     CHECK(fitted >= 1);  // 1 and 2: none when a rank's layouts never fit under the policy
@@ -217,11 +186,9 @@ TEST_CASE("on splits few enough to walk, a fitted start leaves the search's spli
         for (int64_t d = 2; d <= 4; ++d)
           for (size_t bi = 0; bi < profile.microbatch_sizes.size(); ++bi) {
             const int64_t b = profile.microbatch_sizes[bi], m = 4 * d;
-            Cluster cluster = one_node();
-            cluster.device.memory_bytes = gib << 30;
             Constraints constraints;
             constraints.global_batch = m * b;
-            const CostModel model(profile, cluster, constraints);
+            const CostModel model(profile, one_node(gib), constraints);
             const Candidate c{kind, static_cast<int64_t>(bi), b, 1, d, m, pd2bw::schemas::Placement::replicas_inner, v};
             if (!detail::chunked_may_fit(model, c) || balanced_split(model, c).feasible()) continue;
             const Split brute = brute_force_best(model, c);
