@@ -237,12 +237,12 @@ double least_objective(const CostModel& model, const Candidate& c, const ChunkPr
 // Where the equal-compute split does not fit (the middle ranks of zb-v hold the most microbatches in
 // flight): a split that gives each rank at most the layers its memory takes, laid out one layer per
 // chunk but one that holds the rest, chosen by the rank's memory floor (RankLayouts::best). The caps
-// start at what each rank
-// holds in that layout by its floor (at most the proof's cap, chunk_floor.hpp); a rank that still does
-// not fit on the split gives up 1, 2, 4, ... layers a round: first by its floor on the split (no stash
-// walk), then by its price. Empty when no fitting split was found within the rounds, and, unpriced,
-// when the first split the floor passes has a least objective above `upper_bound_ms` (the later rounds
-// move layers from the ranks that do not fit to those that do, which rarely lowers it).
+// start at what each rank holds in that layout by its floor (at most the proof's cap, chunk_floor.hpp);
+// a rank that still does not fit on the split gives up 1, 2, 4, ... layers a round: first by its floor
+// on the split (no stash walk), then by its price. Empty when no fitting split was found within the
+// rounds, and, unpriced, when the first split the floor passes has a least objective above
+// `upper_bound_ms` (the later rounds move layers from the ranks that do not fit to those that do, which
+// rarely lowers it).
 std::vector<int64_t> memory_fitted(const CostModel& model, const Candidate& c, LazyPricer& pricer,
                                    double upper_bound_ms) {
   constexpr int kRounds = 16;

@@ -3,7 +3,8 @@
 // ranks cannot hold their equal share, yet a split that gives the outer ranks more does fit. For every
 // such candidate the search returns a split whose ranks all fit by the simulator's own memory walk (the
 // equal split's do not), covering every layer once. The GPT block's, whose deferred weight gradients
-// stash half as much as its activations, fits only when the layout weighs that stash too. On models small enough to
+// stash half as much as its activations, fits only when the layout weighs that stash too. Under
+// --recompute never and always the fitted split fits with every chunk recomputing as the policy says. On models small enough to
 // walk every split (zb-v and interleaved, 9 and 12 layers, devices of 2 to 80 GiB), where the equal split does not fit
 // and the fitted one starts the walk, the search's split is still the optimum of every split (brute force).
 #include <doctest/doctest.h>
@@ -15,13 +16,13 @@
 #include <vector>
 
 #include "brute_force.hpp"
-#include "repeated_profile.hpp"
 #include "chunk_floor.hpp"
 #include "chunk_price.hpp"
 #include "pd2bw/planner/partition.hpp"
 #include "pd2bw/planner/simulator.hpp"
 #include "pd2bw/schemas/plan.hpp"
 #include "pd2bw/schemas/profile.hpp"
+#include "repeated_profile.hpp"
 
 using namespace pd2bw::planner;
 using pd2bw::schemas::Schedule;
