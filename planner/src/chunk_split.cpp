@@ -247,6 +247,7 @@ std::vector<int64_t> memory_fitted(const CostModel& model, const Candidate& c, L
                                    double upper_bound_ms) {
   constexpr int kRounds = 16;
   const int64_t L = model.num_layers(), limit = model.memory_limit_bytes();
+  const auto policy = model.constraints().recompute;
   const RankFloors floors(model, c);
   const RankLayouts layouts(model, c, floors);
   std::vector<int64_t> caps, cut(static_cast<size_t>(c.depth), 0);
@@ -265,8 +266,8 @@ std::vector<int64_t> memory_fitted(const CostModel& model, const Candidate& c, L
     std::vector<char> over(caps.size(), 0);
     bool fits = true;
     for (size_t p = 0; p < caps.size(); ++p) {
-      const RankFloor f = floors(bounds, static_cast<int64_t>(p));
-      over[p] = f.plain > limit && f.redo > limit;
+      const RankFloor f = floors(bounds, static_cast<int64_t>(p));  // in the options the policy allows
+      over[p] = (policy == RecomputePolicy::always || f.plain > limit) && (policy == RecomputePolicy::never || f.redo > limit);
       fits = fits && !over[p];
     }
     if (fits && !bounded) {
