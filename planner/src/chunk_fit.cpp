@@ -9,6 +9,11 @@
 
 namespace pd2bw::planner::detail {
 
+bool fits_under(RecomputePolicy policy, const RankFloor& f, int64_t limit) {
+  return (policy != RecomputePolicy::always && f.plain <= limit) ||
+         (policy != RecomputePolicy::never && f.redo <= limit);
+}
+
 RankLayouts::RankLayouts(const CostModel& model, const Candidate& c, const RankFloors& floors)
     : model_(model), c_(c), floors_(floors) {
   for (int64_t p = 0; p < c.depth; ++p) {

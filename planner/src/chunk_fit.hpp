@@ -19,6 +19,10 @@ struct RankLayout {
   bool fits = false;  // the floor, under the recompute policy, is within the memory limit
 };
 
+// Whether a rank of memory floor `f` is within `limit` in an option `policy` allows (plain unless
+// `always`, recomputing unless `never`).
+bool fits_under(RecomputePolicy policy, const RankFloor& f, int64_t limit);
+
 // Rank layouts of chunked candidate c priced by its memory floor (RankFloors::in). The chunks' layers
 // are taken at the model's ends where the chunk is model chunk 0 or the last, else from layer 1 up: as if
 // the rank's chunks were the only ones. Keeps references to `model` and `floors`.

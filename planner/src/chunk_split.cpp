@@ -266,8 +266,7 @@ std::vector<int64_t> memory_fitted(const CostModel& model, const Candidate& c, L
     std::vector<char> over(caps.size(), 0);
     bool fits = true;
     for (size_t p = 0; p < caps.size(); ++p) {
-      const RankFloor f = floors(bounds, static_cast<int64_t>(p));  // in the options the policy allows
-      over[p] = (policy == RecomputePolicy::always || f.plain > limit) && (policy == RecomputePolicy::never || f.redo > limit);
+      over[p] = !fits_under(policy, floors(bounds, static_cast<int64_t>(p)), limit);
       fits = fits && !over[p];
     }
     if (fits && !bounded) {

@@ -1,12 +1,12 @@
 // The memory-fitted start's rank layouts (planner/src/chunk_fit.cpp: RankLayouts), against a reference
 // built on real splits. On a model whose blocks are all alike (the BERT and GPT examples' blocks
 // repeated), the windows RankLayouts prices a rank's chunks on hold the same layers as a split that
-// gives that rank the same chunk sizes (alike layers: the same sums), so its choice must be exactly the one the selection rule makes
-// with each candidate layout's floor on such a split (chunked_rank_floor): the chunk of fewest
-// activations in flight (then fewest W's waiting) where it fits without recompute, else the least plain
-// floor where that fits, else the same with recompute, and where none fits the least floor of the last
-// option tried, under every --recompute policy. And capacity is the most layers whose best layout fits,
-// by a linear scan.
+// gives that rank the same chunk sizes (alike layers: the same sums), so its choice must be exactly the
+// one the selection rule makes with each candidate layout's floor on such a split (chunked_rank_floor):
+// the chunk of fewest activations in flight (then fewest W's waiting) where it fits without recompute,
+// else the least plain floor where that fits, else the same with recompute, and where none fits the
+// least floor of the last option tried, under every --recompute policy. And capacity is the most layers
+// whose best layout fits, by a linear scan.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -103,13 +103,14 @@ TEST_CASE("rank layouts choose as the selection rule does on real splits, and ca
                 CAPTURE(v);
                 CAPTURE(m);
                 CAPTURE(p);
+                const size_t fewest = fewest_chunk(c, p);
                 int64_t last_fit = v - 1;
                 for (int64_t n = v; n <= most; ++n) {
                   CAPTURE(n);
                   const detail::RankLayout got = layouts.best(p, n), want = reference_best(model, c, p, n);
                   REQUIRE(got.fits == want.fits);
                   CHECK(got.heavy == want.heavy);
-                  if (got.fits) last_fit = n, ++fit, not_fewest += got.heavy != fewest_chunk(c, p);
+                  if (got.fits) last_fit = n, ++fit, not_fewest += got.heavy != fewest;
                   unfit += !got.fits;
                   ++checked;
                 }

@@ -4,9 +4,10 @@
 // such candidate the search returns a split whose ranks all fit by the simulator's own memory walk (the
 // equal split's do not), covering every layer once. The GPT block's, whose deferred weight gradients
 // stash half as much as its activations, fits only when the layout weighs that stash too. Under
-// --recompute never and always the fitted split fits with every chunk recomputing as the policy says. On models small enough to
-// walk every split (zb-v and interleaved, 9 and 12 layers, devices of 2 to 80 GiB), where the equal split does not fit
-// and the fitted one starts the walk, the search's split is still the optimum of every split (brute force).
+// --recompute never and always the fitted split fits with every chunk recomputing as the policy says. On
+// models small enough to walk every split (zb-v and interleaved, 9 and 12 layers, devices of 2 to 80
+// GiB), where the equal split does not fit and the fitted one starts the walk, the search's split is
+// still the optimum of every split (brute force).
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -32,7 +33,16 @@ namespace {
 
 using pd2bw::testing::one_node;
 
-Profile repeated_bert(int64_t layers) { return pd2bw::testing::repeated_profile("bert-3.8b", layers); }
+Profile repeated_bert(int64_t layers) {
+  return pd2bw::testing::repeated_profile("bert-3.8b", layers);
+}
+
+// The zb-v candidate of microbatch size index bi, w replicas and d ranks for a global batch `batch`.
+Candidate zbv(const Profile& profile, size_t bi, int64_t w, int64_t d, int64_t batch) {
+  const int64_t b = profile.microbatch_sizes[bi];
+  return {
+      Schedule::zb_v, static_cast<int64_t>(bi), b, w, d, batch / (b * w), pd2bw::schemas::Placement::replicas_inner, 2};
+}
 
 // Where the equal split of zb-v candidate c is over but the floor does not rule c out: counts it in
 // `tried`, and returns the search's split (counted in `fitted` when it fits). Empty otherwise.
@@ -89,14 +99,7 @@ TEST_CASE("where zb-v's equal-compute split does not fit, the search's split fit
     for (size_t bi = 0; bi < profile.microbatch_sizes.size(); ++bi) {
       const int64_t b = profile.microbatch_sizes[bi], w = 8 / d;
       if (constraints.global_batch % (b * w) != 0) continue;
-      const Candidate c{Schedule::zb_v,
-                        static_cast<int64_t>(bi),
-                        b,
-                        w,
-                        d,
-                        constraints.global_batch / (b * w),
-                        pd2bw::schemas::Placement::replicas_inner,
-                        2};
+      const Candidate c = zbv(profile, bi, w, d, constraints.global_batch);
       if (!detail::chunked_may_fit(model, c)) continue;
       const Split equal = balanced_split(model, c);
       if (equal.feasible()) continue;  // the case the equal split covers
@@ -134,8 +137,7 @@ TEST_CASE("zb-v's fitted split weighs the deferred weight-gradient stash: the GP
           Constraints constraints;
           constraints.global_batch = batch;
           const CostModel model(profile, one_node(gib), constraints);
-          const Candidate c{Schedule::zb_v, static_cast<int64_t>(bi), b, 1, d, batch / b,
-                            pd2bw::schemas::Placement::replicas_inner, 2};
+          const Candidate c = zbv(profile, bi, 1, d, batch);
           CAPTURE(gib);
           CAPTURE(batch);
           CAPTURE(d);
@@ -160,8 +162,7 @@ TEST_CASE("under --recompute never and always, the fitted split fits by the walk
           constraints.global_batch = batch;
           constraints.recompute = policy;
           const CostModel model(profile, one_node(gib), constraints);
-          const Candidate c{Schedule::zb_v, static_cast<int64_t>(bi), b, 1, d, batch / b,
-                            pd2bw::schemas::Placement::replicas_inner, 2};
+          const Candidate c = zbv(profile, bi, 1, d, batch);
           CAPTURE(static_cast<int>(policy));
           CAPTURE(gib);
           CAPTURE(d);
