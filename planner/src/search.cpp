@@ -349,10 +349,26 @@ SearchResult objective_search(const CostModel& model, const SearchOptions& optio
   return result;
 }
 
+namespace {
+
+// The first of `candidates` whose lower bound, the memory walk among its terms, is finite (enumeration
+// order): where no searched point fits, such a left-out point keeps "no plan fits" from being proven.
+std::optional<Candidate> first_not_ruled_out(const StepLowerBound& bound, const std::vector<Candidate>& candidates) {
+  StepLowerBound own(bound);
+  for (const Candidate& c : candidates) {
+    const double cheap = own(c);
+    if (cheap < kInfinity && detail::refined_below(own, c, cheap, kInfinity) < kInfinity) return c;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 SearchResult search(const CostModel& model, const SearchOptions& options) {
   SearchResult result;
   detail::SearchSpace space;
   const auto [finalists, stand_ins] = search_objective(model, options, space, result);
+  if (finalists.empty()) result.left_out.not_ruled_out = first_not_ruled_out(*space.bound, result.left_out.candidates);
   // The left-out candidates' floor only enters the proven gap, and only below the winner's step: with more
   // than one thread it is found beside the replays (the winner's replay runs alone on one) and stops at the
   // winner's step once that is known; with one, after them. Either way it is exact below the winner's step

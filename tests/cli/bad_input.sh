@@ -70,6 +70,26 @@ expect_exit 3 "closest: " -- "$PD2BW" plan --nodes 1 --gpus-per-node 2 --device-
 expect_exit 3 "(stage|rank) 1 .* bytes over" -- "$PD2BW" plan --nodes 1 --gpus-per-node 2 --device-memory 8GiB -o "$TMP/none.json"
 [ ! -e "$TMP/none.json" ] && ok || fail "a failed plan left an output file"
 
+# Where only points too large to replay (m x d over the limit) fit, "no plan fits" would be false: 18
+# blocks of 100 MB of parameters fit 0.8 GiB only about one per stage, so 2bw needs d >= 17 (it plans
+# d = 19 at 1,024 samples), and 262,144 samples of b = 1 make that m x d >= 4.4 million.
+json_edit "$EX/gpt-tiny.profile.json" "$TMP/deep.json" '
+blocks = [dict(d["layers"][1], name=f"block.{i}", param_bytes=100_000_000) for i in range(18)]
+d["layers"] = [d["layers"][0]] + blocks + [d["layers"][-1]]
+d["model"]["blocks"] = 18'
+deep=(plan --profile "$TMP/deep.json" --nodes 3 --gpus-per-node 8 --device-memory 0.8GiB --reserve 0 --microbatch 1
+  --schedule 2bw -q)
+"$PD2BW" "${deep[@]}" --global-batch 1024 -o "$TMP/deep-plan.json" && "$PY" -c "
+import json, sys; d = json.load(open('$TMP/deep-plan.json'))['depth']; sys.exit(0 if d >= 17 else 1)" &&
+  ok || fail "the deep profile did not plan d >= 17 at 1,024 samples"
+expect_exit 3 "does not prove that none does: .* the first: 2bw b=1 m=262144 d=1[0-9] w=1" -- \
+  "$PD2BW" "${deep[@]}" --global-batch 262144 -o "$TMP/none.json"
+expect_exit 3 "m x d x v <= 4194304" -- "$PD2BW" "${deep[@]}" --global-batch 262144 -o "$TMP/none.json"
+# At 0.3 GiB not even one block fits a stage, so memory rules out the large points too: "no plan fits" again.
+deep[8]=0.3GiB
+expect_exit 3 "no plan fits in device memory; closest: " -- "$PD2BW" "${deep[@]}" --global-batch 262144 \
+  -o "$TMP/none.json"
+
 # Plans edited into an inconsistent state are rejected by validate.
 "$PD2BW" plan --nodes 2 --gpus-per-node 8 --device-memory 40GiB -q -o "$TMP/good.json"
 "$PY" -c "

@@ -136,6 +136,7 @@ void run_plan(const PlanOptions& o) {
         "the global batch must be a multiple of b * w for a profiled microbatch size b, and 2bw needs "
         "m >= d; try another --global-batch");
   }
+  if (!result.feasible() && result.left_out.not_ruled_out) throw_left_out_may_fit(result.left_out);
   if (!result.feasible()) throw_infeasible(model, planner::closest_infeasible(model));
   schemas::Provenance prov{"pd2bw", std::string(schemas::pd2bw_version()),
                            std::string(schemas::pd2bw_git_sha()), command_line(), ""};

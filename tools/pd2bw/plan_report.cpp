@@ -177,6 +177,21 @@ namespace {
 
 }  // namespace
 
+void throw_left_out_may_fit(const planner::LeftOut& left) {
+  const planner::Candidate& c = *left.not_ruled_out;
+  const int64_t limit = c.chunks > 1 ? planner::kMaxChunkedMicrobatches : planner::kMaxReplayedMicrobatches;
+  throw InfeasiblePlanError(
+      fmt::format("no searched plan fits in device memory, and that does not prove that none does: {} points "
+                  "run more microbatch-stages per step than the planner replays (m x d x v over {}), and memory "
+                  "does not rule out all of them; the first: {}{} b={} m={} d={} w={} ({} microbatch-stages)",
+                  left.count, limit, schemas::to_string(c.schedule),
+                  c.chunks > 1 ? fmt::format(" v={}", c.chunks) : std::string(), c.microbatch, c.microbatches, c.depth,
+                  c.width, c.microbatches * c.depth * c.chunks),
+      fmt::format("fewer microbatches per step (m = global batch / (b x w)) bring such a point under the limit: "
+                  "plan a smaller --global-batch or a larger --microbatch, so that m x d x v <= {}",
+                  limit));
+}
+
 void throw_infeasible(const planner::CostModel& model, const planner::Evaluated& closest) {
   std::string msg = "no plan fits in device memory";
   if (closest.stages.empty()) {

@@ -15,5 +15,8 @@ void print_plan_table(const schemas::Plan& plan, const planner::CostModel& model
 void print_alternatives(const schemas::Plan& plan, const std::vector<schemas::Schedule>& searched);
 // Throws InfeasiblePlanError describing `closest` (by how many bytes each stage is over).
 [[noreturn]] void throw_infeasible(const planner::CostModel& model, const planner::Evaluated& closest);
+// Throws InfeasiblePlanError saying that no searched point fits but that `left`'s not_ruled_out (set),
+// left out for its size, may: "no plan fits" is then not proven.
+[[noreturn]] void throw_left_out_may_fit(const planner::LeftOut& left);
 
 }  // namespace pd2bw::cli

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,9 @@ struct LeftOut {
   double floor_ms = std::numeric_limits<double>::infinity();
   std::vector<Candidate> candidates;  // enumerate_candidates' left-out points (the search bounds them
                                       // from below one by one, then empties this)
+  // Set by search() only when no searched point fits: the first left-out point (in enumeration order)
+  // that neither memory nor the other lower bounds rule out, so "no plan fits" would not be proven.
+  std::optional<Candidate> not_ruled_out;
 };
 
 struct SearchResult {
