@@ -11,17 +11,15 @@
 #include <mutex>
 #include <numeric>
 #include <optional>
-#include <set>
-#include <tuple>
 #include <utility>
 
 #include "chunk_price.hpp"
 #include "parallel.hpp"
-#include "pd2bw/planner/simulator.hpp"
 #include "partition_overage.hpp"
+#include "pd2bw/planner/simulator.hpp"
 #include "prepared.hpp"
 #include "search_internal.hpp"
-#include "step_bound.hpp"
+#include "step_bound_order.hpp"
 
 namespace pd2bw::planner {
 
@@ -349,26 +347,12 @@ SearchResult objective_search(const CostModel& model, const SearchOptions& optio
   return result;
 }
 
-namespace {
-
-// The first of `candidates` whose lower bound, the memory walk among its terms, is finite (enumeration
-// order): where no searched point fits, such a left-out point keeps "no plan fits" from being proven.
-std::optional<Candidate> first_not_ruled_out(const StepLowerBound& bound, const std::vector<Candidate>& candidates) {
-  StepLowerBound own(bound);
-  for (const Candidate& c : candidates) {
-    const double cheap = own(c);
-    if (cheap < kInfinity && detail::refined_below(own, c, cheap, kInfinity) < kInfinity) return c;
-  }
-  return std::nullopt;
-}
-
-}  // namespace
-
 SearchResult search(const CostModel& model, const SearchOptions& options) {
   SearchResult result;
   detail::SearchSpace space;
   const auto [finalists, stand_ins] = search_objective(model, options, space, result);
-  if (finalists.empty()) result.left_out.not_ruled_out = first_not_ruled_out(*space.bound, result.left_out.candidates);
+  if (finalists.empty())
+    result.left_out.not_ruled_out = detail::first_not_ruled_out(*space.bound, result.left_out.candidates);
   // The left-out candidates' floor only enters the proven gap, and only below the winner's step: with more
   // than one thread it is found beside the replays (the winner's replay runs alone on one) and stops at the
   // winner's step once that is known; with one, after them. Either way it is exact below the winner's step
@@ -395,49 +379,6 @@ SearchResult search(const CostModel& model, const SearchOptions& options) {
   if (result.left_out.floor_ms < win)
     result.proven_gap = std::max(result.proven_gap, win / result.left_out.floor_ms - 1.0);
   return result;
-}
-
-Evaluated closest_infeasible(const CostModel& model) {
-  // The first candidate (in enumeration order) of the least overage: the least (overage, index), whatever
-  // the order they are looked at in. Deeper pipelines hold less per stage, so the deepest go first for a
-  // close bound early; then the rest in enumeration order, so that of the many that tie (the same fullest
-  // stage) only the first is priced in full and the others are proven no closer by least_overage_bytes'
-  // whole-layer walk alone. Memory depends on (schedule, b, d, v) and on m only as far as
-  // CostModel::memory_microbatches, so a repeat of those gets no further: the first of them looked at has
-  // the least index (both passes take equal depths by ascending index), so the tie rule still holds.
-  const auto candidates = enumerate_candidates(model);
-  std::vector<size_t> order(candidates.size());
-  std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return candidates[a].depth > candidates[b].depth; });
-  std::set<std::tuple<Schedule, int64_t, int64_t, int64_t, int64_t>> seen;
-  Evaluated best;
-  int64_t best_over = INT64_MAX;
-  size_t best_idx = candidates.size();
-  auto consider = [&](size_t idx) {
-    const auto& c = candidates[idx];
-    // A later candidate must be strictly closer; an earlier one may tie.
-    const int64_t within = idx > best_idx ? best_over - 1 : best_over;
-    const int64_t lb = model.static_bytes(c.schedule, 0, model.num_layers()) / c.depth +
-                       model.constraints().reserve_bytes - model.memory_limit_bytes();
-    if (lb > within) return;
-    if (!seen.insert({c.schedule, c.microbatch_index, c.depth, CostModel::memory_microbatches(c), c.chunks}).second)
-      return;
-    const int64_t over = detail::least_overage_bytes(model, c, within);
-    if (over == INT64_MAX || over > within) return;
-    best_over = over;
-    best_idx = idx;
-  };
-  constexpr size_t kDeepestFirst = 16;
-  for (size_t k = 0; k < std::min(kDeepestFirst, order.size()); ++k) consider(order[k]);
-  for (size_t idx = 0; idx < candidates.size(); ++idx) consider(idx);
-  // Only the closest candidate's split is built.
-  if (best_idx == candidates.size()) return best;
-  const auto o = least_overage_split(model, candidates[best_idx], best_over);
-  Split s;
-  s.bounds = o.bounds;
-  best = evaluate_split(model, candidates[best_idx], s);
-  return best;
 }
 
 }  // namespace pd2bw::planner

@@ -10,7 +10,7 @@
 
 #include "parallel.hpp"
 #include "search_internal.hpp"
-#include "step_bound.hpp"
+#include "step_bound_order.hpp"
 
 namespace pd2bw::planner {
 

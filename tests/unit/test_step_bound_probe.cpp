@@ -15,8 +15,8 @@
 #include "pd2bw/planner/partition.hpp"
 #include "pd2bw/planner/search.hpp"
 #include "random_instances.hpp"
-#include "step_bound.hpp"
 #include "step_bound_links.hpp"
+#include "step_bound_order.hpp"
 
 namespace pd2bw::planner {
 
