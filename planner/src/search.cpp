@@ -267,7 +267,8 @@ std::pair<std::vector<size_t>, std::vector<Evaluated>> search_objective(const Co
   space.candidates = enumerate_candidates(model, &result.left_out);
   const auto& candidates = space.candidates;
   result.candidates = static_cast<int64_t>(candidates.size());
-  StepLowerBound lower_bound(model);
+  StepLowerBound lower_bound(model, options.share ? options.share->bound_memos : nullptr);
+  if (options.share && !options.share->bound_memos) options.share->bound_memos = lower_bound.memos();
   auto& lb = space.lower_bounds;
   cheap_bounds(lower_bound, candidates, options, lb);
   if (options.share) space.greedy = options.share->greedy;

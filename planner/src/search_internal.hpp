@@ -16,6 +16,7 @@
 #include "candidate_key.hpp"
 #include "pd2bw/planner/partition.hpp"
 #include "pd2bw/planner/search.hpp"
+#include "step_bound.hpp"
 
 namespace pd2bw::planner {
 class StepLowerBound;
@@ -26,6 +27,7 @@ struct SearchShare {
   std::mutex mutex;  // over `cheap`
   std::unordered_map<detail::CandidateKey, double, detail::CandidateKeyHash> cheap;
   std::shared_ptr<GreedyMemo> greedy = std::make_shared<GreedyMemo>();
+  std::shared_ptr<StepLowerBound::Shared> bound_memos;  // the first search's StepLowerBound::memos()
 };
 }  // namespace pd2bw::planner
 

@@ -79,8 +79,13 @@ namespace pd2bw::planner {
 using detail::fastest_levels;
 using detail::LinkLevels;
 
-StepLowerBound::StepLowerBound(const CostModel& model)
-    : model_(model), smallest_(smallest_sums(model)), forced_redo_(model) {
+StepLowerBound::StepLowerBound(const CostModel& model) : StepLowerBound(model, nullptr) {}
+
+StepLowerBound::StepLowerBound(const CostModel& model, std::shared_ptr<Shared> memos)
+    : model_(model),
+      smallest_(smallest_sums(model)),
+      forced_redo_(model),
+      shared_(memos ? std::move(memos) : std::make_shared<Shared>()) {
   const auto& p = model.profile();
   cap_bytes_ = model.memory_limit_bytes() - model.constraints().reserve_bytes;
   for (size_t bi = 0; bi < p.microbatch_sizes.size(); ++bi) {

@@ -25,6 +25,12 @@ namespace pd2bw::planner {
 class StepLowerBound {
  public:
   explicit StepLowerBound(const CostModel& model);
+  // The thread-safe memos below (Shared): a bound made with another's memos() shares them. They read the
+  // model's memory, links and recompute policy, never its pinned schedule (each is keyed by the schedule
+  // it is for), so bounds of models that differ only there may share them (SearchShare).
+  struct Shared;
+  StepLowerBound(const CostModel& model, std::shared_ptr<Shared> memos);
+  std::shared_ptr<Shared> memos() const { return shared_; }
   // A copy shares the original's thread-safe memos (placement levels, plain runs, the depths memory rules
   // out) and has its own of the others: a search gives each of its threads a copy of one bound, and what
   // one thread learns of the placements the others reuse. Copying is O(L) (the per-layer tables).
@@ -186,7 +192,6 @@ class StepLowerBound {
   // holding layers [a, e), with its recompute where its memory needs it, priced with the model's smallest
   // boundary tensors; never above the real compute of any run containing [a, e); infinity when no such
   // run fits in memory. O(d) to build (a flag per stage: each stage is priced on its first call), O(1) per call.
-  struct Shared;  // below: what the copies of one bound share
   // Per microbatch index, two sets of layers: all of them, and all but a few outliers (the two smallest
   // of each kind, which would otherwise let every stage of a deep pipeline hold "one layer" as small as
   // the embedding). For each set, the sums of its n smallest layers' parameter bytes, stashes and W
@@ -396,29 +401,30 @@ class StepLowerBound {
   std::vector<int64_t> least_params_;              // [k]: the fewest parameter bytes of k layers in a row (-1: not yet)
   std::vector<double> least_update_;               // [k]: the least update of k layers in a row (-1: not yet)
   ForcedRedo forced_redo_;
-  // The thread-safe memos, shared by a bound and its copies.
-  struct Shared {
-    std::mutex runs_mutex;
-    std::map<std::pair<Schedule, size_t>, std::vector<double>> plain_runs;  // [f - 1]
-    // Per (schedule, microbatch index, depth): what is known of whether the relaxed stages can hold every
-    // layer at some limit (lanes_reach at infinity, memory_fits) by CostModel::memory_microbatches: they
-    // can at every count up to fits_to and at none from fails_from on. The walk reads nothing else of a
-    // candidate (not its width or placement, nor m past that), and a stage's stashes only grow with the
-    // microbatches (in flight min(d - i, m), all m for gpipe, a split backward's largest deferred shape
-    // over m B's), so one walk answers every count on one side of its own.
-    struct MemoryRange {
-      int64_t fits_to = -1, fails_from = INT64_MAX;
-    };
-    std::mutex memory_mutex;
-    std::map<std::tuple<Schedule, int64_t, int64_t>, MemoryRange> memory_fits;
-    std::mutex levels_mutex;
-    std::map<std::tuple<int64_t, int64_t, int>, std::shared_ptr<const PlacementLevels>> levels;
-    // The stage tables of ended Relaxeds, which the next ones reuse: memory still in the cache, where a
-    // new table of a deep candidate's stages would miss on every line of it.
-    std::mutex stage_pool_mutex;
-    std::vector<std::vector<std::optional<Relaxed::Stage>>> stage_pool;
+  std::shared_ptr<Shared> shared_;
+};
+
+// The thread-safe memos, shared by a bound and its copies.
+struct StepLowerBound::Shared {
+  std::mutex runs_mutex;
+  std::map<std::pair<Schedule, size_t>, std::vector<double>> plain_runs;  // [f - 1]
+  // Per (schedule, microbatch index, depth): what is known of whether the relaxed stages can hold every
+  // layer at some limit (lanes_reach at infinity, memory_fits) by CostModel::memory_microbatches: they
+  // can at every count up to fits_to and at none from fails_from on. The walk reads nothing else of a
+  // candidate (not its width or placement, nor m past that), and a stage's stashes only grow with the
+  // microbatches (in flight min(d - i, m), all m for gpipe, a split backward's largest deferred shape
+  // over m B's), so one walk answers every count on one side of its own.
+  struct MemoryRange {
+    int64_t fits_to = -1, fails_from = INT64_MAX;
   };
-  std::shared_ptr<Shared> shared_ = std::make_shared<Shared>();
+  std::mutex memory_mutex;
+  std::map<std::tuple<Schedule, int64_t, int64_t>, MemoryRange> memory_fits;
+  std::mutex levels_mutex;
+  std::map<std::tuple<int64_t, int64_t, int>, std::shared_ptr<const PlacementLevels>> levels;
+  // The stage tables of ended Relaxeds, which the next ones reuse: memory still in the cache, where a
+  // new table of a deep candidate's stages would miss on every line of it.
+  std::mutex stage_pool_mutex;
+  std::vector<std::vector<std::optional<Relaxed::Stage>>> stage_pool;
 };
 
 }  // namespace pd2bw::planner
