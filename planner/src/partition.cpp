@@ -206,15 +206,20 @@ Split best_split_with(const CostModel& model, const Candidate& c, double upper_b
   }
   detail::GreedyEntry greedy_search(memo, c, static_cap);
   Split greedy = greedy_search.at_most(model, pc, upper_bound_ms);
+  Split tiered;  // flush's, taken where its objective is less (a greedy split above the bound is none)
+  if constexpr (std::is_same_v<Fold, detail::FlushFold>) tiered = detail::tiered_split(model, pc);
+  if (tiered.step_ms < greedy.step_ms && tiered.step_ms <= upper_bound_ms) std::swap(greedy, tiered);
   const bool has_split = greedy.feasible() && greedy.step_ms <= upper_bound_ms;  // the greedy split itself
   // The program's bound is the given one unless the greedy split is below it: then its windows are these.
   const double bound = std::min(upper_bound_ms, greedy.step_ms);
   if (!(bound == upper_bound_ms)) windows.reset();
   Split out = optimum_below<Fold>(model, pc, bound, max_work, has_split, std::move(windows));
   const int64_t work = out.work;
-  if (out.exhausted) {  // the cheapest split at hand: the greedy one, else the balanced one (whose dynamic
-                        // program has no budget: only a search with the full kSplitWork pays for it)
+  if (out.exhausted) {  // the cheapest split at hand: the greedy (or flush's tiered) one, else the balanced
+                        // one (whose dynamic program has no budget: only a search with the full kSplitWork
+                        // pays for it)
     if (!greedy.feasible()) greedy = greedy_search.at_most(model, pc, kInfinity);
+    if (tiered.step_ms < greedy.step_ms) std::swap(greedy, tiered);
     if (greedy.feasible())
       out = std::move(greedy);
     else if (max_work >= kSplitWork)
@@ -317,7 +322,9 @@ double greedy_step_ms(const CostModel& model, const Candidate& c, GreedyMemo* me
   if (c.depth < 1 || c.depth > model.num_layers()) return kInfinity;
   if (c.chunks > 1) return detail::chunked_balanced_split(model, c).step_ms;
   const int64_t static_cap = model.memory_limit_bytes() - model.constraints().reserve_bytes;
-  return detail::GreedyEntry(memo, c, static_cap).at_most(model, detail::prepare(model, c), kInfinity).step_ms;
+  const auto pc = detail::prepare(model, c);
+  const double greedy = detail::GreedyEntry(memo, c, static_cap).at_most(model, pc, kInfinity).step_ms;
+  return std::min(greedy, detail::tiered_split(model, pc).step_ms);  // infinite but for flush
 }
 
 Split best_split(const CostModel& model, const Candidate& c, double upper_bound_ms, int64_t max_work,

@@ -76,6 +76,14 @@ std::optional<Windows> make_windows(const CostModel& model, const detail::Prepar
 // step_objective of `bounds`, priced through pc (partition_greedy.cpp).
 double objective_of(const CostModel& model, const detail::PreparedCandidate& pc, const std::vector<int64_t>& bounds);
 
+// Flush's tiered split (partition_tiered.cpp): of the splits whose stages k <= d - m (their warm-up covers
+// the step) hold r times the compute of each later stage, for a few r > 1, the one of least objective.
+// Infeasible when none fits, or when the candidate is not flush or d < m leaves no such stage.
+Split tiered_split(const CostModel& model, const detail::PreparedCandidate& pc);
+// The splits a flush candidate's search starts from where its dynamic program runs out of work: the greedy
+// one and the tiered one, those that fit (none for another schedule).
+std::vector<Split> flush_stand_ins(const CostModel& model, const Candidate& c);
+
 // The greedy split at the least busy-time threshold that has one, and the upper bound it gives, never
 // above `known` (partition_greedy.cpp).
 Split greedy_of(const CostModel& model, const detail::PreparedCandidate& pc, int64_t static_cap, double known,

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "parallel.hpp"
+#include "partition_internal.hpp"
 #include "pd2bw/planner/simulator.hpp"
 #include "replays.hpp"
 #include "search_internal.hpp"
@@ -81,14 +82,17 @@ Evaluated replay_candidate(const CostModel& model, const Candidate& c, const Spl
   ++*replays;
   // A chunked candidate's stand-in split was refined for its busiest rank, which need not replay faster
   // than the equal-compute split it started from: that one is replayed too.
-  if (best.exhausted && c.chunks > 1) {
-    const Split start = balanced_split(model, c);
-    if (start.feasible() && start.bounds != best.bounds) {
-      Evaluated e = evaluate_split(model, c, start);
-      replay_into(model, e);
-      ++*replays;
-      if (e.step_ms < win.step_ms) win = std::move(e);
-    }
+  // Likewise a flush candidate's: the greedy and the tiered splits (partition_tiered.cpp), whichever of the
+  // two its search did not keep, since the lesser objective need not replay faster.
+  std::vector<Split> others;
+  if (best.exhausted && c.chunks > 1) others.push_back(balanced_split(model, c));
+  if (best.exhausted && c.schedule == Schedule::flush) others = detail::flush_stand_ins(model, c);
+  for (const Split& start : others) {
+    if (!start.feasible() || start.bounds == best.bounds) continue;
+    Evaluated e = evaluate_split(model, c, start);
+    replay_into(model, e);
+    ++*replays;
+    if (e.step_ms < win.step_ms) win = std::move(e);
   }
   // No split's objective, and so no split's replay, is below the optimum, or below lower_ms when the
   // optimum is not known.

@@ -44,7 +44,8 @@ class GreedyMemo {
 };
 
 // The split of `c` minimising step_objective with every stage within memory. Exact unless the work
-// passes max_work: then the result is the split greedy_step_ms found (balanced_split's when it found
+// passes max_work: then the result is the split greedy_step_ms found, the lesser of its two for flush
+// (balanced_split's when it found
 // none and max_work >= kSplitWork, else no split), with exhausted set, whatever its step_ms and the bound
 // (chunked candidates: the equal-compute split refined, or where it does not fit a memory-fitted split,
 // refined when within the bound and left out when a lower bound on it is above the bound). Only splits
@@ -62,7 +63,8 @@ Split best_split(const CostModel& model, const Candidate& c, double upper_bound_
 Split balanced_split(const CostModel& model, const Candidate& c);
 
 // An upper bound on best_split's optimum from greedy splits (each stage as long as its busy time allows),
-// found by bisection on that time; infinity when the greedy finds no split. Much cheaper than best_split.
+// found by bisection on that time, and for flush from its tiered splits too (its first d - m + 1 stages
+// holding more than the others); infinity when neither finds a split. Much cheaper than best_split.
 double greedy_step_ms(const CostModel& model, const Candidate& c, GreedyMemo* memo = nullptr);
 
 // Calls visit(split) for every split of `c` with step_objective <= limit_ms, in lexicographic order of
