@@ -194,7 +194,7 @@ void replay_search(const CostModel& model, SearchSpace& space, const std::vector
       return true;
     });
     for (size_t k = 0; k < batch.size(); ++k) {
-      replayed.set(batch[k], std::move(out[k]));
+      replayed.set(batch[k], std::move(out[k]), space.known[batch[k]].split.bounds);
       result.replayed += counts[k];
     }
   };
@@ -278,7 +278,8 @@ void replay_search(const CostModel& model, SearchSpace& space, const std::vector
         ++evaluated;
       }
       const auto& now = space.known[idx].split;
-      if (replayed[idx] && (!now.exhausted || replayed[idx]->split.bounds != now.bounds)) replayed.reset(idx);
+      // A replay stands while the search's split it started from does (a stand-in kept again).
+      if (replayed[idx] && (!now.exhausted || replayed.from(idx) != now.bounds)) replayed.reset(idx);
       return true;
     });
     result.evaluated += evaluated;

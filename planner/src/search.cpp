@@ -267,8 +267,13 @@ std::pair<std::vector<size_t>, std::vector<Evaluated>> search_objective(const Co
   space.candidates = enumerate_candidates(model, &result.left_out);
   const auto& candidates = space.candidates;
   result.candidates = static_cast<int64_t>(candidates.size());
-  StepLowerBound lower_bound(model, options.share ? options.share->bound_memos : nullptr);
-  if (options.share && !options.share->bound_memos) options.share->bound_memos = lower_bound.memos();
+  std::shared_ptr<StepLowerBound::Shared> memos;
+  if (options.share) {
+    const std::lock_guard<std::mutex> lock(options.share->mutex);
+    if (!options.share->bound_memos) options.share->bound_memos = std::make_shared<StepLowerBound::Shared>();
+    memos = options.share->bound_memos;
+  }
+  StepLowerBound lower_bound(model, memos);
   auto& lb = space.lower_bounds;
   cheap_bounds(lower_bound, candidates, options, lb);
   if (options.share) space.greedy = options.share->greedy;

@@ -24,10 +24,11 @@ class StepLowerBound;
 // SearchOptions::share: each candidate's cheap lower bound (StepLowerBound's operator()), and the greedy
 // memo of every search that shares it.
 struct SearchShare {
-  std::mutex mutex;  // over `cheap`
+  std::mutex mutex;  // over `cheap` and `bound_memos`
   std::unordered_map<detail::CandidateKey, double, detail::CandidateKeyHash> cheap;
   std::shared_ptr<GreedyMemo> greedy = std::make_shared<GreedyMemo>();
-  std::shared_ptr<StepLowerBound::Shared> bound_memos;  // the first search's StepLowerBound::memos()
+  std::shared_ptr<StepLowerBound::Shared>
+      bound_memos;  // the StepLowerBound memos of every search (the first makes them)
 };
 }  // namespace pd2bw::planner
 

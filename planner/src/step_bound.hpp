@@ -25,12 +25,11 @@ namespace pd2bw::planner {
 class StepLowerBound {
  public:
   explicit StepLowerBound(const CostModel& model);
-  // The thread-safe memos below (Shared): a bound made with another's memos() shares them. They read the
-  // model's memory, links and recompute policy, never its pinned schedule (each is keyed by the schedule
-  // it is for), so bounds of models that differ only there may share them (SearchShare).
+  // The thread-safe memos below (Shared), given (null: new ones). They read the model's memory, links
+  // and recompute policy, never its pinned schedule (each is keyed by the schedule it is for), so bounds
+  // of models that differ only there may share them (SearchShare).
   struct Shared;
   StepLowerBound(const CostModel& model, std::shared_ptr<Shared> memos);
-  std::shared_ptr<Shared> memos() const { return shared_; }
   // A copy shares the original's thread-safe memos (placement levels, plain runs, the depths memory rules
   // out) and has its own of the others: a search gives each of its threads a copy of one bound, and what
   // one thread learns of the placements the others reuse. Copying is O(L) (the per-layer tables).

@@ -89,6 +89,15 @@ expect_exit 3 "m x d x v <= 4194304" -- "$PD2BW" "${deep[@]}" --global-batch 262
 deep[8]=0.3GiB
 expect_exit 3 "no plan fits in device memory; closest: " -- "$PD2BW" "${deep[@]}" --global-batch 262144 \
   -o "$TMP/none.json"
+# So it does where every block fits a stage alone but 100 times the stashes, never recomputed, fit no
+# stage run at any depth: the memory walk, not the per-layer test, rules the large points out.
+json_edit "$TMP/deep.json" "$TMP/stashes.json" '
+for l in d["layers"][1:-1]:
+    l["per_microbatch"] = [dict(x, stash_bytes=x["stash_bytes"] * 100) for x in l["per_microbatch"]]'
+deep[2]="$TMP/stashes.json"
+deep[8]=0.8GiB
+expect_exit 3 "no plan fits in device memory; closest: " -- "$PD2BW" "${deep[@]}" --recompute never \
+  --global-batch 262144 -o "$TMP/none.json"
 
 # Plans edited into an inconsistent state are rejected by validate.
 "$PD2BW" plan --nodes 2 --gpus-per-node 8 --device-memory 40GiB -q -o "$TMP/good.json"

@@ -182,13 +182,14 @@ void throw_left_out_may_fit(const planner::LeftOut& left) {
   const int64_t limit = c.chunks > 1 ? planner::kMaxChunkedMicrobatches : planner::kMaxReplayedMicrobatches;
   throw InfeasiblePlanError(
       fmt::format("no searched plan fits in device memory, and that does not prove that none does: {} points "
-                  "run more microbatch-stages per step than the planner replays (m x d x v over {}), and memory "
-                  "does not rule out all of them; the first: {}{} b={} m={} d={} w={} ({} microbatch-stages)",
-                  left.count, limit, schemas::to_string(c.schedule),
-                  c.chunks > 1 ? fmt::format(" v={}", c.chunks) : std::string(), c.microbatch, c.microbatches, c.depth,
-                  c.width, c.microbatches * c.depth * c.chunks),
+                  "run more microbatch-stages per step than the planner replays (m x d over {}, or m x d x v "
+                  "over {} for interleaved and zb-v), and memory does not rule out all of them; the first: "
+                  "{}{} b={} m={} d={} w={} ({} microbatch-stages)",
+                  left.count, planner::kMaxReplayedMicrobatches, planner::kMaxChunkedMicrobatches,
+                  schemas::to_string(c.schedule), c.chunks > 1 ? fmt::format(" v={}", c.chunks) : std::string(),
+                  c.microbatch, c.microbatches, c.depth, c.width, c.microbatches * c.depth * c.chunks),
       fmt::format("fewer microbatches per step (m = global batch / (b x w)) bring such a point under the limit: "
-                  "plan a smaller --global-batch or a larger --microbatch, so that m x d x v <= {}",
+                  "plan a smaller --global-batch or a larger --microbatch, so that its m x d x v <= {}",
                   limit));
 }
 
