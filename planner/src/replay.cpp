@@ -84,9 +84,9 @@ Evaluated replay_candidate(const CostModel& model, const Candidate& c, const Spl
   // than the equal-compute split it started from: that one is replayed too.
   // Likewise a flush candidate's: the greedy and the tiered splits (partition_tiered.cpp), whichever of the
   // two its search did not keep, since the lesser objective need not replay faster.
-  std::vector<Split> others;
-  if (best.exhausted && c.chunks > 1) others.push_back(balanced_split(model, c));
-  if (best.exhausted && c.schedule == Schedule::flush) others = detail::flush_stand_ins(model, c);
+  const std::vector<Split> others = !best.exhausted ? std::vector<Split>{}
+                                    : c.chunks > 1  ? std::vector<Split>{balanced_split(model, c)}
+                                                    : flush_stand_ins(model, c);  // none but for flush
   for (const Split& start : others) {
     if (!start.feasible() || start.bounds == best.bounds) continue;
     Evaluated e = evaluate_split(model, c, start);

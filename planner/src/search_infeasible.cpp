@@ -10,7 +10,6 @@
 
 #include "partition_overage.hpp"
 #include "pd2bw/planner/search.hpp"
-#include "search_internal.hpp"
 #include "step_bound_order.hpp"
 
 namespace pd2bw::planner {

@@ -19,16 +19,14 @@
 #include "step_bound.hpp"
 
 namespace pd2bw::planner {
-class StepLowerBound;
 
-// SearchOptions::share: each candidate's cheap lower bound (StepLowerBound's operator()), and the greedy
-// memo of every search that shares it.
+// SearchOptions::share: each candidate's cheap lower bound (StepLowerBound's operator()), the greedy memo
+// and StepLowerBound's thread-safe memos of every search that shares it (the first search makes those).
 struct SearchShare {
   std::mutex mutex;  // over `cheap` and `bound_memos`
   std::unordered_map<detail::CandidateKey, double, detail::CandidateKeyHash> cheap;
   std::shared_ptr<GreedyMemo> greedy = std::make_shared<GreedyMemo>();
-  std::shared_ptr<StepLowerBound::Shared>
-      bound_memos;  // the StepLowerBound memos of every search (the first makes them)
+  std::shared_ptr<StepLowerBound::Shared> bound_memos;
 };
 }  // namespace pd2bw::planner
 

@@ -175,6 +175,13 @@ namespace {
                                  "--reserve, --recompute auto, or a profile with smaller microbatches");
 }
 
+// A candidate as the infeasibility reports name it: "zb-v v=2 b=4 m=64 d=128 w=32".
+std::string candidate_label(const planner::Candidate& c) {
+  return fmt::format("{}{} b={} m={} d={} w={}", schemas::to_string(c.schedule),
+                     c.chunks > 1 ? fmt::format(" v={}", c.chunks) : std::string(), c.microbatch, c.microbatches,
+                     c.depth, c.width);
+}
+
 }  // namespace
 
 void throw_left_out_may_fit(const planner::LeftOut& left) {
@@ -184,10 +191,9 @@ void throw_left_out_may_fit(const planner::LeftOut& left) {
       fmt::format("no searched plan fits in device memory, and that does not prove that none does: {} points "
                   "run more microbatch-stages per step than the planner replays (m x d over {}, or m x d x v "
                   "over {} for interleaved and zb-v), and memory does not rule out all of them; the first: "
-                  "{}{} b={} m={} d={} w={} ({} microbatch-stages)",
-                  left.count, planner::kMaxReplayedMicrobatches, planner::kMaxChunkedMicrobatches,
-                  schemas::to_string(c.schedule), c.chunks > 1 ? fmt::format(" v={}", c.chunks) : std::string(),
-                  c.microbatch, c.microbatches, c.depth, c.width, c.microbatches * c.depth * c.chunks),
+                  "{} ({} microbatch-stages)",
+                  left.count, planner::kMaxReplayedMicrobatches, planner::kMaxChunkedMicrobatches, candidate_label(c),
+                  c.microbatches * c.depth * c.chunks),
       fmt::format("fewer microbatches per step (m = global batch / (b x w)) bring such a point under the limit: "
                   "plan a smaller --global-batch or a larger --microbatch, so that its m x d x v <= {}",
                   limit));
@@ -199,9 +205,7 @@ void throw_infeasible(const planner::CostModel& model, const planner::Evaluated&
     throw InfeasiblePlanError(msg, "raise --device-memory, lower --reserve, or allow recompute");
   }
   const auto& c = closest.candidate;
-  msg += fmt::format("; closest: {}{} b={} m={} d={} w={} {} with", schemas::to_string(c.schedule),
-                     c.chunks > 1 ? fmt::format(" v={}", c.chunks) : std::string(), c.microbatch, c.microbatches,
-                     c.depth, c.width, schemas::to_string(c.placement));
+  msg += fmt::format("; closest: {} {} with", candidate_label(c), schemas::to_string(c.placement));
   if (c.chunks > 1) throw_chunked_infeasible(closest, msg);
   constexpr size_t kShown = 12;  // deep pipelines would print a line per stage
   size_t shown = 0, over_count = 0;
