@@ -207,7 +207,7 @@ Split best_split_with(const CostModel& model, const Candidate& c, double upper_b
   detail::GreedyEntry greedy_search(memo, c, static_cap);
   Split greedy = greedy_search.at_most(model, pc, upper_bound_ms);
   Split tiered;  // flush's, taken where its objective is less (a greedy split above the bound is none)
-  if constexpr (std::is_same_v<Fold, detail::FlushFold>) tiered = detail::tiered_split(model, pc);
+  if constexpr (std::is_same_v<Fold, detail::FlushFold>) tiered = greedy_search.tiered(model, pc);
   if (tiered.step_ms < greedy.step_ms && tiered.step_ms <= upper_bound_ms) std::swap(greedy, tiered);
   const bool has_split = greedy.feasible() && greedy.step_ms <= upper_bound_ms;  // the greedy split itself
   // The program's bound is the given one unless the greedy split is below it: then its windows are these.
@@ -323,8 +323,9 @@ double greedy_step_ms(const CostModel& model, const Candidate& c, GreedyMemo* me
   if (c.chunks > 1) return detail::chunked_balanced_split(model, c).step_ms;
   const int64_t static_cap = model.memory_limit_bytes() - model.constraints().reserve_bytes;
   const auto pc = detail::prepare(model, c);
-  const double greedy = detail::GreedyEntry(memo, c, static_cap).at_most(model, pc, kInfinity).step_ms;
-  return std::min(greedy, detail::tiered_split(model, pc).step_ms);  // infinite but for flush
+  detail::GreedyEntry entry(memo, c, static_cap);
+  const double greedy = entry.at_most(model, pc, kInfinity).step_ms;
+  return std::min(greedy, entry.tiered(model, pc).step_ms);  // infinite but for flush
 }
 
 Split best_split(const CostModel& model, const Candidate& c, double upper_bound_ms, int64_t max_work,

@@ -121,11 +121,13 @@ std::vector<int64_t> greedy_split_at(const CostModel& model, const detail::Prepa
   return greedy_split(model, pc, t, most_params, trace ? *trace : fresh).bounds;
 }
 
-// step_objective of `bounds`, priced through pc.
+// step_objective of `bounds`, priced through pc (without the memory breakdowns, which it does not read).
 double objective_of(const CostModel& model, const detail::PreparedCandidate& pc, const std::vector<int64_t>& bounds) {
   std::vector<StageCost> stages;
+  stages.reserve(static_cast<size_t>(pc.candidate.depth));
   for (int64_t i = 0; i < pc.candidate.depth; ++i)
-    stages.push_back(detail::price_stage(model, pc, i, bounds[static_cast<size_t>(i)], bounds[static_cast<size_t>(i + 1)]));
+    stages.push_back(detail::stage_times(
+        detail::quick_price(model, pc, i, bounds[static_cast<size_t>(i)], bounds[static_cast<size_t>(i + 1)])));
   return step_objective(pc.candidate, stages);
 }
 
@@ -212,12 +214,12 @@ namespace pd2bw::planner {
 struct GreedyMemo::Impl {
   struct Entry {
     std::mutex mutex;
-    std::optional<detail::GreedyThreshold> threshold;
+    std::optional<detail::GreedySlot> slot;
   };
   std::mutex mutex;
   std::map<detail::CandidateKey, std::unique_ptr<Entry>> entries;
 
-  detail::GreedyThreshold* entry(const Candidate& c, int64_t static_cap, std::unique_lock<std::mutex>& lock) {
+  detail::GreedySlot* entry(const Candidate& c, int64_t static_cap, std::unique_lock<std::mutex>& lock) {
     Entry* e = nullptr;
     {
       const std::lock_guard<std::mutex> guard(mutex);
@@ -226,8 +228,8 @@ struct GreedyMemo::Impl {
       e = slot.get();
     }
     lock = std::unique_lock<std::mutex>(e->mutex);
-    if (!e->threshold) e->threshold.emplace(static_cap, false);
-    return &*e->threshold;
+    if (!e->slot) e->slot.emplace(static_cap);
+    return &*e->slot;
   }
 };
 
@@ -236,10 +238,10 @@ GreedyMemo::~GreedyMemo() = default;
 
 detail::GreedyEntry::GreedyEntry(GreedyMemo* memo, const Candidate& c, int64_t static_cap) {
   if (memo == nullptr) {
-    threshold_ = &own_.emplace(static_cap, false);
+    slot_ = &own_.emplace(static_cap);
     return;
   }
-  threshold_ = memo->impl().entry(c, static_cap, lock_);
+  slot_ = memo->impl().entry(c, static_cap, lock_);
 }
 
 }  // namespace pd2bw::planner

@@ -81,8 +81,8 @@ double objective_of(const CostModel& model, const detail::PreparedCandidate& pc,
 // Infeasible when none fits, or when the candidate is not flush or d < m leaves no such stage.
 Split tiered_split(const CostModel& model, const detail::PreparedCandidate& pc);
 // The splits a flush candidate's search starts from where its dynamic program runs out of work: the greedy
-// one and the tiered one, those that fit (none for another schedule).
-std::vector<Split> flush_stand_ins(const CostModel& model, const Candidate& c);
+// one and the tiered one, those that fit (none for another schedule); `memo` (may be null) as best_split's.
+std::vector<Split> flush_stand_ins(const CostModel& model, const Candidate& c, GreedyMemo* memo);
 
 // The greedy split at the least busy-time threshold that has one, and the upper bound it gives, never
 // above `known` (partition_greedy.cpp).
@@ -136,19 +136,32 @@ class GreedyThreshold {
   Split out_;
 };
 
-// The GreedyThreshold for candidate `c`: the memo's, locked while this lives, or without a memo its own
-// (partition_greedy.cpp).
+// What a search keeps of one candidate's greedy-like splits: its GreedyThreshold and flush's tiered split
+// (made on first use).
+struct GreedySlot {
+  explicit GreedySlot(int64_t static_cap) : threshold(static_cap, false) {}
+  GreedyThreshold threshold;
+  std::optional<Split> tiered;
+};
+
+// The GreedySlot for candidate `c`: the memo's, locked while this lives, or without a memo its own
+// (partition_greedy.cpp). Every call must pass the model and candidate it was made for.
 class GreedyEntry {
  public:
   GreedyEntry(GreedyMemo* memo, const Candidate& c, int64_t static_cap);
   Split at_most(const CostModel& model, const detail::PreparedCandidate& pc, double known) {
-    return threshold_->at_most(model, pc, known);
+    return slot_->threshold.at_most(model, pc, known);
+  }
+  // tiered_split(model, pc), computed once per slot.
+  const Split& tiered(const CostModel& model, const detail::PreparedCandidate& pc) {
+    if (!slot_->tiered) slot_->tiered = tiered_split(model, pc);
+    return *slot_->tiered;
   }
 
  private:
-  std::optional<GreedyThreshold> own_;
+  std::optional<GreedySlot> own_;
   std::unique_lock<std::mutex> lock_;
-  GreedyThreshold* threshold_ = nullptr;
+  GreedySlot* slot_ = nullptr;
 };
 
 double greedy_bound(const CostModel& model, const detail::PreparedCandidate& pc, int64_t static_cap, double known,

@@ -9,6 +9,7 @@
 // of a flush candidate whose program ran out tries both (replay.cpp).
 #include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -33,11 +34,17 @@ std::vector<int64_t> weighted_bounds(const std::vector<double>& cp, const std::v
   for (double w : weight) total += w;
   std::vector<int64_t> bounds{0};
   double cum = 0.0;
+  auto lb = cp.begin();  // the targets grow: each one's first prefix >= it is at or past the last one's
   for (int64_t k = 0; k + 1 < d; ++k) {
     cum += weight[static_cast<size_t>(k)];
     const double target = cum / total * cp.back();
-    auto e = static_cast<int64_t>(std::lower_bound(cp.begin(), cp.end(), target) - cp.begin());
-    e = std::min(e, L);
+    auto last = lb;  // galloping: every prefix before lb is below the target, and *last (if any) is not
+    for (std::ptrdiff_t step = 1; last != cp.end() && *last < target; step *= 2) {
+      lb = last + 1;
+      last = cp.end() - last > step ? last + step : cp.end();
+    }
+    lb = std::lower_bound(lb, last, target);
+    auto e = std::min(static_cast<int64_t>(lb - cp.begin()), L);
     if (e > 0 && target - cp[static_cast<size_t>(e - 1)] < cp[static_cast<size_t>(e)] - target) --e;
     bounds.push_back(std::clamp(e, bounds.back() + 1, L - (d - 1 - k)));
   }
@@ -68,12 +75,13 @@ Split tiered_split(const CostModel& model, const PreparedCandidate& pc) {
   return best;
 }
 
-std::vector<Split> flush_stand_ins(const CostModel& model, const Candidate& c) {
+std::vector<Split> flush_stand_ins(const CostModel& model, const Candidate& c, GreedyMemo* memo) {
   std::vector<Split> out;
   if (c.schedule != Schedule::flush || c.chunks != 1) return out;
   const auto pc = prepare(model, c);
   const int64_t static_cap = model.memory_limit_bytes() - model.constraints().reserve_bytes;
-  for (Split s : {greedy_of(model, pc, static_cap, kInfinity), tiered_split(model, pc)})
+  GreedyEntry entry(memo, c, static_cap);
+  for (Split s : {entry.at_most(model, pc, kInfinity), entry.tiered(model, pc)})
     if (s.feasible()) out.push_back(std::move(s));
   return out;
 }

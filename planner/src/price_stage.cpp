@@ -78,15 +78,10 @@ PreparedCandidate prepare(const CostModel& model, const Candidate& c) {
   return pc;
 }
 
-StageCost price_stage(const CostModel& model, const PreparedCandidate& pc, int64_t stage, int64_t begin,
-                      int64_t end) {
-  const QuickCost q = quick_price(model, pc, stage, begin, end);
-  const auto& st = pc.stages[static_cast<size_t>(stage)];
-  const Candidate& c = pc.candidate;
+StageCost stage_times(const QuickCost& q) {
   StageCost sc;
   sc.feasible = q.feasible;
   sc.recompute = q.recompute;
-  sc.in_flight = st.in_flight;
   sc.compute_ms = q.compute_ms;
   sc.p2p_ms = q.p2p_ms;
   sc.allreduce_ms = q.allreduce_ms;
@@ -97,6 +92,15 @@ StageCost price_stage(const CostModel& model, const PreparedCandidate& pc, int64
   sc.weight_ms = q.weight_ms;
   sc.in_ms = q.in_ms;
   sc.out_ms = q.out_ms;
+  return sc;
+}
+
+StageCost price_stage(const CostModel& model, const PreparedCandidate& pc, int64_t stage, int64_t begin, int64_t end) {
+  const QuickCost q = quick_price(model, pc, stage, begin, end);
+  const auto& st = pc.stages[static_cast<size_t>(stage)];
+  const Candidate& c = pc.candidate;
+  StageCost sc = stage_times(q);
+  sc.in_flight = st.in_flight;
   sc.memory = pipeline::stage_memory(pc.statics,
                                      {q.param_bytes, q.stash_one, q.in_bytes, q.comm_bytes, st.in_flight,
                                       q.recompute, pc.reserve_bytes, pc.split_backward(), q.weight_stash, stage,

@@ -76,7 +76,7 @@ bool replay_walk(const CostModel& model, const Candidate& c, Evaluated& win, std
 }  // namespace
 
 Evaluated replay_candidate(const CostModel& model, const Candidate& c, const Split& best, double lower_ms,
-                           int64_t* replays) {
+                           int64_t* replays, GreedyMemo* memo) {
   Evaluated win = evaluate_split(model, c, best);
   const int64_t cost = replay_into(model, win);  // the others cost about as much
   ++*replays;
@@ -86,7 +86,7 @@ Evaluated replay_candidate(const CostModel& model, const Candidate& c, const Spl
   // two its search did not keep, since the lesser objective need not replay faster.
   const std::vector<Split> others = !best.exhausted ? std::vector<Split>{}
                                     : c.chunks > 1  ? std::vector<Split>{balanced_split(model, c)}
-                                                    : flush_stand_ins(model, c);  // none but for flush
+                                                    : flush_stand_ins(model, c, memo);  // none but flush's
   for (const Split& start : others) {
     if (!start.feasible() || start.bounds == best.bounds) continue;
     Evaluated e = evaluate_split(model, c, start);
@@ -190,7 +190,8 @@ void replay_search(const CostModel& model, SearchSpace& space, const std::vector
     std::vector<int64_t> counts(batch.size(), 0);
     for_each_in_parallel(batch.size(), options.threads, [&](size_t k) {
       const size_t idx = batch[k];
-      out[k] = replay_candidate(model, cands[idx], space.known[idx].split, space.lower_bounds[idx], &counts[k]);
+      out[k] = replay_candidate(model, cands[idx], space.known[idx].split, space.lower_bounds[idx], &counts[k],
+                                space.greedy.get());
       return true;
     });
     for (size_t k = 0; k < batch.size(); ++k) {

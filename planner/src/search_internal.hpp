@@ -120,9 +120,10 @@ int64_t replay_into(const CostModel& model, Evaluated& e);
 // then every split whose objective is below the best replay so far while a replay budget lasts (within
 // kReplayTolerance of it when the replays are large). When `best` is exhausted (not the optimum) only it
 // is replayed, and its proven_gap is measured from lower_ms, a lower bound on every split of `c`.
-// Deterministic: it depends on nothing but its arguments. `replays` counts the splits replayed.
+// Deterministic: it depends on nothing but its arguments. `replays` counts the splits replayed; `memo`
+// (may be null) is the one best_split was given.
 Evaluated replay_candidate(const CostModel& model, const Candidate& c, const Split& best, double lower_ms,
-                           int64_t* replays);
+                           int64_t* replays, GreedyMemo* memo = nullptr);
 
 // The work best_split may spend on the candidate at position `pos` of the search's order (by lower
 // bound), the `rank`-th of its depth family there (depth_ranks): the full kSplitWork for the first

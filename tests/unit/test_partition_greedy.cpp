@@ -121,3 +121,35 @@ TEST_CASE("greedy runs that take their repeating stages from the runs before fin
   MESSAGE(runs << " greedy runs with a trace");
   CHECK(runs >= 5000);
 }
+
+TEST_CASE("objective_of is step_objective over the model's priced stages, for random splits") {
+  // objective_of prices without the memory breakdowns (stage_times): the same value, bit for bit, as the
+  // objective of CostModel::stage_cost's stages, feasible or not.
+  int64_t splits = 0, infeasible = 0;
+  for_each_unchunked(8551, 8565, [&](const CostModel& model, int64_t, const auto& c, uint64_t seed) {
+    const auto pc = pd2bw::planner::detail::prepare(model, c);
+    const int64_t L = model.num_layers(), d = c.depth;
+    std::mt19937_64 rng(seed * 7919 + static_cast<uint64_t>(d * 131 + c.microbatches));
+    for (int k = 0; k < 4; ++k) {
+      std::vector<int64_t> cuts(static_cast<size_t>(L - 1));  // d - 1 distinct cuts among 1..L-1
+      for (int64_t j = 0; j + 1 < L; ++j) cuts[static_cast<size_t>(j)] = j + 1;
+      std::shuffle(cuts.begin(), cuts.end(), rng);
+      std::vector<int64_t> bounds{0};
+      bounds.insert(bounds.end(), cuts.begin(), cuts.begin() + (d - 1));
+      bounds.push_back(L);
+      std::sort(bounds.begin(), bounds.end());
+      std::vector<pd2bw::planner::StageCost> stages;
+      for (int64_t i = 0; i < d; ++i)
+        stages.push_back(model.stage_cost(c, i, bounds[static_cast<size_t>(i)], bounds[static_cast<size_t>(i + 1)]));
+      const double want = pd2bw::planner::step_objective(c, stages);
+      INFO("d=" << d << " m=" << c.microbatches << " schedule " << static_cast<int>(c.schedule));
+      CHECK(pd2bw::planner::detail::objective_of(model, pc, bounds) == want);
+      infeasible += want < kInfinity ? 0 : 1;
+      ++splits;
+    }
+  });
+  MESSAGE(splits << " random splits, " << infeasible << " of them infeasible");
+  CHECK(splits >= 1000);
+  CHECK(infeasible > 0);
+  CHECK(infeasible < splits);
+}
