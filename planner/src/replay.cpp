@@ -190,8 +190,9 @@ void replay_search(const CostModel& model, SearchSpace& space, const std::vector
     std::vector<int64_t> counts(batch.size(), 0);
     for_each_in_parallel(batch.size(), options.threads, [&](size_t k) {
       const size_t idx = batch[k];
-      out[k] = replay_candidate(model, cands[idx], space.known[idx].split, space.lower_bounds[idx], &counts[k],
-                                space.greedy.get());
+      // An exhausted split's replay is measured from its candidate's bound (unused otherwise).
+      const double lower = space.known[idx].split.exhausted ? sharpened_bound(space, idx) : space.lower_bounds[idx];
+      out[k] = replay_candidate(model, cands[idx], space.known[idx].split, lower, &counts[k], space.greedy.get());
       return true;
     });
     for (size_t k = 0; k < batch.size(); ++k) {
@@ -318,18 +319,27 @@ void replay_search(const CostModel& model, SearchSpace& space, const std::vector
   }
   if (result.unsearched.floor_ms < win)  // the left-out ones: search() adds them once bound_left_out is done
     result.proven_gap = std::max(result.proven_gap, win / result.unsearched.floor_ms - 1.0);
+  // A coarse bound (sharpened_bound) is narrowed where it would widen the gap so far.
+  auto gap_from_bound = [&](size_t idx) {
+    if (win / space.lower_bounds[idx] - 1.0 > result.proven_gap)
+      result.proven_gap = std::max(result.proven_gap, win / sharpened_bound(space, idx) - 1.0);
+  };
   for (size_t idx : space.searched()) {  // skipped by the replay budget: the objective bounds its replays
     if (!skipped[idx] || replayed[idx]) continue;
     ++result.unreplayed;
     const auto& k = space.known[idx];
-    const double floor = k.split.exhausted ? space.lower_bounds[idx] : k.split.step_ms;
-    if (floor < win) result.proven_gap = std::max(result.proven_gap, win / floor - 1.0);
+    if (k.split.exhausted)
+      gap_from_bound(idx);
+    else if (k.split.step_ms < win)
+      result.proven_gap = std::max(result.proven_gap, win / k.split.step_ms - 1.0);
   }
   for (size_t idx : space.searched()) {  // unfinished and not replayed: only the lower bound is known
     if (space.lower_bounds[idx] > reach) break;
     if (!space.known[idx].split.exhausted) continue;
+    // A coarse bound at or below reach whose bracket leaves the limit undecided is narrowed.
+    if (space.tried && reach < (*space.tried)[idx].in_from && sharpened_bound(space, idx) > reach) continue;
     ++result.unproven;
-    if (!replayed[idx]) result.proven_gap = std::max(result.proven_gap, win / space.lower_bounds[idx] - 1.0);
+    if (!replayed[idx]) gap_from_bound(idx);
   }
 }
 

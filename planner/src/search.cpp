@@ -7,6 +7,7 @@
 #include <array>
 #include <atomic>
 #include <future>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <numeric>
@@ -294,10 +295,14 @@ std::pair<std::vector<size_t>, std::vector<Evaluated>> search_objective(const Co
   // The candidates under the seeds' bound get their finer bounds (refine_lower_bounds), and so do the
   // left-out points, where each one's own bound is above the common floor (bound_left_out, once the
   // search has its finalists: they only enter the proven gap).
-  // What the refinement's tests showed of each candidate seeds the memo of ruled_out below.
+  // What the refinement's tests showed of each candidate seeds the memo of ruled_out below. The
+  // bisections stop at the coarse tolerance: the few bounds an answer reports are narrowed later
+  // (sharpened_bound), and ruled_out decides the rest where the search asks.
   auto tried = std::make_shared<std::vector<StepLowerBound::RuleBracket>>(candidates.size());
   detail::refine_lower_bounds(lower_bound, candidates, lb, order, kMaxSearched, board.bound(), options.threads,
-                              tried.get());
+                              tried.get(), StepLowerBound::kCoarseTolerance);
+  space.tried = tried;
+  space.fine_bounds.assign(candidates.size(), std::numeric_limits<double>::quiet_NaN());
   space.bound = std::make_shared<const StepLowerBound>(lower_bound);
   space.left_out_ceiling = board.bound();
   choose_searched(candidates, lb, order, space.searched_count);
@@ -330,10 +335,12 @@ std::pair<std::vector<size_t>, std::vector<Evaluated>> search_objective(const Co
   }
   result.evaluated += evaluated;
   result.searched = static_cast<int64_t>(space.searched_count);
-  // Past the searched ones (choose_searched), candidates are only summed up (result.unsearched).
+  // Past the searched ones (choose_searched), candidates are only summed up (result.unsearched); in the
+  // order of their coarse bounds, each one below the floor so far is sharpened.
   for (size_t pos = space.searched_count; pos < order.size() && lb[order[pos]] < kInfinity; ++pos) {
     ++result.unsearched.count;
-    result.unsearched.floor_ms = std::min(result.unsearched.floor_ms, lb[order[pos]]);
+    if (lb[order[pos]] < result.unsearched.floor_ms)
+      result.unsearched.floor_ms = std::min(result.unsearched.floor_ms, detail::sharpened_bound(space, order[pos]));
   }
   return {board.kept(), representatives(model, space, board)};
 }

@@ -54,12 +54,16 @@ struct BestKnown {
 // and what is known of each one's best split.
 struct SearchSpace {
   std::vector<Candidate> candidates;
-  std::vector<double> lower_bounds;
+  std::vector<double> lower_bounds;  // refined at StepLowerBound::kCoarseTolerance (sharpened_bound)
   std::vector<size_t> order;  // candidate indices by lower bound; only the first searched() are searched
   std::vector<BestKnown> known;
   // Whether candidate idx has no split with an objective <= limit by StepLowerBound::rules_out;
   // thread-safe for distinct candidates.
   std::function<bool(size_t idx, double limit)> ruled_out;
+  // What ruled_out and the refinement have answered per candidate, and sharpened_bound's bounds (NaN: not
+  // yet narrowed).
+  std::shared_ptr<std::vector<StepLowerBound::RuleBracket>> tried;
+  std::vector<double> fine_bounds;
   std::vector<size_t> depth_rank;  // [candidate index]: depth_ranks over `order`
   size_t searched_count = 0;  // how many of `order` are searched (choose_searched)
   // The search's lower bound, for copies on other threads, and the ceiling the left-out candidates are
@@ -73,6 +77,14 @@ struct SearchSpace {
     return std::span<const size_t>(order).first(std::min(order.size(), searched_count));
   }
 };
+
+// Candidate idx's lower bound narrowed from the search's coarse refinement to within
+// StepLowerBound::kFineTolerance of the least limit rules_out does not rule out (a bisection between
+// lower_bounds[idx] and its bracket's in_from, through ruled_out), for the bounds an answer reports: the
+// proven gap and the floors. Kept in fine_bounds (lower_bounds stays as sorted); lower_bounds[idx] where
+// nothing was bisected (chunked candidates, d = 1, no bracket). Thread-safe for distinct candidates, as
+// ruled_out is (step_bound_order.cpp).
+double sharpened_bound(SearchSpace& space, size_t idx);
 
 // The leaderboard's seeds (search_seeds.cpp): upper bounds on some candidates' objectives before any
 // exact evaluation (without them the first exact evaluations run with loose bounds and cost the most).

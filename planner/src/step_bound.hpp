@@ -61,15 +61,20 @@ class StepLowerBound {
   };
   // With a `guess` (0: none), limits near it are tested first and the bisection skips every midpoint
   // they decide: the same result (rules_out is monotone in t), in fewer tests when the guess is close.
+  // The bisection ends within `tolerance` (relative) of the least limit its test passes (within
+  // kFineTolerance for d = 1, whose test is one stage's).
   double refined(const Candidate& c, double from = 0.0, double ceiling = kInfinity, RuleBracket* tried = nullptr,
-                 double guess = 0.0);
+                 double guess = 0.0, double tolerance = kFineTolerance);
   // True only if refined(c, from, ceiling) > t for every from and every ceiling >= t (1 + kAboveMargin): one
   // test at that limit instead of a bisection, for a caller that needs the refined bound only where it is
   // below t. False for the chunked candidates. Thread-safe.
   bool refines_above(const Candidate& c, double t) const;
-  // refined()'s bisection ends within 1e-5 of the least limit its test passes, so a test passing this far
-  // above t leaves its result above t.
+  // refined()'s bisection ends within kFineTolerance of the least limit its test passes, so a test
+  // passing this far above t leaves its result above t.
   static constexpr double kAboveMargin = 1e-4;
+  // refined()'s tolerances: the fine one every bound that reaches an answer has; the coarse one the search
+  // refines its candidates with before it knows which bounds matter (detail::sharpened_bound narrows those).
+  static constexpr double kFineTolerance = 1e-5, kCoarseTolerance = 1e-3;
 
   // Whether d stages of whole layers, each priced within its own memory (its in-flight stashes, or its
   // split backward's) with the least transfers its replicas allow, can all have lanes m t_i + h_i <= t

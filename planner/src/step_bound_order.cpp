@@ -1,6 +1,7 @@
 // The finer bounds (StepLowerBound::refined: memory, zb-h1's round trips and a bisection on rules_out) and
 // the search's order by lower bound, with them where they matter.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -50,7 +51,8 @@ void bracket(double guess, double& out_at, double& in_at, Out&& out) {
 
 }  // namespace
 
-double StepLowerBound::refined(const Candidate& c, double from, double ceiling, RuleBracket* tried, double guess) {
+double StepLowerBound::refined(const Candidate& c, double from, double ceiling, RuleBracket* tried, double guess,
+                               double tolerance) {
   if (!refinable(c)) return 0.0;
   if (c.chunks > 1) return chunked_bound(c);  // whatever from and ceiling: O(levels) once memoised
   double out = 0.0, transfers = 0.0;
@@ -91,7 +93,8 @@ double StepLowerBound::refined(const Candidate& c, double from, double ceiling, 
   double known_out = lo, known_in = hi;
   if (guess > 0.0) bracket(guess, known_out, known_in, out_at);
   if (known_out == lo && !out_at(lo)) return out;
-  for (int it = 0; it < 40 && hi - lo > 1e-5 * hi; ++it) {
+  if (c.depth == 1) tolerance = kFineTolerance;  // its bracket is not recorded: sharpened_bound cannot narrow it
+  for (int it = 0; it < 40 && hi - lo > tolerance * hi; ++it) {
     const double mid = 0.5 * (lo + hi);
     (mid <= known_out || (mid < known_in && out_at(mid)) ? lo : hi) = mid;
   }
@@ -101,8 +104,22 @@ double StepLowerBound::refined(const Candidate& c, double from, double ceiling, 
 namespace detail {
 
 double refined_below(StepLowerBound& bound, const Candidate& c, double from, double ceiling,
-                     StepLowerBound::RuleBracket* tried, double guess) {
-  return from < ceiling && bound.refinable(c) ? std::max(from, bound.refined(c, from, ceiling, tried, guess)) : from;
+                     StepLowerBound::RuleBracket* tried, double guess, double tolerance) {
+  return from < ceiling && bound.refinable(c) ? std::max(from, bound.refined(c, from, ceiling, tried, guess, tolerance))
+                                              : from;
+}
+
+double sharpened_bound(SearchSpace& space, size_t idx) {
+  if (!space.tried || idx >= space.fine_bounds.size()) return space.lower_bounds[idx];
+  double& fine = space.fine_bounds[idx];
+  if (!std::isnan(fine)) return fine;
+  double lo = space.lower_bounds[idx], hi = (*space.tried)[idx].in_from;
+  if (lo < hi && hi < kInfinity)
+    for (int it = 0; it < 40 && hi - lo > StepLowerBound::kFineTolerance * hi; ++it) {
+      const double mid = 0.5 * (lo + hi);
+      (space.ruled_out(idx, mid) ? lo : hi) = mid;
+    }
+  return fine = lo;
 }
 
 namespace {
@@ -125,7 +142,8 @@ std::vector<std::vector<size_t>> depth_series(const std::vector<Candidate>& cand
 // Refines one depth series in its order, each candidate with a guess of its bound: the lift above its cheap
 // bound of the last two bisected ones, extrapolated linearly in the depth (the guess only saves tests).
 void refine_series(StepLowerBound& bound, const std::vector<Candidate>& candidates, const std::vector<size_t>& series,
-                   double ceiling, std::vector<double>& lb, std::vector<StepLowerBound::RuleBracket>* tried) {
+                   double ceiling, std::vector<double>& lb, std::vector<StepLowerBound::RuleBracket>* tried,
+                   double tolerance) {
   struct Lift {
     double depth, lift;
   };
@@ -140,7 +158,7 @@ void refine_series(StepLowerBound& bound, const std::vector<Candidate>& candidat
     } else if (!seen.empty()) {
       guess = from + seen.back().lift;
     }
-    lb[idx] = refined_below(bound, candidates[idx], from, ceiling, tried ? &(*tried)[idx] : nullptr, guess);
+    lb[idx] = refined_below(bound, candidates[idx], from, ceiling, tried ? &(*tried)[idx] : nullptr, guess, tolerance);
     if (from < lb[idx] && lb[idx] < ceiling) seen.push_back({depth, lb[idx] - from});
   }
 }
@@ -149,7 +167,7 @@ void refine_series(StepLowerBound& bound, const std::vector<Candidate>& candidat
 
 void refine_lower_bounds(StepLowerBound& bound, const std::vector<Candidate>& candidates, std::vector<double>& lb,
                          std::vector<size_t>& order, size_t first, double ceiling, int64_t threads,
-                         std::vector<StepLowerBound::RuleBracket>* tried) {
+                         std::vector<StepLowerBound::RuleBracket>* tried, double tolerance) {
   auto by_bound = [&] { std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return lb[a] < lb[b]; }); };
   if (ceiling < kInfinity) {
     // Every candidate under the ceiling: those the finer bound lifts to it cannot be kept, and they no
@@ -158,7 +176,7 @@ void refine_lower_bounds(StepLowerBound& bound, const std::vector<Candidate>& ca
     for_each_in_parallel_with(
         groups.size(), threads, [&] { return StepLowerBound(bound); },
         [&](StepLowerBound& own, size_t k) {
-          refine_series(own, candidates, groups[k], ceiling, lb, tried);
+          refine_series(own, candidates, groups[k], ceiling, lb, tried, tolerance);
           return true;
         });
     by_bound();
@@ -174,7 +192,7 @@ void refine_lower_bounds(StepLowerBound& bound, const std::vector<Candidate>& ca
     if (!(lb[idx] < kInfinity) || (full && lb[idx] >= least.top())) break;
     if (bound.refinable(candidates[idx]))
       lb[idx] = std::max(lb[idx], bound.refined(candidates[idx], lb[idx], full ? least.top() : kInfinity,
-                                                tried ? &(*tried)[idx] : nullptr));
+                                                tried ? &(*tried)[idx] : nullptr, 0.0, tolerance));
     least.push(lb[idx]);
     if (least.size() > first) least.pop();
   }

@@ -17,7 +17,8 @@ namespace detail {
 // `from` (a lower bound of c) lifted to bound.refined(c) up to `ceiling` when it is below the ceiling and
 // c is refinable; `from` otherwise.
 double refined_below(StepLowerBound& bound, const Candidate& c, double from, double ceiling,
-                     StepLowerBound::RuleBracket* tried = nullptr, double guess = 0.0);
+                     StepLowerBound::RuleBracket* tried = nullptr, double guess = 0.0,
+                     double tolerance = StepLowerBound::kFineTolerance);
 
 // Lifts lb[idx] (a lower bound of candidates[idx]) to bound.refined() for every candidate whose bound is
 // below `ceiling` (refined up to it), then sorts `order` (candidate indices) by lb, stably. Without a
@@ -26,10 +27,12 @@ double refined_below(StepLowerBound& bound, const Candidate& c, double from, dou
 // (step_bound_order.cpp). Under a ceiling the candidates are refined on `threads` threads (0: one per
 // hardware thread), each with a copy of `bound` (refined() keeps memos that are not thread-safe; a
 // bound's value does not depend on them), so lb does not depend on `threads`.
-// With `tried` (one per candidate), each refined candidate's RuleBracket is recorded there.
+// With `tried` (one per candidate), each refined candidate's RuleBracket is recorded there. `tolerance`:
+// refined()'s.
 void refine_lower_bounds(StepLowerBound& bound, const std::vector<Candidate>& candidates, std::vector<double>& lb,
                          std::vector<size_t>& order, size_t first, double ceiling, int64_t threads = 1,
-                         std::vector<StepLowerBound::RuleBracket>* tried = nullptr);
+                         std::vector<StepLowerBound::RuleBracket>* tried = nullptr,
+                         double tolerance = StepLowerBound::kFineTolerance);
 
 // min over `candidates` of max(floor, refined_below(b, c, b(c), ceiling)), b a copy of `bound` (one per
 // thread, `threads` of them): the candidates in the order of max(floor, b(c)), refined only while that
