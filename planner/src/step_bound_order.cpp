@@ -29,15 +29,16 @@ bool StepLowerBound::refines_above(const Candidate& c, double t) const {
 
 namespace {
 
-// Relative step of bracket()'s first tests away from the guess (4 times that at each further one).
-constexpr double kGuessStep = 1e-4;
+// bracket()'s first tests away from the guess, relative to the guess and as a share of the bisection's
+// tolerance (4 times that at each further one).
+constexpr double kGuessStep = 0.5;
 
 // Narrows [out_at, in_at] (out(out_at) holds, out(in_at) does not) by tests near `guess`, galloping away
 // from it until one answer of each kind brackets the bound.
 template <class Out>
-void bracket(double guess, double& out_at, double& in_at, Out&& out) {
+void bracket(double guess, double tolerance, double& out_at, double& in_at, Out&& out) {
   if (!(out_at < guess && guess < in_at)) return;
-  double step = kGuessStep * guess;
+  double step = kGuessStep * tolerance * guess;
   const bool above = out(guess);
   (above ? out_at : in_at) = guess;
   for (;; step *= 4.0) {
@@ -55,6 +56,7 @@ double StepLowerBound::refined(const Candidate& c, double from, double ceiling, 
                                double tolerance) {
   if (!refinable(c)) return 0.0;
   if (c.chunks > 1) return chunked_bound(c);  // whatever from and ceiling: O(levels) once memoised
+  if (c.depth == 1) tolerance = kFineTolerance;  // its bracket is not recorded: sharpened_bound cannot narrow it
   double out = 0.0, transfers = 0.0;
   Probe p(*this, c);
   // Deep stashes can leave no whole-layer split in memory (at 4,096 GPUs most zb-h1 candidates under the
@@ -91,9 +93,8 @@ double StepLowerBound::refined(const Candidate& c, double from, double ceiling, 
   // The tests near the guess decide the midpoints outside [known_out, known_in] (and out_at(lo) when one
   // of them ruled out), so the bisection's steps are those it takes without them.
   double known_out = lo, known_in = hi;
-  if (guess > 0.0) bracket(guess, known_out, known_in, out_at);
+  if (guess > 0.0) bracket(guess, tolerance, known_out, known_in, out_at);
   if (known_out == lo && !out_at(lo)) return out;
-  if (c.depth == 1) tolerance = kFineTolerance;  // its bracket is not recorded: sharpened_bound cannot narrow it
   for (int it = 0; it < 40 && hi - lo > tolerance * hi; ++it) {
     const double mid = 0.5 * (lo + hi);
     (mid <= known_out || (mid < known_in && out_at(mid)) ? lo : hi) = mid;
@@ -113,7 +114,9 @@ double sharpened_bound(SearchSpace& space, size_t idx) {
   if (!space.tried || idx >= space.fine_bounds.size()) return space.lower_bounds[idx];
   double& fine = space.fine_bounds[idx];
   if (!std::isnan(fine)) return fine;
-  double lo = space.lower_bounds[idx], hi = (*space.tried)[idx].in_from;
+  // Between the highest limit ruled out and the least one not (ruled_out's memo of them).
+  const StepLowerBound::RuleBracket& known = (*space.tried)[idx];
+  double lo = std::max(space.lower_bounds[idx], known.out_to), hi = known.in_from;
   if (lo < hi && hi < kInfinity)
     for (int it = 0; it < 40 && hi - lo > StepLowerBound::kFineTolerance * hi; ++it) {
       const double mid = 0.5 * (lo + hi);
