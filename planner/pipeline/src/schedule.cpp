@@ -132,9 +132,11 @@ StageOpStream::StageOpStream(const ScheduleSpec& spec, int64_t stage, bool recom
   // send and a W): push() writes them in place.
   buf_.resize(static_cast<size_t>(2 * spec.chunks + 4));
   std::vector<LocalUnit> units;
+  if (spec.chunks > 1) units.reserve(static_cast<size_t>(3 * spec.microbatches * spec.chunks));  // F, B, W each
   if (spec.kind == Schedule::interleaved) interleaved_units(spec.depth, spec.chunks, spec.microbatches, stage, units);
   if (spec.kind == Schedule::zb_v) zbv_units(spec.depth, spec.microbatches, stage, units);
   held_ = chunks_at(spec.kind, spec.depth, spec.chunks, stage);
+  units_.reserve(units.size());
   for (const auto& [kind, at] : units) units_.push_back({kind, held_[static_cast<size_t>(at.first)], at.second});
   defer_ = spec.kind == Schedule::zb_h2 ? 2 * stage : stage;
   start_step(0);
