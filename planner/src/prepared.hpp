@@ -158,10 +158,10 @@ inline RecomputeChoice choose_recompute(RecomputePolicy policy, int64_t plain, i
   return q;
 }
 
-// The one pricing function behind CostModel::stage_cost and the partitioner.
 // A StageCost with q's feasibility, recompute choice and times (what step_objective reads), without the
 // memory breakdown price_stage adds (price_stage.cpp).
 StageCost stage_times(const QuickCost& q);
+// The one pricing function behind CostModel::stage_cost and the partitioner.
 StageCost price_stage(const CostModel& model, const PreparedCandidate& pc, int64_t stage, int64_t begin,
                       int64_t end);
 

@@ -310,14 +310,8 @@ std::pair<std::vector<size_t>, std::vector<Evaluated>> search_objective(const Co
   space.known.resize(candidates.size());
   // Memoised as the interval of limits not yet decided (ruled out at or below out_to, not at or above
   // in_from); a candidate is tested by one worker at a time (the one evaluating it), so no lock is needed.
-  space.ruled_out = [&space, bounds = std::make_shared<StepLowerBound>(lower_bound), memo = tried](size_t idx,
-                                                                                                  double limit) {
-    StepLowerBound::RuleBracket& m = (*memo)[idx];
-    if (limit <= m.out_to) return true;
-    if (limit >= m.in_from) return false;
-    const bool out = bounds->rules_out(space.candidates[idx], limit);
-    m.record(limit, out);
-    return out;
+  space.ruled_out = [&space, bounds = std::make_shared<StepLowerBound>(lower_bound)](size_t idx, double limit) {
+    return bounds->rules_out(space.candidates[idx], limit, (*space.tried)[idx]);
   };
 
   // Workers take candidates in bound order. The leaderboard's bounds only fall as entries arrive and

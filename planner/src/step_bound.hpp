@@ -101,6 +101,9 @@ class StepLowerBound {
   // cannot hold all compute within it (and for flush, with the drain and refill above each stage and its
   // round trips below it). O(d) after the first call for a depth, width and placement. Thread-safe.
   bool rules_out(const Candidate& c, double limit) const;
+  // The same through `memo`, what rules_out answered of c before (RuleBracket): a limit it decides is not
+  // tested again, and a tested one is recorded there. Thread-safe for distinct memos.
+  bool rules_out(const Candidate& c, double limit, RuleBracket& memo) const;
   // Flush and gpipe (step_bound_flush.cpp, with the proof): never above the compute with recompute,
   // sum_j (f_j + b_j), of any split of `c` whose objective is within `t` (its lanes, and flush's cycles
   // through stage 0); the model's fwd + bwd for the other schedules. Non-increasing in t. O(d) after

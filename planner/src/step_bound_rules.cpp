@@ -42,6 +42,14 @@ bool StepLowerBound::rules_out(const Candidate& c, double limit) const {
   return rules_out(p, limit);
 }
 
+bool StepLowerBound::rules_out(const Candidate& c, double limit, RuleBracket& memo) const {
+  if (limit <= memo.out_to) return true;
+  if (limit >= memo.in_from) return false;
+  const bool out = rules_out(c, limit);
+  memo.record(limit, out);
+  return out;
+}
+
 void StepLowerBound::prepare_rules(Probe& p) const {
   const Candidate& c = p.c;
   const auto d = static_cast<size_t>(c.depth);

@@ -306,12 +306,7 @@ TEST_CASE("sharpened_bound narrows a coarse refinement to what a fine one finds"
                                                 pd2bw::planner::kInfinity, 1, space.tried.get(),
                                                 pd2bw::planner::StepLowerBound::kCoarseTolerance);
     space.ruled_out = [&](size_t idx, double limit) {
-      auto& m = (*space.tried)[idx];
-      if (limit <= m.out_to) return true;
-      if (limit >= m.in_from) return false;
-      const bool out = bound.rules_out(space.candidates[idx], limit);
-      m.record(limit, out);
-      return out;
+      return bound.rules_out(space.candidates[idx], limit, (*space.tried)[idx]);
     };
     space.fine_bounds.assign(n, std::numeric_limits<double>::quiet_NaN());
     for (size_t idx = 0; idx < n; ++idx) {
