@@ -8,6 +8,7 @@
 #include <utility>
 #include <numeric>
 
+#include "bisect.hpp"
 #include "pd2bw/checked.hpp"
 
 namespace pd2bw::planner {
@@ -110,16 +111,31 @@ double least_recomputed(std::vector<std::pair<double, double>> groups, double an
 
 }  // namespace
 
-const std::vector<int64_t>& ForcedRedo::stages_by_stashes(const Candidate& c) {
-  auto [it, added] = stages_by_stashes_.try_emplace({c.schedule, c.depth, c.microbatches, c.chunks});
-  if (!added) return it->second;
-  std::vector<int64_t>& count = it->second;
+std::vector<int64_t> stages_by_stash_bucket(const Candidate& c) {
+  std::vector<int64_t> count;
+  if (c.chunks == 1 && c.schedule != Schedule::interleaved && c.schedule != Schedule::zb_v) {
+    // min(d - k, m), m or min(2 (d - k) - 1, m): the stages holding at least x are the first reaching(x).
+    auto reaching = [&](int64_t x) {
+      if (c.depth < 1 || CostModel::in_flight(c, 0) < x) return int64_t{0};
+      return detail::last_true(int64_t{0}, c.depth - 1, [&](int64_t k) { return CostModel::in_flight(c, k) >= x; }) + 1;
+    };
+    const int64_t most = c.depth < 1 ? 0 : CostModel::in_flight(c, 0);
+    for (int j = 0; j < 62 && (int64_t{1} << j) <= most; ++j)
+      count.push_back(reaching(int64_t{1} << j) - reaching(int64_t{1} << (j + 1)));
+    return count;
+  }
   for (int64_t k = 0; k < c.depth; ++k) {
     const auto j = static_cast<size_t>(std::bit_width(static_cast<uint64_t>(CostModel::in_flight(c, k))) - 1);
     if (count.size() <= j) count.resize(j + 1, 0);
     ++count[j];
   }
   return count;
+}
+
+const std::vector<int64_t>& ForcedRedo::stages_by_stashes(const Candidate& c) {
+  auto [it, added] = stages_by_stashes_.try_emplace({c.schedule, c.depth, c.microbatches, c.chunks});
+  if (added) it->second = stages_by_stash_bucket(c);
+  return it->second;
 }
 
 double ForcedRedo::operator()(const Candidate& c) {

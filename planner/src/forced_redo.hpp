@@ -25,6 +25,11 @@
 
 namespace pd2bw::planner {
 
+// The stages of candidate c by the power of two below their in-flight count (CostModel::in_flight):
+// out[j] = how many have 2^j <= f_k < 2^(j+1), up to the largest j any reaches. O(log^2 d) for the
+// schedules of one chunk per rank (their counts never grow with the stage), O(d) walks otherwise.
+std::vector<int64_t> stages_by_stash_bucket(const Candidate& c);
+
 class ForcedRedo {
  public:
   explicit ForcedRedo(const CostModel& model);

@@ -298,4 +298,38 @@ inline int64_t weight_defer(schemas::Schedule s, int64_t stage) {
   return s == schemas::Schedule::zb_h2 ? 2 * stage : stage;
 }
 
+// The objective of a split of one chunk per rank into `depth` stages (step_objective): stage_at(k) gives
+// stage k's priced times (a StageCost, or the partitioner's QuickCost: `feasible` and the fields StageTimes holds),
+// folded from the last stage to the first with the schedule's fold; infinity at the first infeasible stage.
+template <class StageAt>
+double folded_objective(const Candidate& c, int64_t depth, StageAt&& stage_at) {
+  auto fold = [&]<class Fold>(Fold) {
+    const double m = static_cast<double>(c.microbatches);
+    auto v = Fold::empty();
+    for (int64_t k = depth; k-- > 0;) {
+      const auto& s = stage_at(k);
+      if (!s.feasible) return std::numeric_limits<double>::infinity();
+      const StageTimes x{s.compute_ms, s.p2p_ms, s.forward_ms,   s.backward_ms, s.weight_ms,
+                         s.in_ms,      s.out_ms, s.allreduce_ms, s.update_ms};
+      v = Fold::prepend(v, stage_terms(m, k, depth, x, weight_defer(c.schedule, k)), m);
+    }
+    return v[0];
+  };
+  switch (c.schedule) {
+    case schemas::Schedule::flush:
+      return fold(FlushFold{});
+    case schemas::Schedule::gpipe:
+      return fold(GpipeFold{});
+    case schemas::Schedule::zb_h1:
+      return fold(ZbH1Fold{});
+    case schemas::Schedule::zb_h2:
+      return fold(ZbH2Fold{});
+    case schemas::Schedule::two_bw:
+    case schemas::Schedule::interleaved:
+    case schemas::Schedule::zb_v:
+      break;
+  }
+  return fold(TwoBwFold{});
+}
+
 }  // namespace pd2bw::planner::detail

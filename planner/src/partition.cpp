@@ -213,7 +213,14 @@ Split best_split_with(const CostModel& model, const Candidate& c, double upper_b
   // The program's bound is the given one unless the greedy split is below it: then its windows are these.
   const double bound = std::min(upper_bound_ms, greedy.step_ms);
   if (!(bound == upper_bound_ms)) windows.reset();
-  Split out = optimum_below<Fold>(model, pc, bound, max_work, has_split, std::move(windows));
+  Split out;
+  if (greedy_search.runs_out(bound, has_split, max_work)) {  // what the program would find again
+    out.exhausted = true;
+    out.work = detail::SplitTables<Fold>::work_past(max_work);
+  } else {
+    out = optimum_below<Fold>(model, pc, bound, max_work, has_split, std::move(windows));
+    if (out.exhausted) greedy_search.record_run_out(bound, has_split, max_work);
+  }
   const int64_t work = out.work;
   if (out.exhausted) {  // the cheapest split at hand: the greedy (or flush's tiered) one, else the balanced
                         // one (whose dynamic program has no budget: only a search with the full kSplitWork

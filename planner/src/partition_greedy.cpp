@@ -10,6 +10,7 @@
 #include "bisect.hpp"
 #include "candidate_key.hpp"
 #include "chunk_price.hpp"
+#include "objective.hpp"
 #include "partition_internal.hpp"
 #include "prepared.hpp"
 
@@ -123,6 +124,10 @@ std::vector<int64_t> greedy_split_at(const CostModel& model, const detail::Prepa
 
 // step_objective of `bounds`, priced through pc (without the memory breakdowns, which it does not read).
 double objective_of(const CostModel& model, const detail::PreparedCandidate& pc, const std::vector<int64_t>& bounds) {
+  if (pc.candidate.chunks == 1)  // folded as each stage is priced, with no StageCosts built
+    return folded_objective(pc.candidate, pc.candidate.depth, [&](int64_t k) {
+      return detail::quick_price(model, pc, k, bounds[static_cast<size_t>(k)], bounds[static_cast<size_t>(k + 1)]);
+    });
   std::vector<StageCost> stages;
   stages.reserve(static_cast<size_t>(pc.candidate.depth));
   for (int64_t i = 0; i < pc.candidate.depth; ++i)

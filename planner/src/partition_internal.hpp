@@ -136,12 +136,23 @@ class GreedyThreshold {
   Split out_;
 };
 
+// A dynamic program that ran out of work: under `bound`, with or without a split known under it
+// (has_split), `max_work` was not enough. The work a program needs for a given bound depends on nothing
+// else (SplitTables), so any budget up to max_work runs out there again.
+struct RanOut {
+  double bound = 0;
+  bool has_split = false;
+  int64_t max_work = 0;
+};
+
 // What a search keeps of one candidate's greedy-like splits: its GreedyThreshold and flush's tiered split
-// (made on first use).
+// (made on first use), and where its dynamic program last ran out of work (best_split's replay rounds ask
+// again under the same bound: a greedy split below both bounds is the program's bound both times).
 struct GreedySlot {
   explicit GreedySlot(int64_t static_cap) : threshold(static_cap, false) {}
   GreedyThreshold threshold;
   std::optional<Split> tiered;
+  std::optional<RanOut> ran_out;
 };
 
 // The GreedySlot for candidate `c`: the memo's, locked while this lives, or without a memo its own
@@ -156,6 +167,14 @@ class GreedyEntry {
   const Split& tiered(const CostModel& model, const detail::PreparedCandidate& pc) {
     if (!slot_->tiered) slot_->tiered = tiered_split(model, pc);
     return *slot_->tiered;
+  }
+  // Whether the candidate's dynamic program is known to run out of `max_work` under `bound` (RanOut).
+  bool runs_out(double bound, bool has_split, int64_t max_work) const {
+    const auto& r = slot_->ran_out;
+    return r && r->bound == bound && r->has_split == has_split && max_work <= r->max_work;
+  }
+  void record_run_out(double bound, bool has_split, int64_t max_work) {
+    slot_->ran_out = RanOut{bound, has_split, max_work};
   }
 
  private:

@@ -101,6 +101,7 @@ double StepLowerBound::least_busy(Probe& p, double t) const {
   // (the file's comment). A second pass can only lift the busy time; a third lifted 4,096-GPU gaps by 0.01%.
   const double theta = bwd_share_[static_cast<size_t>(c.microbatch_index)];
   const double rho = model_.min_redo_share(c.microbatch_index);
+  const std::vector<StageLinks>& links = p.links();
   double busy = 0.0;
   for (int pass = 0; pass < (flush ? 2 : 1); ++pass) {
     // A stage that recomputes recomputes all its layers, so the stages that hold the deficit (what the
@@ -108,7 +109,7 @@ double StepLowerBound::least_busy(Probe& p, double t) const {
     // (cap / (1 + least redo share) - run) they give up run / gain, at least the least such ratio.
     double plain = 0.0, gain = 0.0, least_ratio = kInfinity;
     for (size_t j = 0; j < p.runs.size() && plain < all; ++j) {
-      const auto& l = p.links()[j];
+      const auto& l = links[j];
       double cap = std::max(0.0, (t - l.latency) / m - l.lane);
       if (pass > 0 && m > 1.0) cap = std::min(cap, std::max(0.0, (t - p.h0 - busy) / cycle_weight(j, d, m, theta)));
       const double run = std::min(p.runs[j], cap), more = cap / (1.0 + rho) - run;

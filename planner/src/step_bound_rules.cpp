@@ -71,7 +71,7 @@ void StepLowerBound::prepare_rules(Probe& p) const {
 // One candidate's tests at one limit: what every walk reads, built once.
 class StepLowerBound::RuleWalks {
  public:
-  RuleWalks(const StepLowerBound& bound, Probe& p, double at)
+  RuleWalks(const StepLowerBound& bound, Probe& p)
       : p_(p),
         c_(p.c),
         links_(p.links()),
@@ -88,7 +88,6 @@ class StepLowerBound::RuleWalks {
     share_ = model_.min_redo_share(c_.microbatch_index);
     policy_ = model_.constraints().recompute;
     h0_ = p.h0;
-    busy = bound.least_busy(p, at);  // at least sum_j Y_j of any split with an objective within t
     split_ = c_.schedule != Schedule::flush;
     const auto bi = static_cast<size_t>(c_.microbatch_index);
     r_ = split_ ? bound.weight_share_[bi] : 0.0;
@@ -99,7 +98,7 @@ class StepLowerBound::RuleWalks {
     L_ = model_.num_layers();
   }
 
-  double busy = 0.0;
+  double busy = 0.0;  // at least sum_j Y_j of any split with an objective within t (set by rules_out)
 
   // Busy time: stage k holds hold(k, (t - its allreduce latency) / m - its links).
   bool lanes_hold(double t) const {
@@ -340,8 +339,10 @@ bool StepLowerBound::rules_out(Probe& p, double limit) const {
   const double at = limit * (1.0 + 1e-9);  // rounding must not rule out a split at the limit itself
   if (p.lanes.has_short && at < p.lanes.short_at) return true;  // the lanes' walk is known not to reach (below)
   if (p.plain.empty()) prepare_rules(p);
-  const RuleWalks walks(*this, p, at);
-  if (!walks.lanes_hold(at) || flush_redo_rules_out(c, at, walks.busy)) return true;
+  RuleWalks walks(*this, p);
+  if (!walks.lanes_hold(at)) return true;  // before least_busy, which it does not read
+  walks.busy = least_busy(p, at);
+  if (flush_redo_rules_out(c, at, walks.busy)) return true;
   const bool flush = c.schedule == Schedule::flush && c.microbatches > 1;
   const bool cycles = flush || c.schedule == Schedule::zb_h1 || c.schedule == Schedule::zb_h2;
   const bool gpipe = c.schedule == Schedule::gpipe && c.microbatches > 1;

@@ -8,26 +8,6 @@
 
 namespace pd2bw::planner {
 
-namespace {
-
-template <class Fold>
-double fold_stages(const Candidate& c, const std::vector<StageCost>& stages) {
-  const double m = static_cast<double>(c.microbatches);
-  auto v = Fold::empty();
-  for (size_t k = stages.size(); k-- > 0;) {
-    const StageCost& s = stages[k];
-    v = Fold::prepend(v,
-                      detail::stage_terms(m, static_cast<int64_t>(k), static_cast<int64_t>(stages.size()),
-                                          {s.compute_ms, s.p2p_ms, s.forward_ms, s.backward_ms, s.weight_ms, s.in_ms,
-                                           s.out_ms, s.allreduce_ms, s.update_ms},
-                                          detail::weight_defer(c.schedule, static_cast<int64_t>(k))),
-                      m);
-  }
-  return v[0];
-}
-
-}  // namespace
-
 double step_objective(const Candidate& c, const std::vector<StageCost>& stages) {
   if (stages.empty()) return std::numeric_limits<double>::infinity();
   for (const auto& s : stages)
@@ -57,16 +37,8 @@ double step_objective(const Candidate& c, const std::vector<StageCost>& stages) 
     detail::add_interleaved_waits(c.depth, c.chunks, f, b, x, work, scratch);
     return std::max(most, detail::interleaved_cycle(work, h, u));
   }
-  switch (c.schedule) {
-    case Schedule::flush: return fold_stages<detail::FlushFold>(c, stages);
-    case Schedule::gpipe: return fold_stages<detail::GpipeFold>(c, stages);
-    case Schedule::zb_h1: return fold_stages<detail::ZbH1Fold>(c, stages);
-    case Schedule::zb_h2: return fold_stages<detail::ZbH2Fold>(c, stages);
-    case Schedule::two_bw:
-    case Schedule::interleaved:
-    case Schedule::zb_v: break;
-  }
-  return fold_stages<detail::TwoBwFold>(c, stages);
+  return detail::folded_objective(c, static_cast<int64_t>(stages.size()),
+                                  [&](int64_t k) -> const StageCost& { return stages[static_cast<size_t>(k)]; });
 }
 
 }  // namespace pd2bw::planner

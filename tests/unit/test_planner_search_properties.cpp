@@ -313,8 +313,9 @@ TEST_CASE("a bounded program is stopped by its starts only where its budget coul
 }
 
 // A GreedyMemo keeps each candidate's greedy search between calls, resuming a doubling that stopped at one
-// bound for a larger one: every call must return what a call without the memo returns, whatever bounds
-// came before it.
+// bound for a larger one, and where its dynamic program ran out of work (a bound above the greedy split's
+// objective gives the program the same bound): every call must return what a call without the memo
+// returns, whatever bounds came before it.
 TEST_CASE("best_split with a greedy memo returns what it returns without one, whatever was asked before") {
   int64_t checked = 0, infeasible_then_feasible = 0;
   uint64_t instance = 0;  // a memo per instance (the model it was filled for)
@@ -340,6 +341,7 @@ TEST_CASE("best_split with a greedy memo returns what it returns without one, wh
         const pd2bw::planner::Split kept = pd2bw::planner::best_split(model, c, bound, work, memo.get());
         CHECK(kept.bounds == plain.bounds);
         CHECK(kept.exhausted == plain.exhausted);
+        CHECK(kept.work == plain.work);  // what a program that ran out under this bound before reports again
         CHECK((kept.step_ms == plain.step_ms || (!kept.feasible() && !plain.feasible())));
         infeasible_then_feasible += was_infeasible && plain.feasible() ? 1 : 0;
         was_infeasible = was_infeasible || !plain.feasible();

@@ -20,23 +20,15 @@ std::vector<std::vector<int64_t>> rank_table(Placement p, int64_t depth, int64_t
   return table;
 }
 
-int64_t in_flight(Schedule s, int64_t depth, int64_t microbatches, int64_t stage, int64_t chunks) {
-  switch (s) {
-    case Schedule::gpipe: return microbatches;
-    case Schedule::zb_h2: return std::min(2 * (depth - stage) - 1, microbatches);
-    case Schedule::interleaved:
-    case Schedule::zb_v: {
-      const StashWalk walk = stash_walk({s, depth, microbatches, 1, 1, chunks}, stage, false);
-      int64_t most = 0;
-      for (const auto& moment : walk.moments) {
-        int64_t held = 0;
-        for (const auto& c : moment) held += c.activations;
-        most = std::max(most, held);
-      }
-      return most;
-    }
-    default: return std::min(depth - stage, microbatches);
+int64_t chunked_in_flight(Schedule s, int64_t depth, int64_t microbatches, int64_t stage, int64_t chunks) {
+  const StashWalk walk = stash_walk({s, depth, microbatches, 1, 1, chunks}, stage, false);
+  int64_t most = 0;
+  for (const auto& moment : walk.moments) {
+    int64_t held = 0;
+    for (const auto& c : moment) held += c.activations;
+    most = std::max(most, held);
   }
+  return most;
 }
 
 int64_t deferred_weight_grads(Schedule s, int64_t microbatches, int64_t stage) {

@@ -4,6 +4,7 @@
 // The planner (candidates, simulator input), the executor (PipelineConfig) and plan reading share it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -34,7 +35,21 @@ std::vector<std::vector<int64_t>> rank_table(Placement p, int64_t depth, int64_t
 // gpipe (all forwards first). The chunked schedules (interleaved, zb-v) hold different counts per chunk
 // over a step: their memory comes from the op walk (pipeline/stash.hpp); for them this is the most a
 // rank holds over all its chunks together.
-int64_t in_flight(Schedule s, int64_t depth, int64_t microbatches, int64_t stage, int64_t chunks = 1);
+// Inline for the one-chunk schedules (the planner asks per stage in its inner loops).
+int64_t chunked_in_flight(Schedule s, int64_t depth, int64_t microbatches, int64_t stage, int64_t chunks);
+inline int64_t in_flight(Schedule s, int64_t depth, int64_t microbatches, int64_t stage, int64_t chunks = 1) {
+  switch (s) {
+    case Schedule::gpipe:
+      return microbatches;
+    case Schedule::zb_h2:
+      return std::min(2 * (depth - stage) - 1, microbatches);
+    case Schedule::interleaved:
+    case Schedule::zb_v:
+      return chunked_in_flight(s, depth, microbatches, stage, chunks);
+    default:
+      return std::min(depth - stage, microbatches);
+  }
+}
 
 // Microbatches whose W (the weight-gradient half of the backward) stage `stage` has deferred while it
 // holds in_flight(...) activations: min(stage, m - 1) for zb-h1 (whose W's trail their B's by `stage`,
