@@ -378,7 +378,7 @@ StageCost CostModel::stage_cost(const Candidate& c, int64_t stage, int64_t begin
   if (begin < 0 || end > num_layers() || begin >= end || stage < 0 || stage >= c.depth)
     throw Error(fmt::format("stage_cost: bad range [{}, {}) for stage {} of {}", begin, end, stage,
                             c.depth));
-  return detail::price_stage(*this, detail::prepare(*this, c), stage, begin, end);
+  return detail::price_stage(detail::prepare(*this, c), stage, begin, end);
 }
 
 }  // namespace pd2bw::planner

@@ -79,7 +79,7 @@ double stage_floor_of(const CostModel& model, const Candidate& c, int64_t a, int
 double least_first_h(const CostModel& model, const detail::PreparedCandidate& pc, int64_t last) {
   double least = kInfinity;
   for (int64_t e = 1; e <= std::min(last, model.num_layers()); ++e)
-    least = std::min(least, detail::stage_allreduce_ms(model, pc, 0, 0, e) + pc.update[static_cast<size_t>(e)] - pc.update[0]);
+    least = std::min(least, detail::stage_allreduce_ms(pc, 0, 0, e) + pc.update[static_cast<size_t>(e)] - pc.update[0]);
   return least < kInfinity ? least : 0.0;
 }
 
@@ -147,7 +147,7 @@ void solve(const CostModel& model, const detail::PreparedCandidate& prepared, do
   out.tables.emplace(
       model.num_layers(), c.depth, m, bound, win.start_lo, win.start_hi, hi,
       [&](int64_t i, int64_t a, int64_t e) -> std::optional<StageTerms> {
-        const auto q = detail::quick_price(model, pc, i, a, e);
+        const auto q = detail::quick_price(pc, i, a, e);
         if (!q.feasible) return std::nullopt;
         return terms_of(q, m, i, c);
       },
@@ -164,7 +164,8 @@ void solve(const CostModel& model, const detail::PreparedCandidate& prepared, do
           p.before_trips = cp[static_cast<size_t>(std::min(a, win.start_hi[static_cast<size_t>(trips)]))];
         }
         return p;
-      }, max_work);
+      },
+      max_work);
 }
 
 template <class Fold>
@@ -250,7 +251,7 @@ Split best_split_with(const CostModel& model, const Candidate& c, double upper_b
 Split balanced_split_of(const CostModel& model, const detail::PreparedCandidate& pc, int64_t static_cap) {
   Split out = optimum_below<detail::TwoBwFold>(model, pc, greedy_bound(model, pc, static_cap, kInfinity, true));
   if (!out.feasible()) return {};
-  out.step_ms = objective_of(model, pc, out.bounds);
+  out.step_ms = objective_of(pc, out.bounds);
   return out;
 }
 
@@ -291,7 +292,7 @@ class SplitWalk {
         complete_ = false;
         return;
       }
-      const auto q = detail::quick_price(model_, *s_.pc, i, a, e);
+      const auto q = detail::quick_price(*s_.pc, i, a, e);
       if (!q.feasible) continue;
       const StageTerms s = terms_of(q, m_, i, s_.pc->candidate);
       bounds_[static_cast<size_t>(i + 1)] = e;

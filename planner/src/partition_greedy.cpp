@@ -86,7 +86,7 @@ GreedyRun greedy_split(const CostModel& model, const detail::PreparedCandidate& 
     double lo = m * (cp[static_cast<size_t>(top)] - cp[static_cast<size_t>(a)]);  // every test passed below
     int64_t longest = a;
     auto fits = [&](int64_t e) {
-      const auto q = detail::quick_price(model, pc, i, a, e);
+      const auto q = detail::quick_price(pc, i, a, e);
       const bool ok = q.feasible && q.step_ms <= t;
       if (ok) lo = std::max(lo, q.step_ms);
       if (ok && e > longest) {
@@ -123,16 +123,16 @@ std::vector<int64_t> greedy_split_at(const CostModel& model, const detail::Prepa
 }
 
 // step_objective of `bounds`, priced through pc (without the memory breakdowns, which it does not read).
-double objective_of(const CostModel& model, const detail::PreparedCandidate& pc, const std::vector<int64_t>& bounds) {
+double objective_of(const detail::PreparedCandidate& pc, const std::vector<int64_t>& bounds) {
   if (pc.candidate.chunks == 1)  // folded as each stage is priced, with no StageCosts built
     return folded_objective(pc.candidate, pc.candidate.depth, [&](int64_t k) {
-      return detail::quick_price(model, pc, k, bounds[static_cast<size_t>(k)], bounds[static_cast<size_t>(k + 1)]);
+      return detail::quick_price(pc, k, bounds[static_cast<size_t>(k)], bounds[static_cast<size_t>(k + 1)]);
     });
   std::vector<StageCost> stages;
   stages.reserve(static_cast<size_t>(pc.candidate.depth));
   for (int64_t i = 0; i < pc.candidate.depth; ++i)
     stages.push_back(detail::stage_times(
-        detail::quick_price(model, pc, i, bounds[static_cast<size_t>(i)], bounds[static_cast<size_t>(i + 1)])));
+        detail::quick_price(pc, i, bounds[static_cast<size_t>(i)], bounds[static_cast<size_t>(i + 1)])));
   return step_objective(pc.candidate, stages);
 }
 
@@ -194,7 +194,7 @@ void GreedyThreshold::finish(const CostModel& model, const detail::PreparedCandi
   hi_ = most_;  // the doubling's split
   for (int it = 0; it < 10 && hi_ - lo_ > 1e-3 * hi_; ++it)
     if (attempt(model, pc, 0.5 * (lo_ + hi_))) hi_ = most_;  // a failure raises lo_
-  out_.step_ms = lanes_only_ ? hi_ : objective_of(model, pc, out_.bounds);
+  out_.step_ms = lanes_only_ ? hi_ : objective_of(pc, out_.bounds);
   state_ = State::found;
 }
 

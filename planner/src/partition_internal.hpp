@@ -74,7 +74,7 @@ std::optional<Windows> make_windows(const CostModel& model, const detail::Prepar
                                     int64_t static_cap, bool use_caps, bool lanes_only);
 
 // step_objective of `bounds`, priced through pc (partition_greedy.cpp).
-double objective_of(const CostModel& model, const detail::PreparedCandidate& pc, const std::vector<int64_t>& bounds);
+double objective_of(const detail::PreparedCandidate& pc, const std::vector<int64_t>& bounds);
 
 // Flush's tiered split (partition_tiered.cpp): of the splits whose stages k <= d - m (their warm-up covers
 // the step) hold r times the compute of each later stage, for a few r > 1, the one of least objective.

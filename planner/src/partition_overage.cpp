@@ -37,8 +37,8 @@ std::vector<int64_t> balanced_by_params(const CostModel& model, int64_t d) {
 
 // A stage's bytes in the option the recompute policy picks. The tables compare bytes, not overages: their
 // relative slack assumes values >= 0, and an overage is negative when a split fits.
-int64_t stage_bytes(const CostModel& model, const detail::PreparedCandidate& pc, int64_t i, int64_t a, int64_t e) {
-  const auto q = detail::quick_price(model, pc, i, a, e);
+int64_t stage_bytes(const detail::PreparedCandidate& pc, int64_t i, int64_t a, int64_t e) {
+  const auto q = detail::quick_price(pc, i, a, e);
   return q.recompute ? q.redo_bytes : q.plain_bytes;
 }
 
@@ -175,7 +175,7 @@ std::optional<std::pair<std::vector<int64_t>, int64_t>> split_within(const CostM
       L, c.depth, 1.0, static_cast<double>(cap), start_lo, start_hi, [&](int64_t i, int64_t a) { return w.hi(i, a); },
       [&](int64_t i, int64_t a, int64_t e) -> std::optional<StageTerms> {
         StageTerms s;
-        s.lane = static_cast<double>(stage_bytes(model, pc, i, a, e));
+        s.lane = static_cast<double>(stage_bytes(pc, i, a, e));
         return s;
       },
       [&](int64_t, int64_t a, int64_t e) {
@@ -198,7 +198,7 @@ bool greedy_within(const CostModel& model, const detail::PreparedCandidate& pc, 
     int64_t furthest = -1;
     for (int64_t e = a + 1; e <= last; ++e) {
       if (model.static_bytes(pc.candidate.schedule, a, e) + pc.reserve_bytes > cap) break;
-      if ((k + 1 < d || e == L) && stage_bytes(model, pc, k, a, e) <= cap) furthest = e;
+      if ((k + 1 < d || e == L) && stage_bytes(pc, k, a, e) <= cap) furthest = e;
     }
     if (furthest < 0) return false;
     a = furthest;
@@ -223,7 +223,7 @@ std::optional<int64_t> least_fullest(const CostModel& model, const detail::Prepa
   const auto start = balanced_by_params(model, c.depth);
   int64_t most = 0;  // the balanced split's fullest stage
   for (int64_t i = 0; i < c.depth; ++i)
-    most = std::max(most, stage_bytes(model, pc, i, start[static_cast<size_t>(i)], start[static_cast<size_t>(i + 1)]));
+    most = std::max(most, stage_bytes(pc, i, start[static_cast<size_t>(i)], start[static_cast<size_t>(i + 1)]));
   bound = std::min(bound, most);
   // Every stage holds at least its static bytes and the reserve: that narrows the windows.
   w = make_windows(model, pc, kInfinity, bound - pc.reserve_bytes, false, true);

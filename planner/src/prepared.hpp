@@ -43,6 +43,7 @@ struct PreparedCandidate {
   // What the stages' spans index, pooled (a deep candidate would otherwise allocate five arrays a stage).
   std::vector<const double*> tables;
   std::vector<int64_t> table_levels;  // the level of each table
+  std::vector<CostModel::AllreduceAt> allreduce;  // per cluster level, with width > 1 (prepare())
   std::vector<std::pair<int, int>> patterns;
   bool split_backward() const { return schemas::splits_backward(candidate.schedule); }
 };
@@ -116,19 +117,19 @@ inline RecomputeChoice choose_recompute(RecomputePolicy policy, int64_t plain, i
 }
 
 // The allreduce (ms per step) of stage `stage` holding layers [begin, end): its fp32 gradients over its
-// replicas, at the level they span (0 with one replica).
-[[gnu::always_inline]] inline double stage_allreduce_ms(const CostModel& model, const PreparedCandidate& pc,
-                                                        int64_t stage, int64_t begin, int64_t end) {
+// replicas, at the level they span (0 with one replica), by the candidate's CostModel::AllreduceAt.
+[[gnu::always_inline]] inline double stage_allreduce_ms(const PreparedCandidate& pc, int64_t stage, int64_t begin,
+                                                        int64_t end) {
   const auto& st = pc.stages[static_cast<size_t>(stage)];
   const int64_t grad_bytes = pc.statics.grads(pc.params[static_cast<size_t>(end)] - pc.params[static_cast<size_t>(begin)]);
-  return st.ar_level >= 0 ? model.allreduce_ms(grad_bytes, pc.candidate.width, st.ar_level) : 0.0;
+  return st.ar_level >= 0 ? pc.allreduce[static_cast<size_t>(st.ar_level)](grad_bytes) : 0.0;
 }
 
 // Defined here, always inlined, because the partitioner calls it in its innermost loop and uses few fields
 // (inlined, what a caller does not read is not computed).
 // Byte sums saturate: a stage whose memory does not fit in 64 bits does not fit in a device either.
-[[gnu::always_inline]] inline QuickCost quick_price(const CostModel& model, const PreparedCandidate& pc, int64_t stage,
-                                                    int64_t begin, int64_t end) {
+[[gnu::always_inline]] inline QuickCost quick_price(const PreparedCandidate& pc, int64_t stage, int64_t begin,
+                                                    int64_t end) {
   const Candidate& c = pc.candidate;
   const auto& st = pc.stages[static_cast<size_t>(stage)];
   const auto b = static_cast<size_t>(begin), e = static_cast<size_t>(end);
@@ -152,7 +153,7 @@ inline RecomputeChoice choose_recompute(RecomputePolicy policy, int64_t plain, i
   if (q.recompute) q.compute_ms += pc.redo[e] - pc.redo[b];
   q.backward_ms = q.compute_ms - q.forward_ms;
   if (pc.split_backward()) q.weight_ms = pc.weight[e] - pc.weight[b];
-  q.allreduce_ms = stage_allreduce_ms(model, pc, stage, begin, end);
+  q.allreduce_ms = stage_allreduce_ms(pc, stage, begin, end);
   q.update_ms = pc.update[e] - pc.update[b];
   q.step_ms = static_cast<double>(c.microbatches) * (q.compute_ms + q.p2p_ms) + (q.allreduce_ms + q.update_ms);
   return q;
@@ -162,7 +163,6 @@ inline RecomputeChoice choose_recompute(RecomputePolicy policy, int64_t plain, i
 // memory breakdown price_stage adds (price_stage.cpp).
 StageCost stage_times(const QuickCost& q);
 // The one pricing function behind CostModel::stage_cost and the partitioner.
-StageCost price_stage(const CostModel& model, const PreparedCandidate& pc, int64_t stage, int64_t begin,
-                      int64_t end);
+StageCost price_stage(const PreparedCandidate& pc, int64_t stage, int64_t begin, int64_t end);
 
 }  // namespace pd2bw::planner::detail

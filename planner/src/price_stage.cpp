@@ -57,6 +57,9 @@ PreparedCandidate prepare_memory(const CostModel& model, const Candidate& c) {
 
 PreparedCandidate prepare(const CostModel& model, const Candidate& c) {
   PreparedCandidate pc = prepare_memory(model, c);
+  if (c.width > 1)
+    for (size_t lv = 0; lv < model.cluster().levels.size(); ++lv)
+      pc.allreduce.push_back(model.allreduce_at(c.width, static_cast<int64_t>(lv)));
   std::vector<int> in_index, out_index;  // per replica, into the stage's input / output tables
   for (int64_t i = 0; i < c.depth; ++i) {
     auto& st = pc.stages[static_cast<size_t>(i)];
@@ -95,8 +98,8 @@ StageCost stage_times(const QuickCost& q) {
   return sc;
 }
 
-StageCost price_stage(const CostModel& model, const PreparedCandidate& pc, int64_t stage, int64_t begin, int64_t end) {
-  const QuickCost q = quick_price(model, pc, stage, begin, end);
+StageCost price_stage(const PreparedCandidate& pc, int64_t stage, int64_t begin, int64_t end) {
+  const QuickCost q = quick_price(pc, stage, begin, end);
   const auto& st = pc.stages[static_cast<size_t>(stage)];
   const Candidate& c = pc.candidate;
   StageCost sc = stage_times(q);

@@ -103,8 +103,8 @@ Evaluated evaluate_split(const CostModel& model, const Candidate& c, const Split
   }
   const auto pc = detail::prepare(model, c);
   for (int64_t i = 0; i < c.depth; ++i)
-    e.stages.push_back(detail::price_stage(model, pc, i, split.bounds[static_cast<size_t>(i)],
-                                           split.bounds[static_cast<size_t>(i + 1)]));
+    e.stages.push_back(
+        detail::price_stage(pc, i, split.bounds[static_cast<size_t>(i)], split.bounds[static_cast<size_t>(i + 1)]));
   e.step_ms = e.split.step_ms = step_objective(c, e.stages);
   return e;
 }

@@ -241,6 +241,10 @@ class StepLowerBound {
       // below kSmallBytes plain integer sums equal the saturating ones. `small` when every run's are.
       bool bounded, small;
       uint8_t filled, older;                // slots of `known` in use; the one filled longest ago
+      // A split backward's pipeline::deferred_shapes (activations, deferred W's), on the first small_bytes
+      // that needs them (kShapesUnknown until then): many stages priced are never asked their bytes.
+      mutable uint8_t shape_count;
+      mutable std::array<std::array<int32_t, 2>, 4> shapes;
       std::array<Known, 4> known;           // the last starts asked
     };
     // Stage k, priced on its first call. Most walks do reach most stages; what this saves is zeroing a
@@ -254,6 +258,7 @@ class StepLowerBound {
     // same without saturation, for a stage `bounded` and bytes of layers below kSmallBytes.
     int64_t bytes(const Stage& st, bool redo, int64_t params, int64_t stash, int64_t grads) const;
     int64_t small_bytes(const Stage& st, bool redo, int64_t params, int64_t stash, int64_t grads) const;
+    void with_shapes(const Stage& st) const;  // a split stage's `shapes`, on first use
     std::pair<int64_t, int64_t> small_split_bytes(const Stage& st, int64_t params, int64_t stash, int64_t grads) const;
     // Whether n layers of a set could fit stage st in an option the policy allows, priced with the set's
     // n smallest layers' bytes of each kind (SmallestSums): true whenever a run of the stage that fits holds
@@ -276,6 +281,7 @@ class StepLowerBound {
     // The candidate's own terms are far from 2^63 (bounded_; each stage adds its own, Stage::bounded),
     // and so are the sums of the whole model's bytes (small_).
     bool bounded_ = false, small_ = false;
+    static constexpr uint8_t kShapesUnknown = 0xff;
     static constexpr int64_t kCounts = int64_t{1} << 20, kBig = int64_t{1} << 60, kSmallBytes = int64_t{1} << 40;
     const SmallestSums* smallest_ = nullptr;
     size_t bi_ = 0;

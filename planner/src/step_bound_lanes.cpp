@@ -95,6 +95,7 @@ void StepLowerBound::Relaxed::price_stage(Stage& st, int64_t k) const {
   st.bounded = bounded_ && st.fixed >= 0 && st.fixed < kBig && st.in_flight >= 0 && st.in_flight < kCounts &&
                st.ahead >= 0 && st.ahead < kCounts && st.defer >= 0 && st.defer < kCounts;
   st.small = small_ && st.bounded;
+  st.shape_count = kShapesUnknown;
 }
 
 bool StepLowerBound::Relaxed::fits(const Stage& st, Known& known, bool redo, int64_t a, int64_t e) const {

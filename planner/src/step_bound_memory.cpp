@@ -19,13 +19,13 @@ namespace pd2bw::planner {
 namespace {
 
 // A split backward's stash term (pipeline::deferred_stash_term, without saturation: the caller's bytes are
-// small) without recompute (first) and with it (second), each only when asked, in one pass over the shapes.
-template <bool Plain, bool Redo>
-std::pair<int64_t, int64_t> split_terms(const pipeline::DeferredShapes& shapes, int64_t input, int64_t stash,
-                                        int64_t grads) {
+// small) without recompute (first) and with it (second), each only when asked, in one pass over the
+// shapes of stage st (Relaxed::with_shapes).
+template <bool Plain, bool Redo, class Stage>
+std::pair<int64_t, int64_t> split_terms(const Stage& st, int64_t input, int64_t stash, int64_t grads) {
   int64_t plain = 0, redo = 0;
-  for (size_t i = 0; i < shapes.count; ++i) {
-    const auto [act, deferred] = shapes.at[i];
+  for (size_t i = 0; i < st.shape_count; ++i) {
+    const int64_t act = st.shapes[i][0], deferred = st.shapes[i][1];
     const int64_t before = deferred * grads, after = (deferred + 1) * grads;
     if constexpr (Plain) plain = std::max({plain, act * stash + before, (act - 1) * stash + after});
     if constexpr (Redo) redo = std::max({redo, act * input + stash + before, (act - 1) * input + after});
@@ -82,13 +82,22 @@ int64_t StepLowerBound::Relaxed::bytes(const Stage& st, bool redo, int64_t param
   return saturating_add(saturating_add(statics_.total(params), st.fixed), term);
 }
 
+// Fills st's deferred shapes once (small stages only: their counts are below kCounts, so int32 holds them).
+void StepLowerBound::Relaxed::with_shapes(const Stage& st) const {
+  if (st.shape_count != kShapesUnknown) return;
+  const pipeline::DeferredShapes shapes = pipeline::deferred_shapes(st.ahead, st.defer, c_.microbatches);
+  for (size_t i = 0; i < shapes.count; ++i)
+    st.shapes[i] = {static_cast<int32_t>(shapes.at[i].first), static_cast<int32_t>(shapes.at[i].second)};
+  st.shape_count = static_cast<uint8_t>(shapes.count);
+}
+
 int64_t StepLowerBound::Relaxed::small_bytes(const Stage& st, bool redo, int64_t params, int64_t stash,
                                              int64_t grads) const {
   int64_t term = 0;
   if (split_) {
-    const pipeline::DeferredShapes shapes = pipeline::deferred_shapes(st.ahead, st.defer, c_.microbatches);
-    term = redo ? split_terms<false, true>(shapes, input_, stash, grads).second
-                : split_terms<true, false>(shapes, input_, stash, grads).first;
+    with_shapes(st);
+    term = redo ? split_terms<false, true>(st, input_, stash, grads).second
+                : split_terms<true, false>(st, input_, stash, grads).first;
   } else {
     term = redo ? st.in_flight * input_ + stash : st.in_flight * stash;
   }
@@ -116,8 +125,8 @@ bool StepLowerBound::Relaxed::could_hold(const Stage& st, int64_t n, const Small
 // small_bytes of a split backward's stage without and with recompute, one pass over its deferred shapes.
 std::pair<int64_t, int64_t> StepLowerBound::Relaxed::small_split_bytes(const Stage& st, int64_t params, int64_t stash,
                                                                      int64_t grads) const {
-  const pipeline::DeferredShapes shapes = pipeline::deferred_shapes(st.ahead, st.defer, c_.microbatches);
-  const auto [plain, redo] = split_terms<true, true>(shapes, input_, stash, grads);
+  with_shapes(st);
+  const auto [plain, redo] = split_terms<true, true>(st, input_, stash, grads);
   const int64_t base = plain_statics(params) + st.fixed;
   return {base + plain, base + redo};
 }

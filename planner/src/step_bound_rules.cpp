@@ -225,6 +225,8 @@ class StepLowerBound::RuleWalks {
   // walk needs. Returns the furthest end in [a, e] (a itself when even one layer does not fit).
   size_t own_cycle_end(int64_t k, size_t a, size_t e, double t0, double w) const {
     const int64_t level = links_[static_cast<size_t>(k)].ar_level;
+    const CostModel::AllreduceAt allreduce =
+        level >= 0 ? model_.allreduce_at(c_.width, level) : CostModel::AllreduceAt{};
     const auto& pp = model_.param_prefix();
     const auto& up = model_.update_prefix();
     const auto statics = model_.static_factors(c_.schedule);
@@ -235,8 +237,7 @@ class StepLowerBound::RuleWalks {
       const auto ux = static_cast<size_t>(x);
       const double y = relaxed_.time(k, start, x);
       if (!(y < kInfinity)) return false;
-      const double h =
-          (level >= 0 ? model_.allreduce_ms(statics.grads(pp[ux] - pp[a]), c_.width, level) : 0.0) + (up[ux] - up[a]);
+      const double h = (level >= 0 ? allreduce(statics.grads(pp[ux] - pp[a])) : 0.0) + (up[ux] - up[a]);
       const double after = std::max(before, y + all_ - cp_[ux]);
       // max(cf_k, cb_k): at least half the stage's time, and at least its backward slot, which runs the
       // least backward share of its fwd + bwd and all of its recompute (y less that fwd + bwd).

@@ -29,7 +29,7 @@ using pd2bw::planner::OverageSplit;
 namespace detail = pd2bw::planner::detail;
 
 int64_t bytes_of(const CostModel& model, const detail::PreparedCandidate& pc, int64_t i, int64_t a, int64_t e) {
-  const auto q = detail::quick_price(model, pc, i, a, e);
+  const auto q = detail::quick_price(pc, i, a, e);
   return q.recompute ? q.redo_bytes : q.plain_bytes;
 }
 

@@ -37,7 +37,7 @@ Thresholds greedy_thresholds(const CostModel& model, const pd2bw::planner::detai
   for (int64_t i = 0; i < d; ++i)
     for (int64_t a = i; a <= L - (d - i); ++a)
       for (int64_t e = a + 1; e <= L - (d - 1 - i); ++e) {
-        const auto q = pd2bw::planner::detail::quick_price(model, pc, i, a, e);
+        const auto q = pd2bw::planner::detail::quick_price(pc, i, a, e);
         if (q.feasible) times.push_back(q.step_ms);
       }
   std::sort(times.begin(), times.end());
@@ -143,7 +143,7 @@ TEST_CASE("objective_of is step_objective over the model's priced stages, for ra
         stages.push_back(model.stage_cost(c, i, bounds[static_cast<size_t>(i)], bounds[static_cast<size_t>(i + 1)]));
       const double want = pd2bw::planner::step_objective(c, stages);
       INFO("d=" << d << " m=" << c.microbatches << " schedule " << static_cast<int>(c.schedule));
-      CHECK(pd2bw::planner::detail::objective_of(model, pc, bounds) == want);
+      CHECK(pd2bw::planner::detail::objective_of(pc, bounds) == want);
       infeasible += want < kInfinity ? 0 : 1;
       ++splits;
     }

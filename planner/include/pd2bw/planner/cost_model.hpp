@@ -229,14 +229,35 @@ class CostModel {
   // curve's time at this size scaled by the ring factor (curve_allreduce_ms); the measured times hold
   // the latency already. Non-decreasing in bytes either way.
   double allreduce_ms(int64_t bytes, int64_t width, int64_t level) const {
-    if (width <= 1) return 0.0;
+    return width <= 1 ? 0.0 : allreduce_at(width, level)(bytes);
+  }
+  // allreduce_ms(bytes, width, level) at a fixed width > 1 and level, what does not depend on the bytes
+  // worked out once (the same value, bit for bit: the ring factor is the same double either way). The
+  // partitioner keeps one per level (PreparedCandidate) and asks it in its inner loops.
+  struct AllreduceAt {
+    const LinkCurve* curve = nullptr;  // the level's measured curve, or the ring formula's terms below
+    int64_t ranks = 0, width = 2;
+    double ring = 0, busbw = 1, latency = 0;  // 2 (w - 1) / w, the bus bandwidth in bytes per ms
+    double operator()(int64_t bytes) const {
+      if (curve) return curve_allreduce_ms(*curve, ranks, bytes, width);  // latency included
+      return ring * static_cast<double>(bytes) / busbw + latency;
+    }
+  };
+  AllreduceAt allreduce_at(int64_t width, int64_t level) const {
     const auto lv = static_cast<size_t>(level);
     const auto& l = cluster_.levels[lv];
-    if (!allreduce_curves_[lv].empty())
-      return curve_allreduce_ms(allreduce_curves_[lv], l.allreduce_ranks, bytes, width);  // latency included
+    AllreduceAt at;
+    at.width = width;
+    if (!allreduce_curves_[lv].empty()) {
+      at.curve = &allreduce_curves_[lv];
+      at.ranks = l.allreduce_ranks;
+      return at;
+    }
     const double w = static_cast<double>(width);
-    return 2.0 * (w - 1.0) / w * static_cast<double>(bytes) / (l.allreduce_busbw_gbps * 1e6) +
-           l.p2p_latency_ms;
+    at.ring = 2.0 * (w - 1.0) / w;
+    at.busbw = l.allreduce_busbw_gbps * 1e6;
+    at.latency = l.p2p_latency_ms;
+    return at;
   }
   // The stash walks (pipeline::stash_walk) of every position of candidate c's schedule, without and with
   // recompute: (*result)[position][recompute ? 1 : 0]. They depend on (schedule, d, m, v) only and cost
