@@ -67,7 +67,8 @@ double StepLowerBound::refined(const Candidate& c, double from, double ceiling, 
     // The round trips below stage k cross its input boundary twice and each boundary below it four
     // times, and the stages above it pass their inputs twice (on the fastest replica of each boundary).
     const int64_t k = zb_round_trip_stage(c);
-    for (int64_t j = 0; j < c.depth; ++j) transfers += (j > k ? 4.0 : 2.0) * p.links()[static_cast<size_t>(j)].in_fast;
+    const auto& links = p.links();
+    for (int64_t j = 0; j < c.depth; ++j) transfers += (j > k ? 4.0 : 2.0) * links[static_cast<size_t>(j)].in_fast;
     out = zb_cycle_bound(c, transfers) * (1.0 - 1e-9);
   }
   // rules_out(c, t) proves that no split is at or below t: the largest such t found is a bound. One probe

@@ -57,7 +57,8 @@ void StepLowerBound::prepare_rules(Probe& p) const {
   for (size_t k = 0; k < d; ++k)
     p.plain[k] = model_.plain_capacity_ms(c.schedule, c.microbatch_index, CostModel::in_flight(c, static_cast<int64_t>(k)));
   p.ins_after.assign(d + 1, 0.0);  // sum of 2 in_fast over stages > k
-  for (size_t k = d; k-- > 0;) p.ins_after[k] = p.ins_after[k + 1] + 2.0 * p.links()[k].in_fast;
+  const std::vector<StageLinks>& links = p.links();
+  for (size_t k = d; k-- > 0;) p.ins_after[k] = p.ins_after[k + 1] + 2.0 * links[k].in_fast;
   const LinkLevels lvl = fastest_levels(model_, c);
   p.h0 = model_.allreduce_ms(first_grad_bytes_, c.width, lvl.replicas) + model_.update_prefix()[1];
   // least_busy's W(f_j) per stage, when it needs them (flush or gpipe under auto) and every stage stashes.

@@ -344,6 +344,44 @@ TEST_CASE("allreduce time from a curve measured over R ranks follows the ring fo
   }
 }
 
+// CostModel::AllreduceAt (the ring factor worked out once per width and level, which the partitioner keeps
+// per candidate) is allreduce_ms bit for bit, with a curve or without; without one it is the ring formula;
+// and a stage the partitioner prices pays allreduce_ms of its gradients at the level its replicas span.
+TEST_CASE("allreduce_at is allreduce_ms, and the partitioner's stages pay it") {
+  const pl::CostModel model(curves_profile(), curves_cluster(), {});
+  for (int64_t lv : {0, 1})
+    for (int64_t w : {2, 3, 4, 8})
+      for (int64_t bytes : {int64_t{0}, int64_t{1000}, int64_t{1} << 24, int64_t{7} << 30}) {
+        INFO("level " << lv << ", width " << w << ", bytes " << bytes);
+        CHECK(model.allreduce_at(w, lv)(bytes) == model.allreduce_ms(bytes, w, lv));
+        if (lv == 1) {
+          const double wd = static_cast<double>(w);
+          CHECK(model.allreduce_ms(bytes, w, lv) ==
+                doctest::Approx(2.0 * (wd - 1.0) / wd * static_cast<double>(bytes) / 35e6 + 0.02).epsilon(1e-12));
+        }
+      }
+  int64_t priced = 0;
+  for (s::Placement placement : {s::Placement::replicas_inner, s::Placement::stages_inner}) {
+    pl::Candidate c;
+    c.schedule = s::Schedule::flush;
+    c.depth = 2;
+    c.width = 4;
+    c.microbatches = 4;
+    c.microbatch = 1;
+    c.placement = placement;
+    for (int64_t stage : {0, 1}) {
+      const int64_t begin = stage, end = stage + 1;
+      const auto& pp = model.param_prefix();
+      const int64_t grads =
+          model.static_factors(c.schedule).grads(pp[static_cast<size_t>(end)] - pp[static_cast<size_t>(begin)]);
+      CHECK(model.stage_cost(c, stage, begin, end).allreduce_ms ==
+            model.allreduce_ms(grads, c.width, model.allreduce_level(c, stage)));
+      ++priced;
+    }
+  }
+  CHECK(priced == 4);
+}
+
 TEST_CASE("a malformed curve built in code is a usage error in the cost model") {
   s::ClusterLevel lv = level("node", 8, 100.0, 0.01, 80.0);
   lv.p2p_curve = {{2000, 0.04}, {1000, 0.05}};
