@@ -233,7 +233,8 @@ class CostModel {
   }
   // allreduce_ms(bytes, width, level) at a fixed width > 1 and level, what does not depend on the bytes
   // worked out once (the same value, bit for bit: the ring factor is the same double either way). The
-  // partitioner keeps one per level (PreparedCandidate) and asks it in its inner loops.
+  // partitioner keeps one per level (PreparedCandidate) and asks it in its inner loops. It points into
+  // this model's curves: valid while the model lives, and only for it.
   struct AllreduceAt {
     const LinkCurve* curve = nullptr;  // the level's measured curve, or the ring formula's terms below
     int64_t ranks = 0, width = 2;
