@@ -114,14 +114,19 @@ double least_recomputed(std::vector<std::pair<double, double>> groups, double an
 std::vector<int64_t> stages_by_stash_bucket(const Candidate& c) {
   std::vector<int64_t> count;
   if (c.chunks == 1 && c.schedule != Schedule::interleaved && c.schedule != Schedule::zb_v) {
-    // min(d - k, m), m or min(2 (d - k) - 1, m): the stages holding at least x are the first reaching(x).
+    // min(d - k, m), m or min(2 (d - k) - 1, m): the stages holding at least x are the first reaching(x),
+    // and bucket j is reaching(2^j) - reaching(2^(j+1)), each prefix found once.
+    const int64_t most = c.depth < 1 ? 0 : CostModel::in_flight(c, 0);
     auto reaching = [&](int64_t x) {
-      if (c.depth < 1 || CostModel::in_flight(c, 0) < x) return int64_t{0};
+      if (most < x) return int64_t{0};
       return detail::last_true(int64_t{0}, c.depth - 1, [&](int64_t k) { return CostModel::in_flight(c, k) >= x; }) + 1;
     };
-    const int64_t most = c.depth < 1 ? 0 : CostModel::in_flight(c, 0);
-    for (int j = 0; j < 62 && (int64_t{1} << j) <= most; ++j)
-      count.push_back(reaching(int64_t{1} << j) - reaching(int64_t{1} << (j + 1)));
+    int64_t from = reaching(1);
+    for (int j = 0; j < 62 && (int64_t{1} << j) <= most; ++j) {
+      const int64_t next = reaching(int64_t{1} << (j + 1));
+      count.push_back(from - next);
+      from = next;
+    }
     return count;
   }
   for (int64_t k = 0; k < c.depth; ++k) {
