@@ -40,6 +40,7 @@
 #include <array>
 #include <limits>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "pd2bw/planner/cost_model.hpp"
@@ -301,10 +302,15 @@ inline int64_t weight_defer(schemas::Schedule s, int64_t stage) {
 // The objective of a split of one chunk per rank into `depth` stages (step_objective): stage_at(k) gives
 // stage k's priced times (a StageCost, or the partitioner's QuickCost: `feasible` and the fields StageTimes holds),
 // folded from the last stage to the first with the schedule's fold; infinity at the first infeasible stage.
-template <class StageAt>
-double folded_objective(const Candidate& c, int64_t depth, StageAt&& stage_at) {
+// With a `cutoff`, prefix_at(k) gives what stages 0..k-1 hold (a Prefix: at least their fwd + bwd, less
+// the W's for a split backward), and the fold stops once the fold's floor proves the objective at or
+// above the cutoff (with a 1e-9 margin for the rounding of sums taken in another order): it then returns
+// that floor, a lower bound at or above `cutoff`, not the objective.
+template <class StageAt, class PrefixAt>
+double folded_objective(const Candidate& c, int64_t depth, StageAt&& stage_at, double cutoff, PrefixAt&& prefix_at) {
   auto fold = [&]<class Fold>(Fold) {
     const double m = static_cast<double>(c.microbatches);
+    const bool cut = cutoff < std::numeric_limits<double>::infinity();
     auto v = Fold::empty();
     for (int64_t k = depth; k-- > 0;) {
       const auto& s = stage_at(k);
@@ -312,6 +318,10 @@ double folded_objective(const Candidate& c, int64_t depth, StageAt&& stage_at) {
       const StageTimes x{s.compute_ms, s.p2p_ms, s.forward_ms,   s.backward_ms, s.weight_ms,
                          s.in_ms,      s.out_ms, s.allreduce_ms, s.update_ms};
       v = Fold::prepend(v, stage_terms(m, k, depth, x, weight_defer(c.schedule, k)), m);
+      if (cut && k > 0) {
+        const double floor = Fold::floor(v, prefix_at(k), m, static_cast<double>(k));
+        if (floor * (1.0 - 1e-9) >= cutoff) return floor;
+      }
     }
     return v[0];
   };
@@ -330,6 +340,12 @@ double folded_objective(const Candidate& c, int64_t depth, StageAt&& stage_at) {
       break;
   }
   return fold(TwoBwFold{});
+}
+
+template <class StageAt>
+double folded_objective(const Candidate& c, int64_t depth, StageAt&& stage_at) {
+  return folded_objective(c, depth, std::forward<StageAt>(stage_at), std::numeric_limits<double>::infinity(),
+                          [](int64_t) { return Prefix(0.0); });
 }
 
 }  // namespace pd2bw::planner::detail

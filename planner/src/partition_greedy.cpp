@@ -123,11 +123,20 @@ std::vector<int64_t> greedy_split_at(const CostModel& model, const detail::Prepa
 }
 
 // step_objective of `bounds`, priced through pc (without the memory breakdowns, which it does not read).
-double objective_of(const detail::PreparedCandidate& pc, const std::vector<int64_t>& bounds) {
-  if (pc.candidate.chunks == 1)  // folded as each stage is priced, with no StageCosts built
-    return folded_objective(pc.candidate, pc.candidate.depth, [&](int64_t k) {
-      return detail::quick_price(pc, k, bounds[static_cast<size_t>(k)], bounds[static_cast<size_t>(k + 1)]);
-    });
+double objective_of(const detail::PreparedCandidate& pc, const std::vector<int64_t>& bounds, double cutoff) {
+  if (pc.candidate.chunks == 1) {  // folded as each stage is priced, with no StageCosts built
+    // The layers before stage k hold at least their fwd + bwd (less the W's with a split backward).
+    auto before = [&](int64_t k) {
+      const auto a = static_cast<size_t>(bounds[static_cast<size_t>(k)]);
+      return Prefix(pc.split_backward() ? pc.compute[a] - pc.weight[a] : pc.compute[a]);
+    };
+    return folded_objective(
+        pc.candidate, pc.candidate.depth,
+        [&](int64_t k) {
+          return detail::quick_price(pc, k, bounds[static_cast<size_t>(k)], bounds[static_cast<size_t>(k + 1)]);
+        },
+        cutoff, before);
+  }
   std::vector<StageCost> stages;
   stages.reserve(static_cast<size_t>(pc.candidate.depth));
   for (int64_t i = 0; i < pc.candidate.depth; ++i)

@@ -73,8 +73,10 @@ class HiSweep {
 std::optional<Windows> make_windows(const CostModel& model, const detail::PreparedCandidate& pc, double bound,
                                     int64_t static_cap, bool use_caps, bool lanes_only);
 
-// step_objective of `bounds`, priced through pc (partition_greedy.cpp).
-double objective_of(const detail::PreparedCandidate& pc, const std::vector<int64_t>& bounds);
+// step_objective of `bounds`, priced through pc (partition_greedy.cpp). Below `cutoff` it is the
+// objective; where the objective is at or above it, possibly only a lower bound at or above it
+// (folded_objective), for a caller that compares it with `cutoff` alone.
+double objective_of(const detail::PreparedCandidate& pc, const std::vector<int64_t>& bounds, double cutoff = kInfinity);
 
 // Flush's tiered split (partition_tiered.cpp): of the splits whose stages k <= d - m (their warm-up covers
 // the step) hold r times the compute of each later stage, for a few r > 1, the one of least objective.

@@ -66,7 +66,7 @@ Split tiered_split(const CostModel& model, const PreparedCandidate& pc) {
   for (double r : kTieredRatios) {
     std::fill(weight.begin(), weight.begin() + last_one_trip + 1, r);
     auto bounds = weighted_bounds(cp, weight);
-    const double step = objective_of(pc, bounds);
+    const double step = objective_of(pc, bounds, best.step_ms);  // the ratios that lose stop early
     if (step < best.step_ms) {  // ties keep the smaller ratio
       best.bounds = std::move(bounds);
       best.step_ms = step;

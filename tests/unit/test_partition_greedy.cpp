@@ -124,8 +124,9 @@ TEST_CASE("greedy runs that take their repeating stages from the runs before fin
 
 TEST_CASE("objective_of is step_objective over the model's priced stages, for random splits") {
   // objective_of prices without the memory breakdowns (stage_times): the same value, bit for bit, as the
-  // objective of CostModel::stage_cost's stages, feasible or not.
-  int64_t splits = 0, infeasible = 0;
+  // objective of CostModel::stage_cost's stages, feasible or not. With a cutoff at or below the objective
+  // it may stop at a floor of the folds (folded_objective), which must lie between the two.
+  int64_t splits = 0, infeasible = 0, stopped = 0;
   for_each_unchunked(8551, 8565, [&](const CostModel& model, int64_t, const auto& c, uint64_t seed) {
     const auto pc = pd2bw::planner::detail::prepare(model, c);
     const int64_t L = model.num_layers(), d = c.depth;
@@ -146,9 +147,24 @@ TEST_CASE("objective_of is step_objective over the model's priced stages, for ra
       CHECK(pd2bw::planner::detail::objective_of(pc, bounds) == want);
       infeasible += want < kInfinity ? 0 : 1;
       ++splits;
+      // With a cutoff: the objective bit for bit below it; at or above it, a lower bound at or above it.
+      if (!(want < kInfinity)) continue;
+      for (const double f : {0.5, 0.9, 0.999, 1.0, 1.001, 2.0}) {
+        const double got = pd2bw::planner::detail::objective_of(pc, bounds, f * want);
+        INFO("cutoff " << f << " x the objective: " << got);
+        if (want < f * want) {
+          CHECK(got == want);
+        } else {
+          CHECK(got >= f * want);
+          CHECK(got <= want * (1.0 + 1e-12));
+          stopped += got == want ? 0 : 1;
+        }
+      }
     }
   });
-  MESSAGE(splits << " random splits, " << infeasible << " of them infeasible");
+  MESSAGE(splits << " random splits, " << infeasible << " of them infeasible; " << stopped
+                 << " objectives with a cutoff below them stopped early");
+  CHECK(stopped > 100);
   CHECK(splits >= 1000);
   CHECK(infeasible > 0);
   CHECK(infeasible < splits);
