@@ -360,7 +360,9 @@ class StepLowerBound {
   // the whole-layer walks of flush, zb-h1 / zb-h2 and gpipe.
   class RuleWalks;
   void prepare_rules(Probe& p) const;
-  double least_busy(Probe& p, double t) const;
+  // With `redo_test`, it may stop at a lower bound on its value (its first pass) that already passes
+  // flush_redo_rules_out(p, t, ·), for a caller that asks only that then.
+  double least_busy(Probe& p, double t, bool redo_test = false) const;
   // The schedules least_busy counts (flush, gpipe): their probes get the stages' W(f_j).
   static bool counts_busy(Schedule s) { return s == Schedule::flush || s == Schedule::gpipe; }
   // The constructor's per-microbatch-size tables at index bi, appended in order: max_layer_ms_, bwd_share_,
@@ -380,9 +382,9 @@ class StepLowerBound {
   // without recomputing; non-increasing in f. Memoised per schedule and microbatch index (O(L) per new f);
   // thread-safe. W(f[j]) for each j, into out (f[j] >= 1).
   void plain_runs(Schedule s, size_t bi, const std::vector<int64_t>& f, std::vector<double>& out) const;
-  // Whether flush's round trips with `busy` = least_busy(c, t) rule out every split of `c` with an
-  // objective <= t.
-  bool flush_redo_rules_out(const Candidate& c, double t, double busy) const;
+  // Whether flush's round trips with `busy` = least_busy(p.c, t) rule out every split of p.c with an
+  // objective <= t (p prepared: prepare_rules).
+  bool flush_redo_rules_out(const Probe& p, double t, double busy) const;
 
   const CostModel& model_;
   std::shared_ptr<const SmallestSums> smallest_;  // shared by copies (read only)

@@ -88,7 +88,7 @@ double cycle_weight(size_t j, double d, double m, double bwd_share) {
 
 }  // namespace
 
-double StepLowerBound::least_busy(Probe& p, double t) const {
+double StepLowerBound::least_busy(Probe& p, double t, bool redo_test) const {
   const Candidate& c = p.c;
   const auto policy = model_.constraints().recompute;
   const double all = model_.compute_prefix(c.microbatch_index).back();
@@ -128,17 +128,19 @@ double StepLowerBound::least_busy(Probe& p, double t) const {
     const double next = all + model_.least_redo_ms(c.microbatch_index, redone);
     if (!(next > busy)) break;
     busy = next;
+    // flush_redo_rules_out only grows with the busy time: where the first pass already passes it, the
+    // caller's answer is known.
+    if (redo_test && pass == 0 && flush_redo_rules_out(p, t, busy)) break;
   }
   return busy;
 }
 
-bool StepLowerBound::flush_redo_rules_out(const Candidate& c, double t, double busy) const {
+bool StepLowerBound::flush_redo_rules_out(const Probe& p, double t, double busy) const {
+  const Candidate& c = p.c;
   if (c.schedule != Schedule::flush || c.chunks > 1 || c.microbatches < 2) return false;
   const int64_t k = std::max<int64_t>(0, c.depth - c.microbatches + 1);
   if (k > c.depth - 2) return false;
-  const detail::LinkLevels lvl = detail::fastest_levels(model_, c);
-  const double h0 = model_.allreduce_ms(first_grad_bytes_, c.width, lvl.replicas) + model_.update_prefix()[1];
-  return t * (1.0 + static_cast<double>(k) / static_cast<double>(c.microbatches)) < h0 + 2.0 * busy;
+  return t * (1.0 + static_cast<double>(k) / static_cast<double>(c.microbatches)) < p.h0 + 2.0 * busy;
 }
 
 }  // namespace pd2bw::planner

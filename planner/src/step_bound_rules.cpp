@@ -343,8 +343,8 @@ bool StepLowerBound::rules_out(Probe& p, double limit) const {
   if (p.plain.empty()) prepare_rules(p);
   RuleWalks walks(*this, p);
   if (!walks.lanes_hold(at)) return true;  // before least_busy, which it does not read
-  walks.busy = least_busy(p, at);
-  if (flush_redo_rules_out(c, at, walks.busy)) return true;
+  walks.busy = least_busy(p, at, true);
+  if (flush_redo_rules_out(p, at, walks.busy)) return true;
   const bool flush = c.schedule == Schedule::flush && c.microbatches > 1;
   const bool cycles = flush || c.schedule == Schedule::zb_h1 || c.schedule == Schedule::zb_h2;
   const bool gpipe = c.schedule == Schedule::gpipe && c.microbatches > 1;

@@ -30,6 +30,20 @@ struct StepLowerBoundProbeTest {
     return b.placement_levels(c);
   }
 
+  // least_busy at t with and without rules_out's early stop, and flush_redo_rules_out at each.
+  struct Busy {
+    double early, full;
+    bool redo_early, redo_full;
+  };
+  static Busy busy_both(const StepLowerBound& b, const Candidate& c, double t) {
+    StepLowerBound::Probe p(b, c);
+    b.prepare_rules(p);
+    Busy out{b.least_busy(p, t, true), b.least_busy(p, t, false), false, false};
+    out.redo_early = b.flush_redo_rules_out(p, t, out.early);
+    out.redo_full = b.flush_redo_rules_out(p, t, out.full);
+    return out;
+  }
+
   // The limits a bisection toward the candidate's threshold asks (directed by fresh calls), then limits
   // scattered about it: the probe must agree with a fresh call at each.
   void check(StepLowerBound& bound, const Candidate& c, testing::Rng& rng) {
@@ -371,4 +385,41 @@ TEST_CASE("least_busy is at most the optimum split's compute with recompute") {
   MESSAGE(checked << " optima, " << redone << " of them recompute, least_busy within 2% of " << close);
   CHECK(checked >= 300);
   CHECK(redone >= 50);
+}
+
+// rules_out asks least_busy to stop after its first pass where flush_redo_rules_out already passes with
+// that lower busy time: the test's answer must be the one the full busy time gives, at limits about the
+// candidates' bounds (where both answers occur), and the stop must happen (or this checks nothing).
+TEST_CASE("least_busy's early stop leaves flush_redo_rules_out's answer as it was") {
+  int64_t asked = 0, stopped = 0, ruled = 0;
+  pd2bw::testing::RandomInstanceOptions opt = pd2bw::testing::medium_instance_options();
+  opt.split_backward_p = 0.0;
+  for (uint64_t seed = 6451; seed <= 6480; ++seed) {
+    pd2bw::testing::RandomInstance inst = pd2bw::testing::make_random_instance(seed, opt);
+    inst.constraints.max_depth = 32;
+    const int64_t reserve = inst.constraints.reserve_bytes;
+    pd2bw::testing::set_device_memory(inst, reserve + (inst.cluster.device.memory_bytes - reserve) / 2);
+    INFO(inst.describe());
+    const pd2bw::planner::CostModel model(inst.profile, inst.cluster, inst.constraints);
+    pd2bw::planner::StepLowerBound bound(model);
+    for (const auto& c : pd2bw::planner::enumerate_candidates(model)) {
+      if (c.chunks > 1 || c.depth < 2 || c.schedule != pd2bw::schemas::Schedule::flush) continue;
+      const double base = bound(c);
+      if (!(base > 0.0) || !(base < pd2bw::planner::kInfinity)) continue;
+      for (const double f : {0.8, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0}) {
+        const auto b = pd2bw::planner::StepLowerBoundProbeTest::busy_both(bound, c, f * base);
+        INFO("d=" << c.depth << " m=" << c.microbatches << " t=" << f * base << " busy " << b.early << " / " << b.full);
+        CHECK(b.redo_early == b.redo_full);
+        CHECK(b.early <= b.full);
+        if (b.early != b.full) CHECK(b.redo_early);
+        ++asked;
+        stopped += b.early != b.full ? 1 : 0;
+        ruled += b.redo_full ? 1 : 0;
+      }
+    }
+  }
+  MESSAGE(asked << " limits, " << ruled << " ruled out by the round trips, " << stopped << " of them after one pass");
+  CHECK(asked >= 1000);
+  CHECK(stopped >= 20);
+  CHECK(ruled > stopped);
 }
