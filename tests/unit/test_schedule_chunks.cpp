@@ -21,6 +21,7 @@
 #include <tuple>
 #include <vector>
 
+#include "pd2bw/error.hpp"
 #include "pd2bw/pipeline/shape.hpp"
 #include "pd2bw/planner/schedule.hpp"
 #include "schedule_checks.hpp"
@@ -271,5 +272,17 @@ TEST_CASE("chunked generator: the activations a position holds at once") {
           break;
       }
     }
+  }
+}
+
+// A chunked rank lays one step's compute ops out in 32-bit fields: a step too large for them is refused
+// with a usage error (not an allocation that fails or fields that wrap).
+TEST_CASE("a chunked step too large to lay out is a usage error") {
+  using pd2bw::pipeline::ScheduleSpec;
+  using pd2bw::pipeline::StageOpStream;
+  const int64_t huge = int64_t{1} << 30;  // a multiple of d = 2: 3 m v passes 2^31
+  for (const auto kind : {pd2bw::schemas::Schedule::interleaved, pd2bw::schemas::Schedule::zb_v}) {
+    CHECK_THROWS_AS(StageOpStream(ScheduleSpec{kind, 2, huge, 1, 1, 2}, 0, false), pd2bw::UsageError);
+    CHECK_NOTHROW(StageOpStream(ScheduleSpec{kind, 2, 64, 1, 1, 2}, 1, false));
   }
 }

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
+#include <limits>
 #include <utility>
 
 #include "pd2bw/error.hpp"
@@ -132,12 +134,21 @@ StageOpStream::StageOpStream(const ScheduleSpec& spec, int64_t stage, bool recom
   // send and a W): push() writes them in place.
   buf_.resize(static_cast<size_t>(2 * spec.chunks + 4));
   std::vector<LocalUnit> units;
-  if (spec.chunks > 1) units.reserve(static_cast<size_t>(3 * spec.microbatches * spec.chunks));  // F, B, W each
+  if (spec.chunks > 1) {
+    constexpr int64_t kMost = std::numeric_limits<int32_t>::max();  // a Unit's fields
+    if (spec.microbatches > kMost / (3 * spec.chunks) || spec.depth > kMost / spec.chunks)
+      throw UsageError(fmt::format("{} with d={}, v={}, m={} is too large to lay out one step of", to_string(spec.kind),
+                                   spec.depth, spec.chunks, spec.microbatches),
+                       "use fewer microbatches per step");
+    units.reserve(static_cast<size_t>(3 * spec.microbatches * spec.chunks));  // F, B, W each
+  }
   if (spec.kind == Schedule::interleaved) interleaved_units(spec.depth, spec.chunks, spec.microbatches, stage, units);
   if (spec.kind == Schedule::zb_v) zbv_units(spec.depth, spec.microbatches, stage, units);
   held_ = chunks_at(spec.kind, spec.depth, spec.chunks, stage);
   units_.reserve(units.size());
-  for (const auto& [kind, at] : units) units_.push_back({kind, held_[static_cast<size_t>(at.first)], at.second});
+  for (const auto& [kind, at] : units)
+    units_.push_back(
+        {static_cast<int32_t>(held_[static_cast<size_t>(at.first)]), static_cast<int32_t>(at.second), kind});
   defer_ = spec.kind == Schedule::zb_h2 ? 2 * stage : stage;
   start_step(0);
   refill();

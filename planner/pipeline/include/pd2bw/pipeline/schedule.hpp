@@ -94,10 +94,11 @@ class StageOpStream {
 
  private:
   enum class Phase { forward, backward, update, end, done };
-  // One compute op of a chunked schedule's step (interleaved, zb-v): its kind, local chunk, microbatch.
+  // One compute op of a chunked schedule's step (interleaved, zb-v): its chunk, microbatch and kind (12
+  // bytes: a replay holds a step's worth per rank, for thousands of ranks).
   struct Unit {
+    int32_t chunk, microbatch;
     OpKind kind;
-    int64_t chunk, microbatch;
   };
   void start_step(int64_t step);
   void refill();
