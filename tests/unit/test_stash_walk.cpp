@@ -185,3 +185,33 @@ TEST_CASE("stash walk: errors and saturation") {
   CHECK_THROWS_AS(stash_walk({Schedule::zb_v, 3, 6, 1, 1, 3}, 0, false), pd2bw::UsageError);
   CHECK_THROWS_AS(stash_walk({Schedule::interleaved, 3, 4, 1, 1, 2}, 0, false), pd2bw::UsageError);
 }
+
+// The moments' one array: rows as pushed, erasing one closes the gap, and the summaries the exact peak
+// reads (the largest row sum, whether any row rebuilt a stash or holds a W) cover every row pushed.
+TEST_CASE("StashMoments holds its rows in one array, with the largest row sum and the terms that occur") {
+  StashMoments m(2);
+  CHECK(m.empty());
+  const std::vector<ChunkHeld> a{{1, 0, 0}, {2, 0, 0}}, b{{3, 1, 0}, {0, 0, 0}}, c{{0, 0, 2}, {4, 0, 1}};
+  m.push_back(a);
+  CHECK_FALSE(m.any_rebuilt());
+  CHECK_FALSE(m.any_weight());
+  m.push_back(b);
+  m.push_back(c);
+  CHECK(m.size() == 3);
+  CHECK(m.rows() == std::vector<std::vector<ChunkHeld>>{a, b, c});
+  CHECK(m[1][0] == b[0]);
+  CHECK(m.most_held() == 7);  // c: 2 + 4 + 1
+  CHECK(m.any_rebuilt());
+  CHECK(m.any_weight());
+  m.erase(1);
+  CHECK(m.rows() == std::vector<std::vector<ChunkHeld>>{a, c});
+  std::vector<std::vector<ChunkHeld>> seen;
+  for (const auto& row : m) seen.emplace_back(row.begin(), row.end());
+  CHECK(seen == m.rows());
+  StashMoments same(2);
+  same.push_back(a);
+  same.push_back(c);
+  CHECK(same.rows() == m.rows());
+  CHECK_THROWS_AS(m.push_back(std::vector<ChunkHeld>{{1, 0, 0}}), pd2bw::UsageError);
+  CHECK(m.size() == 2);
+}

@@ -11,7 +11,7 @@ namespace pd2bw::pipeline {
 
 namespace {
 
-bool covers(const std::vector<ChunkHeld>& a, const std::vector<ChunkHeld>& b) {  // a >= b everywhere
+bool covers(StashMoments::Row a, StashMoments::Row b) {  // a >= b everywhere
   for (size_t j = 0; j < a.size(); ++j)
     if (a[j].activations < b[j].activations || a[j].rebuilt < b[j].rebuilt ||
         a[j].weight_stashes < b[j].weight_stashes)
@@ -24,12 +24,12 @@ bool covers(const std::vector<ChunkHeld>& a, const std::vector<ChunkHeld>& b) { 
 // moments). What it keeps is a superset of the moments no other covers; that is all stash_peak needs.
 constexpr size_t kKeepWindow = 8;
 
-void keep(std::vector<std::vector<ChunkHeld>>& moments, const std::vector<ChunkHeld>& now) {
+void keep(StashMoments& moments, const std::vector<ChunkHeld>& now) {
   const size_t from = moments.size() > kKeepWindow ? moments.size() - kKeepWindow : 0;
   for (size_t k = from; k < moments.size(); ++k)
     if (covers(moments[k], now)) return;
   for (size_t k = moments.size(); k-- > from;)
-    if (covers(now, moments[k])) moments.erase(moments.begin() + static_cast<std::ptrdiff_t>(k));
+    if (covers(now, moments[k])) moments.erase(k);
   moments.push_back(now);
 }
 
@@ -69,67 +69,71 @@ ScheduleSpec one_step(ScheduleSpec spec, int64_t stage) {
   return spec;
 }
 
-// Fills walk's flat rows from its moments (StashWalk::flat).
-void flatten(StashWalk& walk) {
-  const size_t v = walk.chunks.size();
-  walk.flat.assign(walk.moments.size() * 3 * v, 0);
-  walk.flat_most = 0;
-  for (size_t t = 0; t < walk.moments.size(); ++t) {
-    int64_t* row = walk.flat.data() + t * 3 * v;
-    int64_t sum = 0;
-    for (size_t j = 0; j < v; ++j) {
-      const ChunkHeld& h = walk.moments[t][j];
-      row[j] = h.activations;
-      row[v + j] = h.rebuilt;
-      row[2 * v + j] = h.weight_stashes;
-      sum = saturating_add(sum, saturating_add(h.activations, saturating_add(h.rebuilt, h.weight_stashes)));
-      walk.flat_rebuilt = walk.flat_rebuilt || h.rebuilt != 0;
-      walk.flat_weight = walk.flat_weight || h.weight_stashes != 0;
-    }
-    walk.flat_most = std::max(walk.flat_most, sum);
-  }
-}
-
-// Whether the flat rows can be summed without saturating: every byte count >= 0 and the largest row's
-// counts times the largest byte count within int64 (then no partial sum, and no change of one chunk's
-// term between two such byte vectors, can overflow).
-bool flat_exact(const StashWalk& walk, const std::vector<ChunkStashBytes>& bytes) {
-  if (walk.flat.size() != walk.moments.size() * 3 * bytes.size()) return false;
+// Whether the rows can be summed without saturating: every byte count >= 0 and the largest row's counts
+// times the largest byte count within int64 (then no partial sum, and no change of one chunk's term
+// between two such byte vectors, can overflow).
+bool sums_exact(const StashWalk& walk, const std::vector<ChunkStashBytes>& bytes) {
   int64_t most_bytes = 0;
   for (const auto& b : bytes) {
     if (b.activation < 0 || b.rebuilt < 0 || b.weight < 0) return false;
     most_bytes = std::max({most_bytes, b.activation, b.rebuilt, b.weight});
   }
-  return walk.flat_most == 0 || most_bytes <= INT64_MAX / walk.flat_most;
+  const int64_t most = walk.moments.most_held();
+  return most == 0 || most_bytes <= INT64_MAX / most;
 }
 
-// stash_peak over the flat rows where flat_exact holds; columns whose counts or bytes are all zero are
-// skipped. -1 where it does not hold (the caller then saturates term by term).
-int64_t flat_peak(const StashWalk& walk, const std::vector<ChunkStashBytes>& bytes) {
+// stash_peak where sums_exact holds; the terms whose counts or bytes are all zero are skipped. -1 where
+// it does not hold (the caller then saturates term by term).
+int64_t exact_peak(const StashWalk& walk, const std::vector<ChunkStashBytes>& bytes) {
   const size_t v = bytes.size();
-  if (!flat_exact(walk, bytes)) return -1;
+  if (!sums_exact(walk, bytes)) return -1;
   bool use_rebuilt = false, use_weight = false;
   for (const auto& b : bytes) {
     use_rebuilt = use_rebuilt || b.rebuilt != 0;
     use_weight = use_weight || b.weight != 0;
   }
-  use_rebuilt = use_rebuilt && walk.flat_rebuilt;
-  use_weight = use_weight && walk.flat_weight;
+  use_rebuilt = use_rebuilt && walk.moments.any_rebuilt();
+  use_weight = use_weight && walk.moments.any_weight();
   int64_t most = 0;
-  const int64_t* row = walk.flat.data();
-  for (size_t t = 0; t < walk.moments.size(); ++t, row += 3 * v) {
+  const ChunkHeld* row = walk.moments.data();
+  for (size_t t = 0; t < walk.moments.size(); ++t, row += v) {
     int64_t sum = 0;
-    for (size_t j = 0; j < v; ++j) sum += row[j] * bytes[j].activation;
+    for (size_t j = 0; j < v; ++j) sum += row[j].activations * bytes[j].activation;
     if (use_rebuilt)
-      for (size_t j = 0; j < v; ++j) sum += row[v + j] * bytes[j].rebuilt;
+      for (size_t j = 0; j < v; ++j) sum += row[j].rebuilt * bytes[j].rebuilt;
     if (use_weight)
-      for (size_t j = 0; j < v; ++j) sum += row[2 * v + j] * bytes[j].weight;
+      for (size_t j = 0; j < v; ++j) sum += row[j].weight_stashes * bytes[j].weight;
     most = std::max(most, sum);
   }
   return most;
 }
 
 }  // namespace
+
+void StashMoments::push_back(Row row) {
+  if (row.size() != width_) throw UsageError("a stash moment needs one entry per chunk of its walk");
+  cells_.insert(cells_.end(), row.begin(), row.end());
+  ++rows_;
+  int64_t sum = 0;
+  for (const ChunkHeld& h : row) {
+    sum = saturating_add(sum, saturating_add(h.activations, saturating_add(h.rebuilt, h.weight_stashes)));
+    any_rebuilt_ = any_rebuilt_ || h.rebuilt != 0;
+    any_weight_ = any_weight_ || h.weight_stashes != 0;
+  }
+  most_ = std::max(most_, sum);
+}
+
+void StashMoments::erase(size_t t) {
+  const auto at = cells_.begin() + static_cast<std::ptrdiff_t>(t * width_);
+  cells_.erase(at, at + static_cast<std::ptrdiff_t>(width_));
+  --rows_;
+}
+
+std::vector<std::vector<ChunkHeld>> StashMoments::rows() const {
+  std::vector<std::vector<ChunkHeld>> out;
+  for (Row row : *this) out.emplace_back(row.begin(), row.end());
+  return out;
+}
 
 int64_t walk_microbatches(Schedule kind, int64_t depth, int64_t microbatches) {
   const bool chunked = kind == Schedule::interleaved || kind == Schedule::zb_v;
@@ -140,6 +144,7 @@ StashWalk stash_walk(const ScheduleSpec& spec, int64_t stage, bool recompute) {
   const ScheduleSpec one = one_step(spec, stage);
   StashWalk walk;
   walk.chunks = chunks_at(one.kind, one.depth, one.chunks, stage);
+  walk.moments = StashMoments(walk.chunks.size());
   std::vector<ChunkHeld> now(walk.chunks.size());
   // Counts only rise between the ops that lower one (a backward, a B, a W), so the moment just before each
   // of those, and the last, cover every other: only they are kept.
@@ -150,7 +155,6 @@ StashWalk stash_walk(const ScheduleSpec& spec, int64_t stage, bool recompute) {
     apply(now, local_index(walk.chunks, op.chunk), op.kind);
   }
   keep(walk.moments, now);
-  flatten(walk);
   return walk;
 }
 
@@ -159,6 +163,7 @@ std::pair<StashWalk, StashWalk> stash_walks(const ScheduleSpec& spec, int64_t st
   std::pair<StashWalk, StashWalk> out;
   auto& [plain, redo] = out;
   plain.chunks = redo.chunks = chunks_at(one.kind, one.depth, one.chunks, stage);
+  plain.moments = redo.moments = StashMoments(plain.chunks.size());
   std::vector<ChunkHeld> now(plain.chunks.size());
   for (StageOpStream s(one, stage, false); !s.done(); s.next()) {
     const Op& op = s.op();
@@ -179,15 +184,13 @@ std::pair<StashWalk, StashWalk> stash_walks(const ScheduleSpec& spec, int64_t st
   }
   keep(plain.moments, now);
   keep(redo.moments, now);
-  flatten(plain);
-  flatten(redo);
   return out;
 }
 
 int64_t stash_peak(const StashWalk& walk, const std::vector<ChunkStashBytes>& bytes) {
   if (bytes.size() != walk.chunks.size())
     throw UsageError("stash_peak needs the bytes of every chunk of the walk");
-  if (const int64_t fast = flat_peak(walk, bytes); fast >= 0) return fast;
+  if (const int64_t fast = exact_peak(walk, bytes); fast >= 0) return fast;
   int64_t most = 0;
   for (const auto& moment : walk.moments) {
     int64_t sum = 0;
@@ -205,7 +208,7 @@ int64_t stash_peak(const StashWalk& walk, const std::vector<ChunkStashBytes>& by
 
 int64_t StashPeaks::peak(const StashWalk& walk, const std::vector<ChunkStashBytes>& bytes) {
   const size_t v = bytes.size(), moments = walk.moments.size();
-  if (v != walk.chunks.size() || !flat_exact(walk, bytes)) {
+  if (v != walk.chunks.size() || !sums_exact(walk, bytes)) {
     walk_ = nullptr;
     return stash_peak(walk, bytes);  // throws on a size mismatch, saturates where sums could overflow
   }
@@ -220,13 +223,13 @@ int64_t StashPeaks::peak(const StashWalk& walk, const std::vector<ChunkStashByte
     changed = v;
   }
   if (changed > 0) {
-    const int64_t* flat = walk.flat.data();
     for (size_t j = 0; j < v; ++j) {
       if (bytes_[j] == bytes[j]) continue;
       const int64_t da = bytes[j].activation - bytes_[j].activation, dr = bytes[j].rebuilt - bytes_[j].rebuilt;
       const int64_t dw = bytes[j].weight - bytes_[j].weight;
-      const int64_t* row = flat + j;
-      for (size_t t = 0; t < moments; ++t, row += 3 * v) sums_[t] += row[0] * da + row[v] * dr + row[2 * v] * dw;
+      const ChunkHeld* h = walk.moments.data() + j;
+      for (size_t t = 0; t < moments; ++t, h += v)
+        sums_[t] += h->activations * da + h->rebuilt * dr + h->weight_stashes * dw;
       bytes_[j] = bytes[j];
     }
   }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -21,22 +22,65 @@ struct ChunkHeld {
   friend bool operator==(const ChunkHeld&, const ChunkHeld&) = default;
 };
 
+// A walk's kept moments: one row per moment of its chunks' holdings (`width` of them), all rows in one
+// array (a chunked replay search walks thousands of ranks, and a vector per moment was most of its
+// memory). Also kept as rows are added, over every row added: the largest sum of a row's counts
+// (saturating), and whether any row holds a rebuilt stash or a waiting W. Erasing leaves them: they stay
+// an upper bound and a superset, which is what stash_peak reads them for (and the walk only erases a row
+// for a later one that covers it, which keeps them exact).
+class StashMoments {
+ public:
+  using Row = std::span<const ChunkHeld>;
+  explicit StashMoments(size_t width = 0) : width_(width) {}
+  size_t width() const { return width_; }
+  size_t size() const { return rows_; }
+  bool empty() const { return size() == 0; }
+  Row operator[](size_t t) const { return {cells_.data() + t * width_, width_}; }
+  const ChunkHeld* data() const { return cells_.data(); }  // row t at data() + t * width()
+  // Appends a row (throws UsageError unless row.size() == width()); erases row t (t < size()).
+  void push_back(Row row);
+  void erase(size_t t);
+  int64_t most_held() const { return most_; }  // the largest sum of a row's counts
+  bool any_rebuilt() const { return any_rebuilt_; }
+  bool any_weight() const { return any_weight_; }
+  // The rows copied out, for whoever compares walks.
+  std::vector<std::vector<ChunkHeld>> rows() const;
+
+  class iterator {
+   public:
+    iterator(const StashMoments* m, size_t t) : m_(m), t_(t) {}
+    Row operator*() const { return (*m_)[t_]; }
+    iterator& operator++() {
+      ++t_;
+      return *this;
+    }
+    friend bool operator==(const iterator&, const iterator&) = default;
+
+   private:
+    const StashMoments* m_;
+    size_t t_;
+  };
+  iterator begin() const { return {this, 0}; }
+  iterator end() const { return {this, size()}; }
+  friend bool operator==(const StashMoments& a, const StashMoments& b) {
+    return a.width_ == b.width_ && a.rows_ == b.rows_ && a.cells_ == b.cells_;
+  }
+
+ private:
+  size_t width_ = 0;
+  size_t rows_ = 0;
+  std::vector<ChunkHeld> cells_;
+  int64_t most_ = 0;
+  bool any_rebuilt_ = false, any_weight_ = false;
+};
+
 struct StashWalk {
   std::vector<int64_t> chunks;  // the rank's chunks, model order (chunks_at)
   // After each op of one step, what each of those chunks holds: every moment no other moment covers
   // (every count <= the other's) is kept, in the order first seen, and of the others only those no
   // moment kept shortly before covers (a bounded look-back keeps the walk linear in its ops). Any
   // positive weighting of the counts peaks at one of the moments kept.
-  std::vector<std::vector<ChunkHeld>> moments;
-
-  // The same moments as stash_walk(s) leave them for stash_peak, one row per moment: its chunks'
-  // activations, then their rebuilt, then their weight_stashes; with the largest sum of a row's counts
-  // and whether any rebuilt / weight_stashes count is non-zero. Empty in a walk put together by hand (or
-  // not matching `moments` in size): stash_peak then reads `moments`. Whoever changes the moments of a
-  // walk clears it.
-  std::vector<int64_t> flat;
-  int64_t flat_most = 0;
-  bool flat_rebuilt = false, flat_weight = false;
+  StashMoments moments;
 };
 
 // The microbatches per step whose walk stands for a step of `microbatches`: min(m, 2d) for the chunked
