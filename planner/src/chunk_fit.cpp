@@ -32,7 +32,8 @@ RankLayouts::RankLayouts(const CostModel& model, const Candidate& c, const RankF
 RankFloor RankLayouts::layout_floor(int64_t position, int64_t n, size_t heavy) const {
   const int64_t L = model_.num_layers(), last = c_.depth * c_.chunks - 1;
   const auto& chunks = chunks_[static_cast<size_t>(position)];
-  ChunkWindows windows;
+  ChunkWindows& windows = windows_;
+  windows.clear();
   for (size_t j = 0; j < chunks.size(); ++j) {
     const int64_t size = j == heavy ? n - (c_.chunks - 1) : 1;  // 1 <= size <= L - v + 1
     // Model chunk 0 starts at layer 0 and the last ends at L; the others hold blocks from layer 1 on,
@@ -49,7 +50,8 @@ RankLayout RankLayouts::best(int64_t position, int64_t n) const {
   const int64_t limit = model_.memory_limit_bytes();
   const auto policy = model_.constraints().recompute;
   const size_t fewest = fewest_[static_cast<size_t>(position)];
-  std::vector<RankFloor> floors;
+  std::vector<RankFloor>& floors = floors_at_;
+  floors.clear();
   for (size_t j = 0; j < static_cast<size_t>(c_.chunks); ++j) floors.push_back(layout_floor(position, n, j));
   // In one option: the fewest-activations chunk where it fits, else the chunk of least floor (the
   // fewest-activations one on ties).

@@ -25,7 +25,8 @@ bool fits_under(RecomputePolicy policy, const RankFloor& f, int64_t limit);
 
 // Rank layouts of chunked candidate c priced by its memory floor (RankFloors::in). The chunks' layers
 // are taken at the model's ends where the chunk is model chunk 0 or the last, else from layer 1 up: as if
-// the rank's chunks were the only ones. Keeps references to `model` and `floors`.
+// the rank's chunks were the only ones. Keeps references to `model` and `floors`. Not thread-safe (its
+// calls share scratch vectors).
 class RankLayouts {
  public:
   RankLayouts(const CostModel& model, const Candidate& c, const RankFloors& floors);
@@ -47,6 +48,8 @@ class RankLayouts {
   const RankFloors& floors_;
   std::vector<std::vector<int64_t>> chunks_;  // per position, its model chunks in local order
   std::vector<size_t> fewest_;                // per position, the local chunk of fewest activations in flight
+  mutable ChunkWindows windows_;              // layout_floor's, and best()'s floors of its v layouts
+  mutable std::vector<RankFloor> floors_at_;
 };
 
 // Layer counts per rank, each within its cap, summing to L, as level as the caps allow: min(cap_p, t)

@@ -185,6 +185,7 @@ RankFloor rank_floor_in(const CostModel& model, const Candidate& c, const ChunkW
 // The windows of rank `position`'s chunks on split `bounds`.
 ChunkWindows windows_on(const Candidate& c, const std::vector<int64_t>& bounds, int64_t position) {
   ChunkWindows out;
+  out.reserve(static_cast<size_t>(c.chunks));
   for (int64_t j = 0; j < c.chunks; ++j) {
     const auto k = static_cast<size_t>(position_chunk(c.schedule, c.depth, position, j));
     out.emplace_back(bounds[k], bounds[k + 1]);

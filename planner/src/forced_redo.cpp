@@ -88,8 +88,8 @@ namespace {
 // plain ones hold at most their caps (groups of (cap, number of stages), in any order), the others at
 // most `any_cap`, and together they must hold `total`. Moving the stages with the smallest caps first is
 // best (each gives the most room and takes the least away), and a fractional number of moved stages
-// keeps it a lower bound.
-double least_recomputed(std::vector<std::pair<double, double>> groups, double any_cap, double total) {
+// keeps it a lower bound. Caps the groups and sorts them in place.
+double least_recomputed(std::vector<std::pair<double, double>>& groups, double any_cap, double total) {
   double plain = 0.0;
   for (auto& [cap, count] : groups) {
     cap = std::min(cap, any_cap);
@@ -151,7 +151,8 @@ double ForcedRedo::operator()(const Candidate& c) {
   const double all = model_.compute_prefix(c.microbatch_index).back();
   const int64_t L = model_.num_layers();
   const std::vector<int64_t>& count = stages_by_stashes(c);
-  std::vector<std::pair<double, double>> by_ms, by_params, by_layers;
+  auto& [by_ms, by_params, by_layers] = groups_;
+  for (auto& g : groups_) g.clear();
   for (size_t j = 0; j < count.size(); ++j) {
     if (count[j] == 0) continue;
     const Run& r = longest_run(c.schedule, bi, static_cast<int>(j));

@@ -62,6 +62,9 @@ class ForcedRedo {
   std::vector<std::vector<double>> redo_by_ratio_;
   std::vector<std::vector<double>> cheapest_layers_;  // per microbatch index: prefix sums of redo, ascending
   std::array<std::vector<std::vector<Run>>, kSchedules> runs_;  // [schedule][bi][j]
+  // operator()'s (cap, stage count) groups by compute, parameters and layers: kept between calls, which
+  // made three vectors (and least_recomputed three copies) per candidate.
+  std::array<std::vector<std::pair<double, double>>, 3> groups_;
 };
 
 }  // namespace pd2bw::planner
