@@ -241,7 +241,7 @@ class StepLowerBound {
       // below kSmallBytes plain integer sums equal the saturating ones. `small` when every run's are.
       bool bounded, small;
       uint8_t filled, older;                // slots of `known` in use; the one filled longest ago
-      // A split backward's pipeline::deferred_shapes (activations, deferred W's), on the first small_bytes
+      // A split backward's pipeline::for_each_deferred_shape (activations, deferred W's), on the first small_bytes
       // that needs them (kShapesUnknown until then): many stages priced are never asked their bytes.
       mutable uint8_t shape_count;
       mutable std::array<std::array<int32_t, 2>, 4> shapes;

@@ -85,10 +85,11 @@ int64_t StepLowerBound::Relaxed::bytes(const Stage& st, bool redo, int64_t param
 // Fills st's deferred shapes once (small stages only: their counts are below kCounts, so int32 holds them).
 void StepLowerBound::Relaxed::with_shapes(const Stage& st) const {
   if (st.shape_count != kShapesUnknown) return;
-  const pipeline::DeferredShapes shapes = pipeline::deferred_shapes(st.ahead, st.defer, c_.microbatches);
-  for (size_t i = 0; i < shapes.count; ++i)
-    st.shapes[i] = {static_cast<int32_t>(shapes.at[i].first), static_cast<int32_t>(shapes.at[i].second)};
-  st.shape_count = static_cast<uint8_t>(shapes.count);
+  uint8_t n = 0;
+  pipeline::for_each_deferred_shape(st.ahead, st.defer, c_.microbatches, [&](int64_t act, int64_t deferred) {
+    st.shapes[n++] = {static_cast<int32_t>(act), static_cast<int32_t>(deferred)};
+  });
+  st.shape_count = n;
 }
 
 int64_t StepLowerBound::Relaxed::small_bytes(const Stage& st, bool redo, int64_t params, int64_t stash,

@@ -58,18 +58,13 @@ inline int64_t stash_term(int64_t in_flight, bool recompute, int64_t input_bytes
 }
 
 // The B's deferred_stash_term weighs (k = 0, defer, m - ahead and m - 1, those in [0, m - 1]): before
-// each, the activations min(ahead, m - k) and the deferred W's min(k, defer); `count` of the 4 are set.
-struct DeferredShapes {
-  std::array<std::pair<int64_t, int64_t>, 4> at{};  // (activations, deferred W's)
-  size_t count = 0;
-};
-inline DeferredShapes deferred_shapes(int64_t ahead, int64_t defer, int64_t microbatches) {
-  DeferredShapes out;
+// each, the activations min(ahead, m - k) and the deferred W's min(k, defer); visit(activations, deferred
+// W's) for each, in that order (at most 4 calls).
+template <class Visit>
+inline void for_each_deferred_shape(int64_t ahead, int64_t defer, int64_t microbatches, Visit&& visit) {
   const int64_t last = microbatches - 1;
   for (int64_t k : {int64_t{0}, defer, microbatches - ahead, last})
-    if (k >= 0 && k <= last)
-      out.at[out.count++] = {ahead < microbatches - k ? ahead : microbatches - k, k < defer ? k : defer};
-  return out;
+    if (k >= 0 && k <= last) visit(ahead < microbatches - k ? ahead : microbatches - k, k < defer ? k : defer);
 }
 
 // The stash term of a stage whose backward is split, holding at most `ahead` activations between forward
@@ -84,16 +79,14 @@ inline DeferredShapes deferred_shapes(int64_t ahead, int64_t defer, int64_t micr
 inline int64_t deferred_stash_term(int64_t ahead, int64_t defer, int64_t microbatches, bool recompute,
                                    int64_t input_bytes, int64_t stash_bytes, int64_t weight_grad_bytes) {
   const int64_t activation = recompute ? input_bytes : stash_bytes;
-  const DeferredShapes shapes = deferred_shapes(ahead, defer, microbatches);
   int64_t most = 0;
-  for (size_t i = 0; i < shapes.count; ++i) {
-    const auto [act, deferred] = shapes.at[i];
+  for_each_deferred_shape(ahead, defer, microbatches, [&](int64_t act, int64_t deferred) {
     const int64_t before = saturating_add(saturating_add(saturating_mul(act, activation), recompute ? stash_bytes : 0),
                                           saturating_mul(deferred, weight_grad_bytes));
     const int64_t after =
         saturating_add(saturating_mul(act - 1, activation), saturating_mul(deferred + 1, weight_grad_bytes));
     most = std::max({most, before, after});
-  }
+  });
   return most;
 }
 
