@@ -342,16 +342,15 @@ TEST_CASE("sharpened_bound narrows a coarse refinement to what a fine one finds"
   CHECK(narrowed >= 300);
 }
 
-// least_busy(c, t) bounds from below the compute with recompute (sum of the stages' times) of every split
-// of c whose objective is within t: at the exact optimum it must not pass the optimum split's own. Deep
-// pipelines in tight memory, so that stages recompute: a stage over its plain run recomputes all its
-// layers, so the stages that take the deficit give up their runs, which lifts the bound toward the
-// optimum's (tallied: within 2% of it).
-TEST_CASE("least_busy is at most the optimum split's compute with recompute") {
-  int64_t checked = 0, close = 0, redone = 0;
+namespace {
+
+// Random medium instances (no split backward) of depth at most 32 in half their device memory, so that
+// deep stages recompute: body(model, bound) for seeds first..last.
+template <class Body>
+void for_each_tight_instance(uint64_t first, uint64_t last, Body&& body) {
   pd2bw::testing::RandomInstanceOptions opt = pd2bw::testing::medium_instance_options();
   opt.split_backward_p = 0.0;
-  for (uint64_t seed = 6401; seed <= 6440; ++seed) {
+  for (uint64_t seed = first; seed <= last; ++seed) {
     pd2bw::testing::RandomInstance inst = pd2bw::testing::make_random_instance(seed, opt);
     inst.constraints.max_depth = 32;
     const int64_t reserve = inst.constraints.reserve_bytes;
@@ -359,29 +358,45 @@ TEST_CASE("least_busy is at most the optimum split's compute with recompute") {
     INFO(inst.describe());
     const pd2bw::planner::CostModel model(inst.profile, inst.cluster, inst.constraints);
     pd2bw::planner::StepLowerBound bound(model);
-    for (const auto& c : pd2bw::planner::enumerate_candidates(model)) {
-      if (c.chunks > 1 || c.microbatches < 2 ||
-          (c.schedule != pd2bw::schemas::Schedule::flush && c.schedule != pd2bw::schemas::Schedule::gpipe))
-        continue;
-      const pd2bw::planner::Split best = pd2bw::planner::best_split(model, c, pd2bw::planner::kInfinity, INT64_MAX);
-      if (!best.feasible() || best.exhausted) continue;
-      const auto e = pd2bw::planner::evaluate_split(model, c, best);
-      double busy = 0.0;
-      bool recomputes = false;
-      for (const auto& st : e.stages) {
-        busy += st.compute_ms;
-        recomputes = recomputes || st.recompute;
-      }
-      const double least = bound.least_busy(c, best.step_ms);
-      INFO(pd2bw::testing::schedule_name(c.schedule) << " d=" << c.depth << " m=" << c.microbatches << " optimum "
-                                                     << best.step_ms << " busy " << busy << " least_busy " << least);
-      CHECK(least <= busy * (1.0 + 1e-9));
-      ++checked;
-      if (!recomputes) continue;
-      ++redone;
-      close += least >= 0.98 * busy ? 1 : 0;
-    }
+    body(model, bound);
   }
+}
+
+}  // namespace
+
+// least_busy(c, t) bounds from below the compute with recompute (sum of the stages' times) of every split
+// of c whose objective is within t: at the exact optimum it must not pass the optimum split's own. Deep
+// pipelines in tight memory, so that stages recompute: a stage over its plain run recomputes all its
+// layers, so the stages that take the deficit give up their runs, which lifts the bound toward the
+// optimum's (tallied: within 2% of it).
+TEST_CASE("least_busy is at most the optimum split's compute with recompute") {
+  int64_t checked = 0, close = 0, redone = 0;
+  for_each_tight_instance(
+      6401, 6440, [&](const pd2bw::planner::CostModel& model, pd2bw::planner::StepLowerBound& bound) {
+        for (const auto& c : pd2bw::planner::enumerate_candidates(model)) {
+          if (c.chunks > 1 || c.microbatches < 2 ||
+              (c.schedule != pd2bw::schemas::Schedule::flush && c.schedule != pd2bw::schemas::Schedule::gpipe))
+            continue;
+          const pd2bw::planner::Split best = pd2bw::planner::best_split(model, c, pd2bw::planner::kInfinity, INT64_MAX);
+          if (!best.feasible() || best.exhausted) continue;
+          const auto e = pd2bw::planner::evaluate_split(model, c, best);
+          double busy = 0.0;
+          bool recomputes = false;
+          for (const auto& st : e.stages) {
+            busy += st.compute_ms;
+            recomputes = recomputes || st.recompute;
+          }
+          const double least = bound.least_busy(c, best.step_ms);
+          INFO(pd2bw::testing::schedule_name(c.schedule)
+               << " d=" << c.depth << " m=" << c.microbatches << " optimum " << best.step_ms << " busy " << busy
+               << " least_busy " << least);
+          CHECK(least <= busy * (1.0 + 1e-9));
+          ++checked;
+          if (!recomputes) continue;
+          ++redone;
+          close += least >= 0.98 * busy ? 1 : 0;
+        }
+      });
   MESSAGE(checked << " optima, " << redone << " of them recompute, least_busy within 2% of " << close);
   CHECK(checked >= 300);
   CHECK(redone >= 50);
@@ -392,32 +407,26 @@ TEST_CASE("least_busy is at most the optimum split's compute with recompute") {
 // candidates' bounds (where both answers occur), and the stop must happen (or this checks nothing).
 TEST_CASE("least_busy's early stop leaves flush_redo_rules_out's answer as it was") {
   int64_t asked = 0, stopped = 0, ruled = 0;
-  pd2bw::testing::RandomInstanceOptions opt = pd2bw::testing::medium_instance_options();
-  opt.split_backward_p = 0.0;
-  for (uint64_t seed = 6451; seed <= 6480; ++seed) {
-    pd2bw::testing::RandomInstance inst = pd2bw::testing::make_random_instance(seed, opt);
-    inst.constraints.max_depth = 32;
-    const int64_t reserve = inst.constraints.reserve_bytes;
-    pd2bw::testing::set_device_memory(inst, reserve + (inst.cluster.device.memory_bytes - reserve) / 2);
-    INFO(inst.describe());
-    const pd2bw::planner::CostModel model(inst.profile, inst.cluster, inst.constraints);
-    pd2bw::planner::StepLowerBound bound(model);
-    for (const auto& c : pd2bw::planner::enumerate_candidates(model)) {
-      if (c.chunks > 1 || c.depth < 2 || c.schedule != pd2bw::schemas::Schedule::flush) continue;
-      const double base = bound(c);
-      if (!(base > 0.0) || !(base < pd2bw::planner::kInfinity)) continue;
-      for (const double f : {0.8, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0}) {
-        const auto b = pd2bw::planner::StepLowerBoundProbeTest::busy_both(bound, c, f * base);
-        INFO("d=" << c.depth << " m=" << c.microbatches << " t=" << f * base << " busy " << b.early << " / " << b.full);
-        CHECK(b.redo_early == b.redo_full);
-        CHECK(b.early <= b.full);
-        if (b.early != b.full) CHECK(b.redo_early);
-        ++asked;
-        stopped += b.early != b.full ? 1 : 0;
-        ruled += b.redo_full ? 1 : 0;
-      }
-    }
-  }
+  for_each_tight_instance(6451, 6480,
+                          [&](const pd2bw::planner::CostModel& model, pd2bw::planner::StepLowerBound& bound) {
+                            for (const auto& c : pd2bw::planner::enumerate_candidates(model)) {
+                              if (c.chunks > 1 || c.depth < 2 || c.schedule != pd2bw::schemas::Schedule::flush)
+                                continue;
+                              const double base = bound(c);
+                              if (!(base > 0.0) || !(base < pd2bw::planner::kInfinity)) continue;
+                              for (const double f : {0.8, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0}) {
+                                const auto b = pd2bw::planner::StepLowerBoundProbeTest::busy_both(bound, c, f * base);
+                                INFO("d=" << c.depth << " m=" << c.microbatches << " t=" << f * base << " busy "
+                                          << b.early << " / " << b.full);
+                                CHECK(b.redo_early == b.redo_full);
+                                CHECK(b.early <= b.full);
+                                if (b.early != b.full) CHECK(b.redo_early);
+                                ++asked;
+                                stopped += b.early != b.full ? 1 : 0;
+                                ruled += b.redo_full ? 1 : 0;
+                              }
+                            }
+                          });
   MESSAGE(asked << " limits, " << ruled << " ruled out by the round trips, " << stopped << " of them after one pass");
   CHECK(asked >= 1000);
   CHECK(stopped >= 20);
