@@ -62,7 +62,7 @@ class LeastBytes {
   // Requires a >= 1 when i > 0 and e < L when i < d - 1 (as every split has).
   int64_t operator()(int64_t i, int64_t a, int64_t e) const {
     const auto ua = static_cast<size_t>(a), ue = static_cast<size_t>(e);
-    detail::QuickCost q;
+    detail::QuickCost q{};
     q.in_bytes = i > 0 ? in_min_[ua] : pc_.in_bytes[0];
     q.stash_one = pc_.stash[ue] - pc_.stash[ua];
     if (pc_.split_backward()) q.weight_stash = pc_.weight_stash[ue] - pc_.weight_stash[ua];
