@@ -214,4 +214,14 @@ TEST_CASE("StashMoments holds its rows in one array, with the largest row sum an
   CHECK(same.rows() == m.rows());
   CHECK_THROWS_AS(m.push_back(std::vector<ChunkHeld>{{1, 0, 0}}), pd2bw::UsageError);
   CHECK(m.size() == 2);
+  // A walk whose moments are not as wide as its chunks is refused, by stash_peak and StashPeaks alike.
+  StashWalk walk;
+  walk.chunks = {0, 1, 2};
+  walk.moments = m;
+  const std::vector<ChunkStashBytes> three(3, ChunkStashBytes{1, 0, 0});
+  CHECK_THROWS_AS(stash_peak(walk, three), pd2bw::UsageError);
+  StashPeaks peaks;
+  CHECK_THROWS_AS(peaks.peak(walk, three), pd2bw::UsageError);
+  walk.chunks = {0, 1};
+  CHECK(stash_peak(walk, {ChunkStashBytes{1, 0, 0}, ChunkStashBytes{1, 0, 0}}) == 4);  // c: 0 + 4
 }

@@ -188,8 +188,8 @@ std::pair<StashWalk, StashWalk> stash_walks(const ScheduleSpec& spec, int64_t st
 }
 
 int64_t stash_peak(const StashWalk& walk, const std::vector<ChunkStashBytes>& bytes) {
-  if (bytes.size() != walk.chunks.size())
-    throw UsageError("stash_peak needs the bytes of every chunk of the walk");
+  if (bytes.size() != walk.chunks.size() || (!walk.moments.empty() && walk.moments.width() != bytes.size()))
+    throw UsageError("stash_peak needs the bytes of every chunk of the walk, and moments of that many chunks");
   if (const int64_t fast = exact_peak(walk, bytes); fast >= 0) return fast;
   int64_t most = 0;
   for (const auto& moment : walk.moments) {
@@ -208,7 +208,7 @@ int64_t stash_peak(const StashWalk& walk, const std::vector<ChunkStashBytes>& by
 
 int64_t StashPeaks::peak(const StashWalk& walk, const std::vector<ChunkStashBytes>& bytes) {
   const size_t v = bytes.size(), moments = walk.moments.size();
-  if (v != walk.chunks.size() || !sums_exact(walk, bytes)) {
+  if (v != walk.chunks.size() || v != walk.moments.width() || !sums_exact(walk, bytes)) {
     walk_ = nullptr;
     return stash_peak(walk, bytes);  // throws on a size mismatch, saturates where sums could overflow
   }
