@@ -55,7 +55,7 @@ PreparedCandidate prepare_memory(const CostModel& model, const Candidate& c);
 
 // The numbers the partitioner needs, without the memory breakdown.
 // No default member values: quick_price assigns every field, and a QuickCost left to zero-fill first
-// (152 bytes, a `rep stos` in the partitioner's innermost loops) cost a tenth of the greedy runs' time.
+// (152 bytes, a `rep stos` in the partitioner's innermost loops) was an eighth of the greedy runs' samples.
 // Value-initialize one (`QuickCost q{}`) to start from zeros.
 struct QuickCost {
   bool feasible;
