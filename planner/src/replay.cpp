@@ -35,6 +35,15 @@ int64_t replay_into(const CostModel& model, Evaluated& e) {
   e.bubble_fraction = sim.bubble_fraction;
   e.imbalance_fraction = sim.imbalance_fraction;
   e.steady = sim.steady;
+  e.breakdown = StepBreakdown{};
+  const double n = static_cast<double>(sim.stages.size());
+  for (const auto& s : sim.stages) {
+    e.breakdown.compute_ms += s.compute_ms / n;
+    e.breakdown.p2p_ms += s.p2p_ms / n;
+    e.breakdown.allreduce_ms += s.allreduce_ms / n;
+    e.breakdown.update_ms += s.update_ms / n;
+    e.breakdown.idle_ms += s.idle_ms / n;
+  }
   // The replay budgets (replay_candidate's walks) count a replay that one step proved periodic as the
   // default replay it stands for, so that which splits a walk reaches does not depend on the shortcut.
   const auto steps = static_cast<int64_t>(sim.step_end_ms.size());
@@ -344,3 +353,11 @@ void replay_search(const CostModel& model, SearchSpace& space, const std::vector
 }
 
 }  // namespace pd2bw::planner::detail
+
+namespace pd2bw::planner {
+
+void replay_evaluated(const CostModel& model, Evaluated& e) {
+  detail::replay_into(model, e);
+}
+
+}  // namespace pd2bw::planner

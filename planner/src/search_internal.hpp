@@ -124,8 +124,8 @@ void replay_search(const CostModel& model, SearchSpace& space, const std::vector
 int64_t replay_ops_of(const CostModel& model, const Evaluated& e);
 
 // Replays e's split until steady (simulate_steady, the measured step only) and records the step, the
-// idle fractions and whether it settled in e (analytic_step_ms keeps the objective); returns the ops replayed,
-// a replay that one step proved periodic counted as the default replay's (default_sim_steps steps).
+// idle fractions, the step's breakdown and whether it settled in e (analytic_step_ms keeps the objective); returns the
+// ops replayed, a replay that one step proved periodic counted as the default replay's (default_sim_steps steps).
 int64_t replay_into(const CostModel& model, Evaluated& e);
 
 // The best replayed split of `c`, starting from `best` (its best split by the objective): replays it, and

@@ -3,7 +3,9 @@
 // (what `pd2bw plan --schedule S` writes, at the default --top) in candidate, split and step_ms exactly,
 // and put_exact_bests leaves each of those schedules a row among the alternatives whose first is that
 // plan, with no representative left, whatever top_k. The searches share what they can as the CLI's do
-// (SearchOptions::share), and the pinned searches they are compared with share nothing.
+// (SearchOptions::share), and the pinned searches they are compared with share nothing. Each best's
+// breakdown (what `--explain` prints of where its step goes) is its split's own replay, averaged over the
+// stages: replayed again here, bit for bit.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -13,6 +15,7 @@
 
 #include "pd2bw/planner/explain.hpp"
 #include "pd2bw/planner/search.hpp"
+#include "pd2bw/planner/simulator.hpp"
 #include "random_instances.hpp"
 
 using namespace pd2bw;
@@ -27,6 +30,36 @@ bool same_plan(const planner::Evaluated& a, const planner::Evaluated& b) {
   return x.schedule == y.schedule && x.microbatch == y.microbatch && x.microbatches == y.microbatches &&
          x.depth == y.depth && x.width == y.width && x.placement == y.placement && x.chunks == y.chunks &&
          a.split.bounds == b.split.bounds && a.step_ms == b.step_ms;
+}
+
+// e's breakdown against a replay of its split made here, the stages' terms averaged in the same order; the
+// terms make up its step (each rank is busy or idle over the measured step's window).
+void check_breakdown(const planner::CostModel& model, const planner::Evaluated& e) {
+  std::vector<bool> recompute;
+  for (const auto& st : e.stages) recompute.push_back(st.recompute);
+  const planner::SimResult sim =
+      planner::simulate_steady(planner::make_sim_input(model, e.candidate, e.split.bounds, recompute,
+                                                       planner::default_sim_steps(e.candidate.schedule)),
+                               false, true);
+  planner::StepBreakdown want;
+  const auto n = static_cast<double>(sim.stages.size());
+  for (const auto& s : sim.stages) {
+    want.compute_ms += s.compute_ms / n;
+    want.p2p_ms += s.p2p_ms / n;
+    want.allreduce_ms += s.allreduce_ms / n;
+    want.update_ms += s.update_ms / n;
+    want.idle_ms += s.idle_ms / n;
+  }
+  CHECK(e.step_ms == sim.step_ms);
+  CHECK(e.breakdown.compute_ms == want.compute_ms);
+  CHECK(e.breakdown.p2p_ms == want.p2p_ms);
+  CHECK(e.breakdown.allreduce_ms == want.allreduce_ms);
+  CHECK(e.breakdown.update_ms == want.update_ms);
+  CHECK(e.breakdown.idle_ms == want.idle_ms);
+  CHECK(e.breakdown.compute_ms > 0.0);
+  const auto& b = e.breakdown;
+  CHECK(b.compute_ms + b.p2p_ms + b.allreduce_ms + b.update_ms + b.idle_ms ==
+        doctest::Approx(sim.step_ms).epsilon(1e-9));
 }
 
 // Checks one instance; returns how many schedules' rows were compared.
@@ -48,6 +81,7 @@ int64_t check_instance(const RandomInstance& inst, int64_t top_k) {
   auto bests = planner::best_of_each_schedule(inst.profile, inst.cluster, inst.constraints, result, 1, share);
   REQUIRE(!bests.empty());
   CHECK(same_plan(bests.front(), result.ranked.front()));
+  for (const auto& best : bests) check_breakdown(model, best);
   planner::put_exact_bests(result, bests);
   CHECK(same_plan(result.ranked.front(), bests.front()));
   int64_t compared = 0;

@@ -19,18 +19,18 @@ namespace {
 
 double gib(int64_t bytes) { return static_cast<double>(bytes) / static_cast<double>(int64_t{1} << 30); }
 
-// Averages of a stage's window breakdown over all stages (ms per rank).
-planner::SimStageResult average(const planner::SimResult& sim) {
-  planner::SimStageResult a;
-  const double n = static_cast<double>(sim.stages.size());
-  for (const auto& s : sim.stages) {
-    a.compute_ms += s.compute_ms / n;
-    a.p2p_ms += s.p2p_ms / n;
-    a.allreduce_ms += s.allreduce_ms / n;
-    a.update_ms += s.update_ms / n;
-    a.idle_ms += s.idle_ms / n;
-  }
-  return a;
+// The breakdown of e's replayed step: the search's replay's where there was one, else a replay of it now
+// (the measured step alone, as the search replays: one step where that step proves its period).
+struct Replayed {
+  double step_ms, bubble_fraction, imbalance_fraction;
+  planner::StepBreakdown breakdown;
+};
+
+Replayed replayed(const planner::CostModel& model, const planner::Evaluated& e) {
+  if (e.simulated() && !e.unreplayed) return {e.step_ms, e.bubble_fraction, e.imbalance_fraction, e.breakdown};
+  planner::Evaluated again = e;
+  planner::replay_evaluated(model, again);
+  return {again.step_ms, again.bubble_fraction, again.imbalance_fraction, again.breakdown};
 }
 
 double fill(const schemas::MemoryBreakdown& m) {
@@ -227,13 +227,8 @@ void print_explain(const planner::CostModel& model, const std::vector<planner::E
   for (size_t k = 0; k < bests.size(); ++k) {
     const auto& e = bests[k];
     const auto& c = e.candidate;
-    std::vector<bool> recompute;
-    for (const auto& st : e.stages) recompute.push_back(st.recompute);
-    // The measured step alone, as the search replayed it (one step where that step proves its period).
-    const auto sim = planner::simulate_steady(
-        planner::make_sim_input(model, c, e.split.bounds, recompute, planner::default_sim_steps(c.schedule)), false,
-        true);
-    const auto a = average(sim);
+    const Replayed sim = replayed(model, e);
+    const planner::StepBreakdown& a = sim.breakdown;
     // The fullest rank: with chunks its chunks' shares added up (a stage when v = 1).
     int64_t full = 0;
     auto [mem, redo] = rank_memory(e, 0);

@@ -15,6 +15,12 @@
 namespace pd2bw::planner {
 
 // A candidate with a split and the cost of each stage.
+// A replayed step's time per rank, averaged over the stages (ms): the measured step's compute, transfers,
+// allreduces and update, and the rest of it idle (SimStageResult's terms).
+struct StepBreakdown {
+  double compute_ms = 0, p2p_ms = 0, allreduce_ms = 0, update_ms = 0, idle_ms = 0;
+};
+
 struct Evaluated {
   Candidate candidate;
   Split split;                          // split.step_ms is the split's objective (step_objective)
@@ -23,6 +29,7 @@ struct Evaluated {
   double analytic_step_ms = kInfinity;  // the objective of the split, kept when replayed
   double bubble_fraction = 0;           // replayed: idle while even the busiest stage idles (fill, drain)
   double imbalance_fraction = 0;        // replayed: idle of the less busy stages (unequal stages)
+  StepBreakdown breakdown;              // replayed: where its step's time goes
   bool steady = false;                  // the replay reached its steady state (SimResult::steady)
   double proven_gap = 0;                // no split of this candidate replays faster than
                                         // step_ms / (1 + proven_gap); 0: this split is the best
@@ -120,6 +127,10 @@ std::vector<Candidate> enumerate_candidates(const CostModel& model, LeftOut* lef
 
 // Prices every stage of `split` for `c`; step_ms and split.step_ms are the split's objective.
 Evaluated evaluate_split(const CostModel& model, const Candidate& c, const Split& split);
+
+// Replays e's split as the search does (until steady, the measured step alone) and records its step, idle
+// fractions, breakdown and whether it settled in e; analytic_step_ms keeps its objective.
+void replay_evaluated(const CostModel& model, Evaluated& e);
 
 // The search: the winner has the least replayed steady step over all candidates and splits (ties: fewer
 // devices, then enumeration order), within result.proven_gap. Candidates are bounded from below
