@@ -96,22 +96,28 @@ int64_t layer_budget(const CostModel& model, int64_t slack_bytes) {
 }
 
 // The most layers n in [0, L] whose bound fixed + S_static(n) + s S_stash(n) + w S_wst(n) stays within
-// budget; -1 when not even none does.
-int64_t most_layers(const FloorTable& t, int64_t budget, int64_t fixed, int64_t s, int64_t w) {
+// budget; -1 when not even none does. The bound only grows with n, so a search from `guess` (a
+// neighbouring rank's answer, mostly near; -1: none) finds the same n in O(log |n - guess|) tests.
+int64_t most_layers(const FloorTable& t, int64_t budget, int64_t fixed, int64_t s, int64_t w, int64_t guess) {
   const auto bound = [&](int64_t n) {
     const auto u = static_cast<size_t>(n);
     return saturating_add(saturating_add(fixed, t.s_static[u]),
                           saturating_add(saturating_mul(s, t.s_stash[u]), saturating_mul(w, t.s_wst[u])));
   };
   if (bound(0) > budget) return -1;
-  return last_true(int64_t{0}, static_cast<int64_t>(t.s_static.size()) - 1,
-                   [&](int64_t n) { return bound(n) <= budget; });
+  const int64_t top = static_cast<int64_t>(t.s_static.size()) - 1;
+  const auto ok = [&](int64_t n) { return bound(n) <= budget; };
+  return guess < 0 ? last_true(int64_t{0}, top, ok) : gallop_from(int64_t{0}, top, std::min(guess, top), ok);
 }
 
 // cap_p of the proof, per option: the most layers rank `position` can hold within budget at the
 // moments given. Model chunk 0 (the first rank's first chunk) starts at layer 0, every other chunk past it.
+// `near` (optional): each moment's two answers of the rank before, where the searches start; replaced
+// by this rank's.
 RankFloor rank_capacity(const FloorTable& t, const std::vector<FloorMoment>& moments, bool first_rank, int64_t budget,
-                        bool split_backward) {
+                        bool split_backward, std::vector<int64_t>* near = nullptr) {
+  if (near) near->resize(2 * moments.size(), -1);
+  size_t at = 0;
   RankFloor cap{static_cast<int64_t>(t.s_static.size()) - 1, static_cast<int64_t>(t.s_static.size()) - 1};
   for (const FloorMoment& fm : moments) {
     int64_t a = INT64_MAX, w = INT64_MAX, fixed = 0;
@@ -130,8 +136,12 @@ RankFloor rank_capacity(const FloorTable& t, const std::vector<FloorMoment>& mom
       above = saturating_add(above, saturating_add(saturating_mul(h.activations - a, least_stash), wj));
       rebuilt = saturating_add(rebuilt, saturating_add(saturating_mul(h.rebuilt, least_stash), wj));
     }
-    cap.plain = std::min(cap.plain, most_layers(t, budget, above, a, w));
-    cap.redo = std::min(cap.redo, most_layers(t, budget, saturating_add(fixed, rebuilt), 0, w));
+    int64_t* guess = near ? near->data() + 2 * at++ : nullptr;
+    const int64_t plain = most_layers(t, budget, above, a, w, guess ? guess[0] : -1);
+    const int64_t redo = most_layers(t, budget, saturating_add(fixed, rebuilt), 0, w, guess ? guess[1] : -1);
+    if (guess) guess[0] = plain, guess[1] = redo;
+    cap.plain = std::min(cap.plain, plain);
+    cap.redo = std::min(cap.redo, redo);
   }
   return cap;
 }
@@ -251,9 +261,10 @@ std::vector<RankFloor> chunked_rank_capacities(const CostModel& model, const Can
   const int64_t budget = layer_budget(model, slack_bytes);
   const int64_t m = pipeline::walk_microbatches(c.schedule, c.depth, c.microbatches);
   std::vector<FloorMoment> moments;
+  std::vector<int64_t> near;
   for (int64_t p = 0; p < c.depth; ++p) {
     fill_moments(c.schedule, c.depth, c.chunks, m, p, moments);
-    out.push_back(rank_capacity(*table, moments, p == 0, budget, schemas::splits_backward(c.schedule)));
+    out.push_back(rank_capacity(*table, moments, p == 0, budget, schemas::splits_backward(c.schedule), &near));
   }
   return out;
 }
@@ -267,10 +278,11 @@ bool chunked_may_fit(const CostModel& model, const Candidate& c, int64_t slack_b
   const int64_t m = pipeline::walk_microbatches(c.schedule, d, c.microbatches);
   const bool split_backward = schemas::splits_backward(c.schedule);
   std::vector<FloorMoment> moments;
+  std::vector<int64_t> near;
   int64_t room = 0;
   for (int64_t p = 0; p < d; ++p) {
     fill_moments(c.schedule, d, v, m, p, moments);
-    const RankFloor cap = rank_capacity(*table, moments, p == 0, budget, split_backward);
+    const RankFloor cap = rank_capacity(*table, moments, p == 0, budget, split_backward, &near);
     const int64_t most = std::max(cap.plain, cap.redo);
     if (most < v) return false;
     room = saturating_add(room, most);

@@ -103,7 +103,7 @@ detail::RankFloor reference(const CostModel& model, const Candidate& c, const st
 
 struct Tally {
   int64_t candidates = 0, ruled_out = 0, splits = 0, fitting = 0, splits_out = 0, slack_out = 0;
-  int64_t ranks = 0, tight_plain = 0, tight_redo = 0, capped = 0, tight_cap = 0;
+  int64_t ranks = 0, tight_plain = 0, tight_redo = 0, capped = 0, tight_cap = 0, cap_changes = 0;
 };
 
 void check_candidate(const CostModel& model, const Candidate& c, pd2bw::testing::Rng& rng, Tally& t) {
@@ -116,6 +116,14 @@ void check_candidate(const CostModel& model, const Candidate& c, pd2bw::testing:
   for (int64_t p = 0; p < c.depth; ++p) {
     walks.push_back(pipeline::stash_walks({c.schedule, c.depth, c.microbatches, 1, 1, c.chunks}, p));
     caps.push_back(detail::chunked_rank_capacity(model, c, p));
+  }
+  // All positions at once, each rank's searches starting from the rank before's answers: the same caps.
+  const auto all = detail::chunked_rank_capacities(model, c);
+  REQUIRE(all.size() == caps.size());
+  for (size_t p = 0; p < caps.size(); ++p) {
+    CHECK(all[p].plain == caps[p].plain);
+    CHECK(all[p].redo == caps[p].redo);
+    t.cap_changes += p > 0 && (caps[p].plain != caps[p - 1].plain || caps[p].redo != caps[p - 1].redo) ? 1 : 0;
   }
   for_each_composition(model.num_layers(), c.depth * c.chunks, [&](const std::vector<int64_t>& bounds) {
     pd2bw::planner::Split split;
@@ -180,7 +188,7 @@ TEST_CASE("no candidate or split the floor rules out has a split that fits") {
                        << t.fitting << " fit, " << t.splits_out << " ruled out, " << t.slack_out
                        << " ruled out with slack; " << t.ranks << " ranks, floor tight " << t.tight_plain << " / "
                        << t.tight_redo << "; " << t.capped << " rank options whose floor fits, " << t.tight_cap
-                       << " at their capacity");
+                       << " at their capacity; " << t.cap_changes << " ranks whose caps differ from the rank before's");
   // The checks above must have had something to check: the floor rules out a fair share, many splits
   // fit, and the floors meet what they bound often enough that a raised floor shows.
   CHECK(t.ruled_out > t.candidates / 20);
@@ -190,4 +198,5 @@ TEST_CASE("no candidate or split the floor rules out has a split that fits") {
   CHECK(t.tight_plain > 100);
   CHECK(t.tight_redo > 100);
   CHECK(t.tight_cap > 100);
+  CHECK(t.cap_changes > 100);  // the searches that start from the rank before's answer must move
 }
