@@ -330,8 +330,9 @@ double greedy_step_ms(const CostModel& model, const Candidate& c, GreedyMemo* me
   if (c.depth < 1 || c.depth > model.num_layers()) return kInfinity;
   if (c.chunks > 1) return detail::chunked_balanced_split(model, c).step_ms;
   const int64_t static_cap = model.memory_limit_bytes() - model.constraints().reserve_bytes;
-  const auto pc = detail::prepare(model, c);
   detail::GreedyEntry entry(memo, c, static_cap);
+  if (const auto known = entry.settled_step_ms()) return *known;  // a search before this one asked
+  const auto pc = detail::prepare(model, c);
   const double greedy = entry.at_most(model, pc, kInfinity).step_ms;
   return std::min(greedy, entry.tiered(model, pc).step_ms);  // infinite but for flush
 }

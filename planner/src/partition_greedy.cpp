@@ -169,6 +169,12 @@ Split GreedyThreshold::at_most(const CostModel& model, const detail::PreparedCan
   return out;
 }
 
+std::optional<Split> GreedyThreshold::settled() const {
+  if (state_ == State::found) return out_;
+  if (state_ == State::none) return Split{};
+  return std::nullopt;
+}
+
 Split GreedyThreshold::search(const CostModel& model, const detail::PreparedCandidate& pc, double known) {
   if (state_ == State::fresh) {
     most_params_ = model.static_factors(pc.candidate.schedule).most_params_within(static_cap_);

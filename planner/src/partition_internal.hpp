@@ -3,6 +3,7 @@
 // Private to the planner.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <mutex>
 #include <optional>
@@ -115,6 +116,9 @@ class GreedyThreshold {
  public:
   GreedyThreshold(int64_t static_cap, bool lanes_only) : static_cap_(static_cap), lanes_only_(lanes_only) {}
   Split at_most(const CostModel& model, const detail::PreparedCandidate& pc, double known);
+  // What at_most returns from now on, whatever `known`, once a call has settled it (a split found, or
+  // none); nullopt before: no call so far ran to the end.
+  std::optional<Split> settled() const;
 
  private:
   // greedy_split at t into out_.bounds and most_; whether it found one (if not, lo_ rises to what the run
@@ -164,6 +168,13 @@ class GreedyEntry {
   GreedyEntry(GreedyMemo* memo, const Candidate& c, int64_t static_cap);
   Split at_most(const CostModel& model, const detail::PreparedCandidate& pc, double known) {
     return slot_->threshold.at_most(model, pc, known);
+  }
+  // min(at_most(model, pc, kInfinity), tiered(model, pc)).step_ms where earlier calls on this slot
+  // settled both (greedy_step_ms on a memo that has them: nothing to price); nullopt otherwise.
+  std::optional<double> settled_step_ms() const {
+    const auto greedy = slot_->threshold.settled();
+    if (!greedy || !slot_->tiered) return std::nullopt;
+    return std::min(greedy->step_ms, slot_->tiered->step_ms);
   }
   // tiered_split(model, pc), computed once per slot.
   const Split& tiered(const CostModel& model, const detail::PreparedCandidate& pc) {

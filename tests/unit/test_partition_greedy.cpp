@@ -169,3 +169,32 @@ TEST_CASE("objective_of is step_objective over the model's priced stages, for ra
   CHECK(infeasible > 0);
   CHECK(infeasible < splits);
 }
+
+TEST_CASE("greedy_step_ms answers from a memo that settled it with what it computes afresh") {
+  // A first call settles the candidate's greedy and (flush) tiered splits in the memo; later calls answer
+  // from them without pricing anything. All three answers agree, with and without a memo.
+  int64_t settled = 0, none = 0;
+  for_each_unchunked(8551, 8570, [&](const CostModel& model, int64_t static_cap, const auto& c, uint64_t) {
+    const double fresh = pd2bw::planner::greedy_step_ms(model, c);
+    pd2bw::planner::GreedyMemo memo;
+    {
+      const pd2bw::planner::detail::GreedyEntry before(&memo, c, static_cap);
+      CHECK_FALSE(before.settled_step_ms().has_value());
+    }
+    const double first = pd2bw::planner::greedy_step_ms(model, c, &memo);
+    {
+      const pd2bw::planner::detail::GreedyEntry after(&memo, c, static_cap);
+      const auto known = after.settled_step_ms();
+      REQUIRE(known.has_value());
+      CHECK(*known == first);
+    }
+    const double again = pd2bw::planner::greedy_step_ms(model, c, &memo);
+    CHECK(first == fresh);
+    CHECK(again == fresh);
+    ++settled;
+    none += fresh < kInfinity ? 0 : 1;
+  });
+  MESSAGE(settled << " candidates, " << none << " with no greedy split");
+  CHECK(settled >= 300);
+  CHECK(settled - none >= 200);
+}
