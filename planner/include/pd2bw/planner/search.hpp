@@ -14,13 +14,13 @@
 
 namespace pd2bw::planner {
 
-// A candidate with a split and the cost of each stage.
 // A replayed step's time per rank, averaged over the stages (ms): the measured step's compute, transfers,
 // allreduces and update, and the rest of it idle (SimStageResult's terms).
 struct StepBreakdown {
   double compute_ms = 0, p2p_ms = 0, allreduce_ms = 0, update_ms = 0, idle_ms = 0;
 };
 
+// A candidate with a split and the cost of each stage.
 struct Evaluated {
   Candidate candidate;
   Split split;                          // split.step_ms is the split's objective (step_objective)
