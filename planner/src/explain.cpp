@@ -53,15 +53,19 @@ void put_exact_bests(SearchResult& result, std::vector<Evaluated>& bests) {
   std::stable_sort(rows.begin(), rows.end(),
                    [](const Evaluated& a, const Evaluated& b) { return a.step_ms < b.step_ms; });
   // A pinned search may beat the winner where the search of all schedules is not exact (its proven gap):
-  // the faster plan is chosen, and leads `bests` as the chosen plan does.
-  if (!rows.empty() && rows.front().step_ms < result.ranked.front().step_ms) {
-    const auto it = std::find_if(bests.begin(), bests.end(), [&](const Evaluated& e) { return same_plan(e, rows.front()); });
-    std::rotate(bests.begin(), it, it + 1);
-    rows.insert(std::upper_bound(rows.begin() + 1, rows.end(), result.ranked.front().step_ms,
+  // the fastest pinned best (the first on ties) is chosen, and leads `bests` as the chosen plan does. A
+  // row not replayed may show a step below both (its objective, a lower bound on its replay): it stays a row.
+  const auto fastest = std::min_element(bests.begin() + 1, bests.end(),
+                                        [](const Evaluated& a, const Evaluated& b) { return a.step_ms < b.step_ms; });
+  if (fastest != bests.end() && fastest->step_ms < result.ranked.front().step_ms) {
+    const auto row = std::find_if(rows.begin(), rows.end(), [&](const Evaluated& e) { return same_plan(e, *fastest); });
+    Evaluated chosen = std::move(*row);
+    rows.erase(row);
+    rows.insert(std::upper_bound(rows.begin(), rows.end(), result.ranked.front().step_ms,
                                  [](double t, const Evaluated& e) { return t < e.step_ms; }),
                 std::move(result.ranked.front()));
-    result.ranked.front() = std::move(rows.front());
-    rows.erase(rows.begin());
+    result.ranked.front() = std::move(chosen);
+    std::rotate(bests.begin(), fastest, fastest + 1);
   }
   result.ranked.resize(1);
   for (auto& e : rows) result.ranked.push_back(std::move(e));

@@ -170,6 +170,36 @@ TEST_CASE("explain: a pinned best faster than the winner becomes the winner") {
   CHECK(bests.size() == 3);
 }
 
+TEST_CASE("explain: a row not replayed below the winner's step does not become the chosen plan") {
+  // At scale an alternative past the replay budget shows its objective, a lower bound on its replay,
+  // which may be below the winner's step. Only a pinned best (replayed) may take the winner's place.
+  auto row = [](schemas::Schedule s, int64_t depth, double step_ms) {
+    planner::Evaluated e;
+    e.candidate.schedule = s;
+    e.candidate.depth = depth;
+    e.split.bounds = {0, 4};
+    e.step_ms = step_ms;
+    return e;
+  };
+  for (double pinned : {12.0, 9.0}) {  // the flush best slower, then faster than the winner
+    CAPTURE(pinned);
+    planner::SearchResult result;
+    result.ranked = {row(schemas::Schedule::two_bw, 1, 10.0), row(schemas::Schedule::flush, 2, 8.0)};
+    result.ranked[1].unreplayed = true;
+    std::vector<planner::Evaluated> bests = {result.ranked[0], row(schemas::Schedule::flush, 3, pinned)};
+    planner::put_exact_bests(result, bests);
+    REQUIRE(result.ranked.size() == 3);
+    REQUIRE(bests.size() == 2);
+    const double chosen = std::min(10.0, pinned);
+    CHECK(result.ranked[0].step_ms == chosen);
+    CHECK_FALSE(result.ranked[0].unreplayed);
+    CHECK(same_plan(bests.front(), result.ranked.front()));
+    CHECK(result.ranked[1].step_ms == 8.0);  // the row not replayed stays, marked
+    CHECK(result.ranked[1].unreplayed);
+    CHECK(result.ranked[2].step_ms == std::max(10.0, pinned));
+  }
+}
+
 TEST_CASE("explain: a pinned search that skips the left-out floor finds the same plan and proves no gap") {
   // Global batches of millions of samples leave the candidates with the most microbatch-stages out
   // (kMaxReplayedMicrobatches); the floor search() proves over them only enters the proven gap.
