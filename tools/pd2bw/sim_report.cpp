@@ -19,18 +19,11 @@ namespace {
 
 double gib(int64_t bytes) { return static_cast<double>(bytes) / static_cast<double>(int64_t{1} << 30); }
 
-// The breakdown of e's replayed step: the search's replay's where there was one, else a replay of it now
-// (the measured step alone, as the search replays: one step where that step proves its period).
-struct Replayed {
-  double step_ms, bubble_fraction, imbalance_fraction;
-  planner::StepBreakdown breakdown;
-};
-
-Replayed replayed(const planner::CostModel& model, const planner::Evaluated& e) {
-  if (e.simulated() && !e.unreplayed) return {e.step_ms, e.bubble_fraction, e.imbalance_fraction, e.breakdown};
-  planner::Evaluated again = e;
-  planner::replay_evaluated(model, again);
-  return {again.step_ms, again.bubble_fraction, again.imbalance_fraction, again.breakdown};
+// e as the search replayed it (its step, idle fractions and breakdown); an entry never replayed is replayed
+// now, as the search replays (the measured step alone: one step where that step proves its period).
+planner::Evaluated replayed(const planner::CostModel& model, planner::Evaluated e) {
+  if (!e.simulated() || e.unreplayed) planner::replay_evaluated(model, e);
+  return e;
 }
 
 double fill(const schemas::MemoryBreakdown& m) {
@@ -225,10 +218,9 @@ void print_explain(const planner::CostModel& model, const std::vector<planner::E
   fmt::print(stderr, "\nwhere the time goes (simulated steady step, ms per rank averaged over stages) and what "
                      "binds memory:\n");
   for (size_t k = 0; k < bests.size(); ++k) {
-    const auto& e = bests[k];
+    const planner::Evaluated e = replayed(model, bests[k]);
     const auto& c = e.candidate;
-    const Replayed sim = replayed(model, e);
-    const planner::StepBreakdown& a = sim.breakdown;
+    const planner::StepBreakdown& a = e.breakdown;
     // The fullest rank: with chunks its chunks' shares added up (a stage when v = 1).
     int64_t full = 0;
     auto [mem, redo] = rank_memory(e, 0);
@@ -236,13 +228,14 @@ void print_explain(const planner::CostModel& model, const std::vector<planner::E
       auto [m, r] = rank_memory(e, p);
       if (fill(m) > fill(mem)) std::tie(full, mem, redo) = std::tuple(p, m, r);
     }
-    const double bubble = sim.bubble_fraction * sim.step_ms;
-    fmt::print(stderr, "  {:<6} {:<5} b={} m={} d={} w={}: {:.2f} ms = compute {:.2f} + p2p {:.2f} + allreduce "
-                       "{:.2f} + update {:.2f} + fill/drain bubble {:.2f} ({:.1f}%) + idle on less busy stages "
-                       "{:.2f} ({:.1f}%)\n",
-               k == 0 ? "chosen" : "best", schedule_name(c), c.microbatch, c.microbatches, c.depth,
-               c.width, sim.step_ms, a.compute_ms, a.p2p_ms, a.allreduce_ms, a.update_ms, bubble,
-               100.0 * sim.bubble_fraction, std::max(0.0, a.idle_ms - bubble), 100.0 * sim.imbalance_fraction);
+    const double bubble = e.bubble_fraction * e.step_ms;
+    fmt::print(stderr,
+               "  {:<6} {:<5} b={} m={} d={} w={}: {:.2f} ms = compute {:.2f} + p2p {:.2f} + allreduce "
+               "{:.2f} + update {:.2f} + fill/drain bubble {:.2f} ({:.1f}%) + idle on less busy stages "
+               "{:.2f} ({:.1f}%)\n",
+               k == 0 ? "chosen" : "best", schedule_name(c), c.microbatch, c.microbatches, c.depth, c.width, e.step_ms,
+               a.compute_ms, a.p2p_ms, a.allreduce_ms, a.update_ms, bubble, 100.0 * e.bubble_fraction,
+               std::max(0.0, a.idle_ms - bubble), 100.0 * e.imbalance_fraction);
     const std::string fullest =
         c.chunks > 1 ? fmt::format("rank {} of the pipeline (chunks {})", full,
                                    join(pipeline::chunks_at(c.schedule, c.depth, c.chunks, full)))
