@@ -226,8 +226,11 @@ std::string gantt_svg(const SimInput& input, const SimResult& result, const Gant
         width, height, width, height);
   c.add(R"(<rect width="100%" height="100%" fill="#fff"/>)" "\n");
   c.add(R"(<text x="{:.1f}" y="22" font-size="15" font-weight="bold">{}</text>)" "\n", kLeft, escape(options.title));
-  c.add(R"(<text x="{:.1f}" y="42">steady step {:.2f} ms, first step {:.2f} ms, bubble {:.1f}% of rank time; replica 0 of each stage</text>)" "\n",
-        kLeft, result.step_ms, result.first_step_ms, 100.0 * result.bubble_fraction);
+  c.add(
+      R"(<text x="{:.1f}" y="42">{} step {:.2f} ms, first step {:.2f} ms, bubble {:.1f}% of rank time; replica 0 of each stage</text>)"
+      "\n",
+      kLeft, result.steady ? "steady" : "not yet steady:", result.step_ms, result.first_step_ms,
+      100.0 * result.bubble_fraction);
   draw_legend(c, 64, input.spec);
   const double bottom = kTop + kBlock * static_cast<double>(rows) - kGap;
   draw_axis(c, total, bottom);

@@ -163,14 +163,15 @@ SimResult summarize(const SimInput& input, std::vector<SimLane>& lanes, const st
     for (size_t k = 0; k < 2; ++k) most[k] = std::max(most[k], lane.max_increment_ms[k]);
   }
   if (period > 0) {
-    r.step_ms = r.previous_step_ms = period;
+    r.step_ms = r.previous_step_ms = r.last_step_ms = period;
     r.steady = true;
   } else if (measured) {
     r.previous_step_ms = most[0];
+    r.last_step_ms = most[1];
     r.step_ms = input.spec.kind == Schedule::two_bw ? std::max(most[0], most[1]) : most[1];
     r.steady = std::abs(most[1] - most[0]) <= kSteadyTolerance * most[1];
   } else {
-    r.step_ms = interval(s);
+    r.step_ms = r.last_step_ms = interval(s);
     if (s >= 1) r.previous_step_ms = interval(s - 1);
   }
   r.stages.resize(static_cast<size_t>(input.spec.depth));

@@ -42,6 +42,25 @@ PYEOF
   then ok; else fail "$s: trace/report/picture check"; fi
 done
 
+# Too few steps for 2bw (whose second step still compares with the first, which fills the pipeline): the
+# report must say the replay is not steady, not call its number the steady step, and print the two
+# measured steps, the last of which is already the steady step of a full replay (the JSON above).
+expect_exit 0 "not steady after 4 steps: .*replay more steps" -- \
+  "$PD2BW" simulate --plan "$TMP/2bw.plan.json" --profile "$P" --steps 4 --json "$TMP/2bw.short.json"
+if "$PY" - "$TMP/2bw.report.json" "$TMP/2bw.short.json" "$TMP/err" <<'PYEOF'
+import json, re, sys
+full, short = (json.load(open(p)) for p in sys.argv[1:3])
+text = open(sys.argv[3]).read()
+assert full["steady"] and not short["steady"], (full["steady"], short["steady"])
+assert abs(short["last_step_ms"] / full["step_ms"] - 1) <= 1e-9, (short["last_step_ms"], full["step_ms"])
+assert short["previous_step_ms"] > 1.01 * short["last_step_ms"], short
+assert short["step_ms"] == max(short["previous_step_ms"], short["last_step_ms"]), short
+assert "step time: not yet steady, %.3f ms" % short["step_ms"] in text, text
+took = re.search(r"took ([0-9.]+) and ([0-9.]+) ms", text).groups()
+assert took == ("%.3f" % short["previous_step_ms"], "%.3f" % short["last_step_ms"]), (took, short)
+PYEOF
+then ok; else fail "2bw --steps 4: the report of a replay that is not steady"; fi
+
 # Chunked plans (v = 2 model chunks per rank): the report has one row per rank, over all of its chunks. The
 # reference is the placement rule written out below (interleaved: chunk c on rank c mod d; zb-v: the V,
 # c < d on c, else on 2d - 1 - c) and the plan's own per-chunk numbers, added up per rank.

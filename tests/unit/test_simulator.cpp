@@ -267,6 +267,11 @@ TEST_CASE("simulate_steady replays until two consecutive steps agree") {
     const SimResult fixed = simulate(in);
     if (fixed.steady) CHECK(std::abs(fixed.previous_step_ms - fixed.step_ms) <= kSteadyTolerance * fixed.step_ms);
     if (fixed.steady) CHECK(fixed.step_ms == doctest::Approx(r.step_ms).epsilon(1e-9));
+    // The measured step's own time: 2bw's step is never below it (where both steps were measured, the
+    // larger of the two, as its ops reach two steps back); steady, it took the time of the step before.
+    CHECK(fixed.last_step_ms > 0);
+    CHECK(fixed.last_step_ms <= fixed.step_ms);
+    if (fixed.steady) CHECK(fixed.last_step_ms == doctest::Approx(r.step_ms).epsilon(1e-9));
   }
 }
 

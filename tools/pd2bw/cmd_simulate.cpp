@@ -73,7 +73,7 @@ void add_simulate_command(CLI::App& app, Runner& run) {
                   "The profile the plan was made from (default: the built-in gpt-3.8b example); its sha256 "
                   "must match the plan's");
   cmd->add_option("--steps", o->steps,
-                  "Optimizer steps to replay (default: from 4 for 2bw and 3 otherwise, doubling until two "
+                  "Optimizer steps to replay (default: from 5 for 2bw and 3 otherwise, doubling until two "
                   "consecutive steps agree, at most 64)")
       ->check(CLI::Range(int64_t{1}, int64_t{1000}));
   cmd->add_option("--trace", o->trace_path,

@@ -108,14 +108,17 @@ std::string memory_warnings(const planner::SimInput& in, const planner::SimResul
 
 void print_sim_table(const schemas::Plan& plan, const planner::SimInput& in, const planner::SimResult& sim) {
   const auto& p = plan.predictions;
-  fmt::print(stderr, "step time: steady {:.3f} ms (plan predicts {:.3f} ms, {:+.2f}%), first step {:.3f} ms\n",
-             sim.step_ms, p.step_ms, 100.0 * (sim.step_ms / p.step_ms - 1.0), sim.first_step_ms);
+  fmt::print(stderr, "step time: {} {:.3f} ms (plan predicts {:.3f} ms, {:+.2f}%), first step {:.3f} ms\n",
+             sim.steady ? "steady" : "not yet steady,", sim.step_ms, p.step_ms, 100.0 * (sim.step_ms / p.step_ms - 1.0),
+             sim.first_step_ms);
   if (sim.steady)
     fmt::print(stderr, "steady after {} steps: the measured step took the time of the one before it (within {:g}%)\n",
                sim.step_end_ms.size(), 100.0 * planner::kSteadyTolerance);
   else
-    fmt::print(stderr, "not steady after {} steps: the last two measured steps took {:.3f} and {:.3f} ms\n",
-               sim.step_end_ms.size(), sim.previous_step_ms, sim.step_ms);
+    fmt::print(stderr,
+               "not steady after {} steps: the last two measured steps took {:.3f} and {:.3f} ms; "
+               "replay more steps (--steps, or leave it out to replay until two steps agree)\n",
+               sim.step_end_ms.size(), sim.previous_step_ms, sim.last_step_ms);
   fmt::print(stderr, "throughput: {:.1f} samples/s, {:.0f} tokens/s; idle {:.1f}% of rank time in the steady step "
                      "({:.3f}-{:.3f} ms): fill/drain bubble {:.1f}%, unequal stages {:.1f}%\n",
              static_cast<double>(plan.global_batch) / (sim.step_ms / 1e3),
@@ -159,6 +162,7 @@ std::string sim_report_json(const schemas::Plan& plan, const planner::SimInput& 
   j["planned_step_ms"] = plan.predictions.step_ms;
   j["steady"] = sim.steady;
   j["previous_step_ms"] = sim.previous_step_ms;
+  j["last_step_ms"] = sim.last_step_ms;
   j["idle_fraction"] = sim.idle_fraction;
   j["bubble_fraction"] = sim.bubble_fraction;
   j["imbalance_fraction"] = sim.imbalance_fraction;

@@ -85,6 +85,8 @@ struct SimResult {
   double first_step_ms = 0;         // step_end_ms[0]
   double step_ms = 0;               // the measured step: see simulate()
   double previous_step_ms = 0;      // the same for the step before it
+  double last_step_ms = 0;          // the measured step's own time: step_ms, but for 2bw, whose step_ms is
+                                    // the larger of it and previous_step_ms (its ops reach two steps back)
   bool steady = false;              // step_ms is the steady step within kSteadyTolerance: see simulate()
   double window_begin_ms = 0, window_end_ms = 0;  // the measured step: between its update and the one before
   // Per stage, the breakdown below is the time of the measured step's own ops (in steady state each
