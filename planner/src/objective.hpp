@@ -32,6 +32,18 @@
 //   trailing W's before its allreduce and update: S >= part_k + sum_{i <= j < k} u_j + n_i W_i + h_i.
 //   With equal stages and m >= d (k = d - 1, i = 0, no transfers) that is m (F + B + W) + (d - 1)
 //   (F + B - W), the schedule's closed form.
+// - 2bw's steady cycles (TwoBwCycleFold, for the proven gap only): stage s's 1F1B order holds w_s = d - 1 - s
+//   forwards ahead of its backwards, so the microbatch y that opens a step and a later stage k give a cycle
+//   one step long: stage s's ops from the forward after its backward of y - m up to its forward of
+//   y + w_k - 1 (m - 1 - (k - s) forwards and m - 2 - (k - s) backwards, no allreduce), that forward's
+//   activation down to stage k (p_j + f_j on each stage between), stage k's ops from that forward through
+//   its backward of y - 1, its allreduce and update, its next forward and its backward of y, and y's
+//   gradient back up to stage s, whose backward of y is followed by the forward the cycle began with, a step
+//   later. With u_j = f_j + b_j + 2 q_j it adds up to S >= (m - 1 - (k - s)) t_s + sum_{s < j < k} u_j
+//   + 2 t_k - 2 p_k + h_k, for k - s <= m - 2. It is above every lane where stage k has the larger
+//   allreduce (more layers without recompute, nearer the end) and the stages between are not much less
+//   busy than stage s. Every term grows with every transfer, so the fastest links keep it below each
+//   replica's replay.
 // Where replicas' links differ, the lanes use each stage's slowest replica and the fill and drain terms
 // the fastest link of each boundary, so every bound stays below some replica's replay.
 #pragma once
@@ -58,6 +70,9 @@ struct StageTerms {
   double cb = 0;    // backward slot with its transfers: q + b + p (zb-h1: b without its W)
   double h = 0;     // allreduce + update
   double q = 0;     // one transfer over the output boundary (fastest link)
+  double p = 0;     // one transfer over the input boundary (fastest link)
+  double tau = std::numeric_limits<double>::infinity();      // TwoBwCycleFold: no stage's t is above it,
+  double tau_low = std::numeric_limits<double>::infinity();  // and a lower charge for those below this
   double warmup = -1;  // flush's warm-up forwards min(d - i - 1, m); -1 for the last stage
   double w = 0;        // zb-h1: one microbatch's W (0 otherwise)
   double trailing = 0;  // zb-h1: the W's after the stage's last B, min(i + 1, m)
@@ -78,6 +93,7 @@ inline StageTerms stage_terms(double m, int64_t stage, int64_t depth, const Stag
   StageTerms s;
   const int64_t downstream = depth - 1 - stage;
   s.q = x.out;
+  s.p = x.in;
   s.warmup = downstream > 0 ? std::min(static_cast<double>(downstream), m) : -1.0;
   s.h = x.allreduce + x.update;
   s.t = x.compute + x.p2p;
@@ -118,6 +134,30 @@ struct TwoBwFold {
   static FoldState<K> prepend(const FoldState<K>& v, const StageTerms& s, double) { return {std::max(v[0], s.lane)}; }
   static double floor(const FoldState<K>& v, const Prefix& p, double m, double n) {
     return n > 0 ? std::max(v[0], m * p.fb / n) : v[0];
+  }
+};
+
+// 2bw with its steady cycles (the header's last item), for splits whose lanes are all at most m tau (tau
+// and tau_low from each StageTerms): v[0] the objective; v[1] and v[2] the most stage k >= i adds to a
+// cycle through stage i - 1, max over k >= i of (sum_{i <= j < k} (u_j - x) + 2 t_k - 2 p_k + h_k), with
+// x = tau and x = tau_low: the cycle's first stage s is charged x >= t_s in place of t_s for each stage up
+// to k - 1 (t_s's coefficient (m - 1 - (k - s)) is then (m - 1) t_s - (k - s) x, one number per x), tau_low
+// where t_s is at most it. Stage s is a first stage only where every k is within m - 2 of it (its warm-up
+// min(d - 1 - s, m) is at most m - 2). The t's are with the fastest links (f + b + 2 p + 2 q = cf + cb).
+struct TwoBwCycleFold {
+  static constexpr int K = 3;
+  static FoldState<K> empty() { return {kNoValue, kNoValue, kNoValue}; }
+  static FoldState<K> prepend(const FoldState<K>& v, const StageTerms& s, double m) {
+    const double t = s.cf + s.cb, k_part = 2.0 * t - 2.0 * s.p + s.h, between = t - 2.0 * s.p;
+    const bool low = t <= s.tau_low;
+    const double x = low ? s.tau_low : s.tau, g = low ? v[2] : v[1];
+    const bool first = s.warmup <= m - 2.0;  // the last stage (warm-up -1) has no k after it anyway
+    const double cycle = first && g > kNoValue ? (m - 1.0) * t - x + g : kNoValue;
+    return {std::max({v[0], s.lane, cycle}), std::max(k_part, between - s.tau + v[1]),
+            std::max(k_part, between - s.tau_low + v[2])};
+  }
+  static double floor(const FoldState<K>& v, const Prefix& p, double m, double n) {
+    return n > 0 ? std::max(v[0], m * p.fb / n) : v[0];  // the lanes' floor, as TwoBwFold's
   }
 };
 

@@ -117,7 +117,8 @@ auto least_prefix_redo(const CostModel& model, const detail::PreparedCandidate& 
 // `windows`, when given, are make_windows' at `bound` (a caller that built them already).
 template <class Fold>
 void solve(const CostModel& model, const detail::PreparedCandidate& prepared, double bound, Solved<Fold>& out,
-           int64_t max_work, bool has_split = false, std::optional<Windows> windows = std::nullopt) {
+           int64_t max_work, bool has_split = false, std::optional<Windows> windows = std::nullopt,
+           double cycle_tau_low = kInfinity) {
   const Candidate& c = prepared.candidate;
   out.pc = &prepared;
   const int64_t static_cap = model.memory_limit_bytes() - model.constraints().reserve_bytes;
@@ -136,7 +137,8 @@ void solve(const CostModel& model, const detail::PreparedCandidate& prepared, do
   const auto& pc = prepared;
   const auto& cp = model.compute_prefix(c.microbatch_index);
   const double m = static_cast<double>(c.microbatches);
-  constexpr bool kLanesOnly = std::is_same_v<Fold, detail::TwoBwFold>;  // 2BW's floor reads the fwd + bwd alone
+  // 2BW's floors read the fwd + bwd alone
+  constexpr bool kLanesOnly = std::is_same_v<Fold, detail::TwoBwFold> || std::is_same_v<Fold, detail::TwoBwCycleFold>;
   const double h_first = kLanesOnly ? 0.0 : least_first_h(model, prepared, win.hi(0, 0));
   // Flush's first stage with both round trips below it (FlushFold::floor): k = max(0, d - m + 1) when
   // it is not the last stage (then m >= its warm-up min(d - k - 1, m) + 2).
@@ -149,7 +151,12 @@ void solve(const CostModel& model, const detail::PreparedCandidate& prepared, do
       [&](int64_t i, int64_t a, int64_t e) -> std::optional<StageTerms> {
         const auto q = detail::quick_price(pc, i, a, e);
         if (!q.feasible) return std::nullopt;
-        return terms_of(q, m, i, c);
+        StageTerms s = terms_of(q, m, i, c);
+        if constexpr (std::is_same_v<Fold, detail::TwoBwCycleFold>) {  // lanes m t + h <= bound
+          s.tau = bound / m;
+          s.tau_low = std::min(s.tau, cycle_tau_low);
+        }
+        return s;
       },
       [&](int64_t, int64_t a, int64_t e) { return stage_floor_of<Fold>(model, c, a, e); },
       [&](int64_t i, int64_t a) {  // what layers [0, a) add to the drain and refill: zb-h1's W's are not on it
@@ -170,11 +177,11 @@ void solve(const CostModel& model, const detail::PreparedCandidate& prepared, do
 
 template <class Fold>
 Split optimum_below(const CostModel& model, const detail::PreparedCandidate& pc, double bound,
-                    int64_t max_work = INT64_MAX, bool has_split = false,
-                    std::optional<Windows> windows = std::nullopt) {
+                    int64_t max_work = INT64_MAX, bool has_split = false, std::optional<Windows> windows = std::nullopt,
+                    double cycle_tau_low = kInfinity) {
   Split out;
   Solved<Fold> solved;
-  solve<Fold>(model, pc, bound, solved, max_work, has_split, std::move(windows));
+  solve<Fold>(model, pc, bound, solved, max_work, has_split, std::move(windows), cycle_tau_low);
   if (solved.out_of_work) {
     out.exhausted = true;
     out.work = detail::SplitTables<Fold>::work_past(max_work);
@@ -350,6 +357,17 @@ Split balanced_split(const CostModel& model, const Candidate& c) {
   if (c.chunks > 1) return detail::chunked_balanced_split(model, c);
   const int64_t static_cap = model.memory_limit_bytes() - model.constraints().reserve_bytes;
   return balanced_split_of(model, detail::prepare(model, c), static_cap);
+}
+
+Split detail::two_bw_cycle_split(const CostModel& model, const Candidate& c, double bound_ms, double tau_low,
+                                 int64_t max_work) {
+  if (c.schedule != Schedule::two_bw || c.chunks > 1 || c.depth < 1 || c.depth > model.num_layers() ||
+      !(bound_ms < kInfinity))
+    return {};
+  Split s = optimum_below<detail::TwoBwCycleFold>(model, detail::prepare(model, c), bound_ms, max_work, false,
+                                                  std::nullopt, tau_low);
+  if (s.feasible() && !(s.step_ms <= bound_ms)) return {};  // the tables keep a little slack past the bound
+  return s;
 }
 
 bool for_each_split_within(const CostModel& model, const Candidate& c, double limit_ms, int64_t max_nodes,

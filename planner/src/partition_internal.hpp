@@ -79,6 +79,13 @@ std::optional<Windows> make_windows(const CostModel& model, const detail::Prepar
 // (folded_objective), for a caller that compares it with `cutoff` alone.
 double objective_of(const detail::PreparedCandidate& pc, const std::vector<int64_t>& bounds, double cutoff = kInfinity);
 
+// Of the splits of `c` (a 2bw candidate) whose lanes are all at most bound_ms, the one of least objective
+// with 2bw's steady cycles (objective.hpp's TwoBwCycleFold: stages of t at most tau_low, ms per
+// microbatch, are charged it, the others bound_ms / m), which no split's replay is below; step_ms is that
+// objective. Infeasible when there is none (then every split replays above bound_ms), or for another
+// schedule or an infinite bound; exhausted when its dynamic program runs out of `max_work`.
+Split two_bw_cycle_split(const CostModel& model, const Candidate& c, double bound_ms, double tau_low, int64_t max_work);
+
 // Flush's tiered split (partition_tiered.cpp): of the splits whose stages k <= d - m (their warm-up covers
 // the step) hold r times the compute of each later stage, for a few r > 1, the one of least objective.
 // Infeasible when none fits, or when the candidate is not flush or d < m leaves no such stage.

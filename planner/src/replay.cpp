@@ -61,6 +61,11 @@ constexpr int64_t kWalkNodes = int64_t{1} << 16;  // partial splits one walk ove
 // comparisons between them allow this relative slack (a tie is replayed rather than missed).
 constexpr double kRounding = 1e-9;
 
+// The work 2bw's cycle-split programs may do, each and in all (SplitTables' units, 2-3 ns each): their
+// fold keeps three numbers, so their tables hold more states than the lanes' one (6-40 million each at
+// 2,000 layers on 512 and 4,096 GPUs).
+constexpr int64_t kCycleSplitWork = int64_t{1} << 26, kCycleSplitsWork = int64_t{1} << 27;
+
 // Walks the splits of `c` whose objective is <= limit_of(best replay), replaying each once (`seen`), and
 // keeps the best in `win`. Returns whether every such split was replayed within `ops` replayed ops.
 template <class Limit>
@@ -80,6 +85,53 @@ bool replay_walk(const CostModel& model, const Candidate& c, Evaluated& win, std
     return limit_of(win.step_ms);
   });
   return walked && !stopped;
+}
+
+// 2bw's objective is its lanes, and at scale thousands of splits share the least busiest lane; their steady
+// cycles (objective.hpp's TwoBwCycleFold) tell them apart. For each replayed 2bw candidate whose floor (its
+// replay over 1 + its proven gap) is below the best replay (by more than rounding), least floor first: the split of
+// least cycle objective among those whose lanes are within the best replay is replayed (kept where faster), and that
+// objective, below which no split of the candidate replays, raises its floor (also where the lanes' own
+// program ran out of work: this one is bounded by the best replay, which it may finish under). The
+// programs share kCycleSplitsWork in that order, kCycleSplitWork each at most, so what is learnt does not
+// depend on the thread count; one that runs out teaches nothing.
+void replay_cycle_splits(const CostModel& model, Replays& replayed, int64_t* replays) {
+  double best = kInfinity;
+  std::vector<std::pair<double, size_t>> order;  // (floor, candidate)
+  for (size_t idx : replayed.indices()) best = std::min(best, replayed[idx]->step_ms);
+  auto below = [&](double floor) { return floor < best * (1.0 - kRounding); };  // not a mere tie
+  for (size_t idx : replayed.indices()) {
+    const Evaluated& r = *replayed[idx];
+    const double floor = r.step_ms / (1.0 + r.proven_gap);
+    if (r.candidate.schedule == Schedule::two_bw && r.proven_gap > 0 && below(floor)) order.push_back({floor, idx});
+  }
+  std::sort(order.begin(), order.end());
+  int64_t work = kCycleSplitsWork;
+  for (const auto& [floor, idx] : order) {
+    if (!below(floor) || work <= 0) break;
+    Evaluated r = *replayed[idx];
+    // The charge for a cycle's first stage below the busiest: that stage's t (fastest links; added in the
+    // fold's order, so that the busiest stage itself takes it).
+    double busiest = 0.0;
+    for (const StageCost& st : r.stages)
+      busiest = std::max(busiest, (st.in_ms + st.forward_ms + st.out_ms) + (st.out_ms + st.backward_ms + st.in_ms));
+    const Split s = two_bw_cycle_split(model, r.candidate, best, busiest, std::min(work, kCycleSplitWork));
+    work -= s.work;
+    if (s.exhausted) continue;
+    const double cycles = s.feasible() ? s.step_ms : best;  // none within the best replay: all above it
+    if (s.feasible() && s.bounds != r.split.bounds) {
+      Evaluated e = evaluate_split(model, r.candidate, s);
+      replay_into(model, e);
+      ++*replays;
+      if (e.step_ms < r.step_ms * (1.0 - kRounding)) {
+        r = std::move(e);
+      }
+    }
+    const double lower = std::max(floor, cycles);
+    r.proven_gap = r.step_ms <= lower * (1.0 + kRounding) ? 0.0 : r.step_ms / lower - 1.0;
+    best = std::min(best, r.step_ms);
+    replayed.set(idx, std::move(r), replayed.from(idx));
+  }
 }
 
 }  // namespace
@@ -306,6 +358,7 @@ void replay_search(const CostModel& model, SearchSpace& space, const std::vector
     if (batch.empty()) break;
     replay_batch(batch);
   }
+  replay_cycle_splits(model, replayed, &result.replayed);
   const size_t keep = static_cast<size_t>(std::max<int64_t>(options.top_k, 0) + 1);
   result.ranked = rank(replayed, keep);
   if (result.ranked.empty()) return;
