@@ -32,7 +32,8 @@
 //   trailing W's before its allreduce and update: S >= part_k + sum_{i <= j < k} u_j + n_i W_i + h_i.
 //   With equal stages and m >= d (k = d - 1, i = 0, no transfers) that is m (F + B + W) + (d - 1)
 //   (F + B - W), the schedule's closed form.
-// - 2bw's steady cycles (TwoBwCycleFold, for the proven gap only): stage s's 1F1B order holds w_s = d - 1 - s
+// - 2bw's steady cycles (TwoBwCycleFold; not its objective: replay.cpp replays the split it ranks first and
+//   counts its objective in the proven gap): stage s's 1F1B order holds w_s = d - 1 - s
 //   forwards ahead of its backwards, so the microbatch y that opens a step and a later stage k give a cycle
 //   one step long: stage s's ops from the forward after its backward of y - m up to its forward of
 //   y + w_k - 1 (m - 1 - (k - s) forwards and m - 2 - (k - s) backwards, no allreduce), that forward's
