@@ -28,16 +28,17 @@ using pd2bw::planner::Split;
 using pd2bw::planner::StageCost;
 using pd2bw::schemas::Schedule;
 
+// Stage j's t on the fastest links, added in the program's order (so the busiest stage meets its charge).
+double t_of(const std::vector<StageCost>& st, int64_t j) {
+  const StageCost& x = st[static_cast<size_t>(j)];
+  return (x.in_ms + x.forward_ms + x.out_ms) + (x.out_ms + x.backward_ms + x.in_ms);
+}
+
 // The largest cycle through stages s < k (k - s <= m - 2): (m - 1 - (k - s)) t_s + sum_{s<j<k} u_j
 // + 2 t_k - 2 p_k + h_k, with t = f + b + 2 p + 2 q and u = f + b + 2 q on the fastest links. With
 // `tau` > 0 each stage from s to k - 1 is charged tau instead of t_s (tau_low where t_s <= tau_low), and
 // s is a cycle's first stage only when every k is within m - 2 of it (the program's rule); -infinity
 // when no pair qualifies.
-double t_of(const std::vector<StageCost>& st, int64_t j) {
-  const StageCost& x = st[static_cast<size_t>(j)];
-  return (x.in_ms + x.forward_ms + x.out_ms) + (x.out_ms + x.backward_ms + x.in_ms);  // the program's order
-}
-
 double cycle_bound(const std::vector<StageCost>& st, double m, double tau = 0.0, double tau_low = 0.0) {
   const auto d = static_cast<int64_t>(st.size());
   auto t = [&](int64_t j) { return t_of(st, j); };
