@@ -87,14 +87,14 @@ bool replay_walk(const CostModel& model, const Candidate& c, Evaluated& win, std
   return walked && !stopped;
 }
 
-// 2bw's objective is its lanes, and at scale thousands of splits share the least busiest lane; their steady
-// cycles (objective.hpp's TwoBwCycleFold) tell them apart. For each replayed 2bw candidate whose floor (its
-// replay over 1 + its proven gap) is below the best replay (by more than rounding), least floor first: the split of
-// least cycle objective among those whose lanes are within the best replay is replayed (kept where faster), and that
-// objective, below which no split of the candidate replays, raises its floor (also where the lanes' own
-// program ran out of work: this one is bounded by the best replay, which it may finish under). The
-// programs share kCycleSplitsWork in that order, kCycleSplitWork each at most, so what is learnt does not
-// depend on the thread count; one that runs out teaches nothing.
+// 2bw's objective is its lanes, and at scale thousands of splits share the least busiest lane; their
+// steady cycles (objective.hpp's TwoBwCycleFold) tell them apart. For each replayed 2bw candidate whose
+// floor (its replay over 1 + its proven gap) is below the best replay by more than rounding, least floor
+// first: the split of least cycle objective among those whose lanes are within the best replay is replayed
+// (kept where faster), and that objective, below which no split of the candidate replays, raises its floor
+// (also where the lanes' own program ran out of work: this one is bounded by the best replay, which it may
+// finish under). The programs share kCycleSplitsWork in that order, kCycleSplitWork each at most, so what
+// is learnt does not depend on the thread count; one that runs out teaches nothing.
 void replay_cycle_splits(const CostModel& model, Replays& replayed, int64_t* replays) {
   double best = kInfinity;
   std::vector<std::pair<double, size_t>> order;  // (floor, candidate)

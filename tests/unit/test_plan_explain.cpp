@@ -115,6 +115,16 @@ int64_t check_instance(const RandomInstance& inst, int64_t top_k) {
   return compared;
 }
 
+// A one-stage row of `s` at depth `depth` stepping in step_ms, for put_exact_bests' tests.
+planner::Evaluated row(schemas::Schedule s, int64_t depth, double step_ms) {
+  planner::Evaluated e;
+  e.candidate.schedule = s;
+  e.candidate.depth = depth;
+  e.split.bounds = {0, 4};
+  e.step_ms = step_ms;
+  return e;
+}
+
 }  // namespace
 
 TEST_CASE("explain: each schedule's row is the plan a search pinned to it finds (small instances)") {
@@ -147,14 +157,6 @@ TEST_CASE("explain: each schedule's row is the plan a search pinned to it finds 
 
 TEST_CASE("explain: a pinned best faster than the winner becomes the winner") {
   // Where the search of all schedules is not exact (at scale), a pinned search can beat its winner.
-  auto row = [](schemas::Schedule s, int64_t depth, double step_ms) {
-    planner::Evaluated e;
-    e.candidate.schedule = s;
-    e.candidate.depth = depth;
-    e.split.bounds = {0, 4};
-    e.step_ms = step_ms;
-    return e;
-  };
   planner::SearchResult result;
   result.ranked = {row(schemas::Schedule::two_bw, 1, 10.0), row(schemas::Schedule::flush, 2, 12.0)};
   result.ranked[1].representative = true;
@@ -173,14 +175,6 @@ TEST_CASE("explain: a pinned best faster than the winner becomes the winner") {
 TEST_CASE("explain: a row not replayed below the winner's step does not become the chosen plan") {
   // At scale an alternative past the replay budget shows its objective, a lower bound on its replay,
   // which may be below the winner's step. Only a pinned best (replayed) may take the winner's place.
-  auto row = [](schemas::Schedule s, int64_t depth, double step_ms) {
-    planner::Evaluated e;
-    e.candidate.schedule = s;
-    e.candidate.depth = depth;
-    e.split.bounds = {0, 4};
-    e.step_ms = step_ms;
-    return e;
-  };
   for (double pinned : {12.0, 9.0}) {  // the flush best slower, then faster than the winner
     CAPTURE(pinned);
     planner::SearchResult result;
